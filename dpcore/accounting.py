@@ -1,0 +1,340 @@
+"""Host-side privacy accounting over ``dp_accounting``.
+
+A :class:`PrivacyLedger` records every private access a run makes and
+reports the composed guarantee of all of them:
+
+* ``basic``: sequential composition, Σεᵢ and Σδᵢ of each step's own
+  stand-alone guarantee (always valid);
+* ``rdp``: Rényi-DP composition (dp_accounting's RDP accountant) of the
+  steps' exact descriptions, at a stated δ;
+* ``pld``: privacy-loss-distribution composition, where every step is one
+  the PLD accountant supports.
+
+The reported ``epsilon`` is the smallest of the valid ones at the reported
+``delta``. Nothing here is jitted: events in, (ε, δ) out.
+
+>>> ledger = PrivacyLedger()
+>>> ledger.record_exponential(1.0, count=400, label="selections")
+>>> g = ledger.guarantee(delta=1e-5)
+>>> round(g.basic_epsilon), round(g.epsilon, 1)
+(400, 96.1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import dp_accounting
+from dp_accounting import pld as dp_pld
+from dp_accounting import rdp as dp_rdp
+
+from dpcore import calibration, validation
+
+
+class BudgetExceededError(RuntimeError):
+  """Raised when recording a step would spend more than the declared budget."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerEntry:
+  """One recorded private step (possibly repeated ``count`` times).
+
+  Attributes:
+    label: what the step was (e.g. ``"dp_pca"``).
+    kind: ``pure``, ``laplace``, ``gaussian``, ``approx``,
+      ``subsampled_gaussian`` or ``exponential``.
+    epsilon: stand-alone ε of the whole entry (all repetitions), for basic
+      composition.
+    delta: stand-alone δ of the whole entry.
+    dp_event: exact description for RDP/PLD accounting, or ``None`` where
+      only the (ε, δ) pair is known.
+    params: the parameters the entry was recorded with.
+  """
+  label: str
+  kind: str
+  epsilon: float
+  delta: float
+  dp_event: dp_accounting.DpEvent | None
+  params: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Guarantee:
+  """A composed guarantee: ``(epsilon, delta)`` and how it was obtained."""
+  epsilon: float
+  delta: float
+  method: str
+  basic_epsilon: float
+  basic_delta: float
+  rdp_epsilon: float | None
+  pld_epsilon: float | None
+
+  def as_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _rdp_epsilon(events, delta) -> float | None:
+  accountant = dp_rdp.RdpAccountant()
+  event = dp_accounting.ComposedDpEvent(list(events))
+  if not accountant.supports(event):
+    return None
+  accountant.compose(event)
+  return float(accountant.get_epsilon(delta))
+
+
+def _pld_epsilon(events, delta) -> float | None:
+  accountant = dp_pld.PLDAccountant()
+  event = dp_accounting.ComposedDpEvent(list(events))
+  if not accountant.supports(event):
+    return None
+  accountant.compose(event)
+  return float(accountant.get_epsilon(delta))
+
+
+class PrivacyLedger:
+  """Records private steps and reports their composed (ε, δ).
+
+  Args:
+    budget_epsilon: optional ε budget; a step that would take the composed
+      ε above it (at ``budget_delta``) is refused with
+      :class:`BudgetExceededError` and not recorded.
+    budget_delta: δ at which the budget is judged (required with a budget
+      unless every step is pure).
+    use_pld: also try PLD composition (slower, tighter for Gaussian steps).
+  """
+
+  def __init__(self, *, budget_epsilon: float | None = None,
+               budget_delta: float | None = None, use_pld: bool = True):
+    if budget_epsilon is not None:
+      budget_epsilon = validation.check_epsilon(budget_epsilon,
+                                                "budget_epsilon")
+    if budget_delta is not None:
+      budget_delta = validation.check_delta(budget_delta, "budget_delta")
+    self.budget_epsilon = budget_epsilon
+    self.budget_delta = budget_delta
+    self.use_pld = use_pld
+    self._entries: list[LedgerEntry] = []
+
+  @property
+  def entries(self) -> tuple[LedgerEntry, ...]:
+    return tuple(self._entries)
+
+  # -- recording -------------------------------------------------------------
+
+  def _record(self, entry: LedgerEntry) -> None:
+    if self.budget_epsilon is not None:
+      trial = self._entries + [entry]
+      g = _compose(trial, self.budget_delta, self.use_pld)
+      if g.epsilon > self.budget_epsilon * (1 + 1e-9) or (
+          self.budget_delta is not None and g.delta > self.budget_delta):
+        raise BudgetExceededError(
+            f"recording {entry.label!r} would spend ε={g.epsilon:.6g}, "
+            f"δ={g.delta:.3g} in total, above the budget "
+            f"ε={self.budget_epsilon:.6g}, δ={self.budget_delta}; lower "
+            f"this step's ε or raise the budget.")
+    self._entries.append(entry)
+
+  def record_pure(self, epsilon: float, *, label: str, count: int = 1
+                  ) -> None:
+    """A pure ε-DP step (e.g. objective perturbation), ``count`` times.
+
+    For RDP it is described as (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4).
+    """
+    epsilon = validation.check_epsilon(epsilon)
+    count = validation.check_positive_int(count, "count")
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.ZCDpEvent(epsilon**2 / 2.0), count)
+    self._record(LedgerEntry(label, "pure", count * epsilon, 0.0, event,
+                             {"epsilon": epsilon, "count": count}))
+
+  def record_laplace(self, *, scale: float, sensitivity: float, label: str,
+                     count: int = 1) -> None:
+    """Laplace(scale) noise on a query of L1 sensitivity Δ: ε = Δ/scale."""
+    scale = validation.check_positive(scale, "scale")
+    sensitivity = validation.check_positive(sensitivity, "sensitivity")
+    count = validation.check_positive_int(count, "count")
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.LaplaceDpEvent(scale / sensitivity), count)
+    self._record(LedgerEntry(
+        label, "laplace", count * sensitivity / scale, 0.0, event,
+        {"scale": scale, "sensitivity": sensitivity, "count": count}))
+
+  def record_gaussian(self, *, sigma: float, sensitivity: float,
+                      delta: float, label: str, count: int = 1) -> None:
+    """Gaussian noise σ on a query of L2 sensitivity Δ, ``count`` times.
+
+    The stand-alone ε (for basic composition) is the exact one of the
+    ``count``-fold composition at ``delta`` (a Gaussian composed k times is
+    a Gaussian of σ/√k).
+    """
+    sigma = validation.check_positive(sigma, "sigma")
+    sensitivity = validation.check_positive(sensitivity, "sensitivity")
+    delta = validation.check_delta(delta)
+    count = validation.check_positive_int(count, "count")
+    effective = sigma / (sensitivity * math.sqrt(count))
+    eps = gaussian_epsilon(noise_multiplier=effective, delta=delta)
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(sigma / sensitivity), count)
+    self._record(LedgerEntry(
+        label, "gaussian", eps, delta, event,
+        {"sigma": sigma, "sensitivity": sensitivity, "count": count}))
+
+  def record_approx(self, epsilon: float, delta: float, *, label: str
+                    ) -> None:
+    """A step known only by its (ε, δ) guarantee (basic composition only)."""
+    epsilon = validation.check_epsilon(epsilon)
+    delta = validation.check_delta(delta)
+    self._record(LedgerEntry(label, "approx", epsilon, delta, None,
+                             {"epsilon": epsilon, "delta": delta}))
+
+  def record_subsampled_gaussian(self, *, noise_multiplier: float,
+                                 sampling_rate: float, steps: int,
+                                 delta: float, label: str) -> None:
+    """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps.
+
+    The stand-alone ε for basic composition is the RDP accountant's at
+    ``delta``.
+    """
+    noise_multiplier = validation.check_positive(noise_multiplier,
+                                                 "noise_multiplier")
+    sampling_rate = validation.check_in_range(
+        sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
+    steps = validation.check_positive_int(steps, "steps")
+    delta = validation.check_delta(delta)
+    event = dpsgd_event(noise_multiplier, sampling_rate, steps)
+    eps = _rdp_epsilon([event], delta)
+    self._record(LedgerEntry(
+        label, "subsampled_gaussian", eps, delta, event,
+        {"noise_multiplier": noise_multiplier,
+         "sampling_rate": sampling_rate, "steps": steps}))
+
+  def record_exponential(self, epsilon: float, *, label: str,
+                         count: int = 1) -> None:
+    """``count`` ε-DP exponential-mechanism selections.
+
+    Each is also ε²/8-zCDP (bounded-range argument, Cesar & Rogers 2021),
+    which the RDP accountant composes.
+    """
+    epsilon = validation.check_epsilon(epsilon)
+    count = validation.check_positive_int(count, "count")
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.ZCDpEvent(epsilon**2 / 8.0), count)
+    self._record(LedgerEntry(label, "exponential", count * epsilon, 0.0,
+                             event, {"epsilon": epsilon, "count": count}))
+
+  # -- reporting -------------------------------------------------------------
+
+  def guarantee(self, delta: float | None = None) -> Guarantee:
+    """The composed guarantee of everything recorded.
+
+    Args:
+      delta: δ at which RDP/PLD report ε. Defaults to the budget's δ, else
+        to the sum of the steps' own δ (the δ basic composition spends).
+    """
+    if delta is None:
+      delta = self.budget_delta
+    if delta is not None:
+      delta = validation.check_delta(delta)
+    return _compose(self._entries, delta, self.use_pld)
+
+  def summary(self, delta: float | None = None) -> dict:
+    """JSON-ready report: the guarantee and each entry."""
+    g = self.guarantee(delta)
+    return {
+        **g.as_dict(),
+        "entries": [
+            {"label": e.label, "kind": e.kind, "epsilon": e.epsilon,
+             "delta": e.delta, **{k: v for k, v in e.params.items()}}
+            for e in self._entries
+        ],
+    }
+
+
+def _compose(entries, delta, use_pld) -> Guarantee:
+  if not entries:
+    return Guarantee(0.0, 0.0, "none", 0.0, 0.0, None, None)
+  basic_eps = sum(e.epsilon for e in entries)
+  basic_delta = sum(e.delta for e in entries)
+  if delta is None:
+    delta = basic_delta
+  candidates = []
+  if basic_delta <= delta * (1 + 1e-12):
+    candidates.append((basic_eps, basic_delta, "basic"))
+  rdp_eps = pld_eps = None
+  events = [e.dp_event for e in entries]
+  if delta > 0 and all(ev is not None for ev in events):
+    rdp_eps = _rdp_epsilon(events, delta)
+    if rdp_eps is not None:
+      candidates.append((rdp_eps, delta, "rdp"))
+    if use_pld:
+      pld_eps = _pld_epsilon(events, delta)
+      if pld_eps is not None:
+        candidates.append((pld_eps, delta, "pld"))
+  if not candidates:
+    # Only basic composition applies, at its own δ.
+    candidates.append((basic_eps, basic_delta, "basic"))
+  eps, d, method = min(candidates, key=lambda c: c[0])
+  return Guarantee(eps, d, method, basic_eps, basic_delta, rdp_eps, pld_eps)
+
+
+def dpsgd_event(noise_multiplier: float, sampling_rate: float, steps: int
+                ) -> dp_accounting.DpEvent:
+  """``steps`` Poisson-sampled Gaussian steps, as a dp_accounting event."""
+  return dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          sampling_rate, dp_accounting.GaussianDpEvent(noise_multiplier)),
+      steps)
+
+
+def gaussian_epsilon(*, noise_multiplier: float, delta: float) -> float:
+  """Exact ε of one Gaussian mechanism with σ/Δ = noise_multiplier at δ."""
+
+  def delta_at(eps):
+    return calibration.gaussian_delta(sigma=noise_multiplier, epsilon=eps)
+
+  if delta_at(0.0) <= delta:
+    return 0.0
+  lo, hi = 0.0, 1.0
+  while delta_at(hi) > delta:
+    hi *= 2.0
+  for _ in range(200):
+    mid = 0.5 * (lo + hi)
+    if delta_at(mid) > delta:
+      lo = mid
+    else:
+      hi = mid
+    if hi - lo < 1e-12 * hi:
+      break
+  return hi
+
+
+def dpsgd_epsilon(*, noise_multiplier: float, sampling_rate: float,
+                  steps: int, delta: float) -> float:
+  """ε (RDP accountant) of DP-SGD with the given σ, q, T at δ."""
+  validation.check_delta(delta)
+  return _rdp_epsilon([dpsgd_event(noise_multiplier, sampling_rate, steps)],
+                      delta)
+
+
+def calibrate_dpsgd_noise(*, epsilon: float, delta: float,
+                          sampling_rate: float, steps: int) -> float:
+  """Smallest noise multiplier σ for which DP-SGD is (ε, δ)-DP (RDP).
+
+  Args:
+    epsilon: target ε of the whole run.
+    delta: target δ.
+    sampling_rate: Poisson sampling rate q.
+    steps: number of steps T.
+  """
+  epsilon = validation.check_epsilon(epsilon)
+  delta = validation.check_delta(delta)
+  sampling_rate = validation.check_in_range(
+      sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
+  steps = validation.check_positive_int(steps, "steps")
+  return float(dp_accounting.calibrate_dp_mechanism(
+      dp_rdp.RdpAccountant,
+      lambda s: dpsgd_event(s, sampling_rate, steps),
+      epsilon, delta,
+      bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
+      tol=1e-6))

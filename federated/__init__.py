@@ -1,0 +1,1 @@
+"""Federated simulation: participants as a leading array axis, aggregation."""

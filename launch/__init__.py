@@ -1,0 +1,1 @@
+"""absl-flag launch scripts, data loading and benchmarks."""
