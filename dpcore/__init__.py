@@ -2,16 +2,32 @@
 accounting and input validation. Pure JAX functions with the key first;
 accounting is host-side Python over ``dp_accounting``."""
 
-from dpcore import accounting, calibration, clipping, exponential, noise
-from dpcore import validation
-from dpcore.accounting import PrivacyLedger, calibrate_dpsgd_noise
+from dpcore import (
+    accounting,
+    calibration,
+    clipping,
+    exponential,
+    noise,
+    validation,
+)
+from dpcore.accounting import (
+    BudgetExceededError,
+    PrivacyLedger,
+    calibrate_dpsgd_noise,
+)
 from dpcore.calibration import (
     gaussian_sigma,
     gaussian_sigma_analytic,
     gaussian_sigma_classic,
     laplace_scale,
 )
-from dpcore.clipping import clip_rows, clipped_sum, normalize_rows
+from dpcore.clipping import (
+    clip_rows,
+    clip_to_box,
+    clip_to_norm,
+    clipped_sum,
+    normalize_rows,
+)
 from dpcore.exponential import exponential_mechanism
 from dpcore.noise import (
     gaussian_noise,
@@ -21,10 +37,11 @@ from dpcore.noise import (
 )
 
 __all__ = [
-    "PrivacyLedger", "accounting", "calibrate_dpsgd_noise", "calibration",
-    "clip_rows", "clipped_sum", "clipping", "exponential",
+    "BudgetExceededError", "PrivacyLedger", "accounting",
+    "calibrate_dpsgd_noise", "calibration", "clip_rows", "clip_to_box",
+    "clip_to_norm", "clipped_sum", "clipping", "exponential",
     "exponential_mechanism", "gaussian_noise", "gaussian_sigma",
     "gaussian_sigma_analytic", "gaussian_sigma_classic", "laplace_noise",
-    "laplace_scale", "noise", "normalize_rows",
-    "objective_perturbation_noise", "symmetric_gaussian_noise", "validation",
+    "laplace_scale", "noise", "normalize_rows", "objective_perturbation_noise",
+    "symmetric_gaussian_noise", "validation",
 ]

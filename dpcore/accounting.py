@@ -10,6 +10,11 @@ reports the composed guarantee of all of them:
 * ``pld``: privacy-loss-distribution composition, where every step is one
   the PLD accountant supports.
 
+Steps known only by their (ε, δ) pair (``record_approx``) have no exact
+description; when they are mixed with exact ones, the exact ones are
+composed by RDP/PLD at what is left of δ and the (ε, δ) steps are added on
+by basic composition (method ``"rdp+basic"`` / ``"pld+basic"``).
+
 The reported ``epsilon`` is the smallest of the valid ones at the reported
 ``delta``. Nothing here is jitted: events in, (ε, δ) out.
 
@@ -61,7 +66,18 @@ class LedgerEntry:
 
 @dataclasses.dataclass(frozen=True)
 class Guarantee:
-  """A composed guarantee: ``(epsilon, delta)`` and how it was obtained."""
+  """A composed guarantee: ``(epsilon, delta)`` and how it was obtained.
+
+  Attributes:
+    epsilon: the smallest valid ε at ``delta``.
+    delta: the δ that ``epsilon`` holds at.
+    method: ``"basic"``, ``"rdp"``, ``"pld"`` (``"+basic"`` appended when
+      steps known only by (ε, δ) were added on), or ``"none"`` (empty).
+    basic_epsilon: Σεᵢ of the steps' stand-alone guarantees.
+    basic_delta: Σδᵢ of the same.
+    rdp_epsilon: ε by RDP composition at ``delta`` (None if unsupported).
+    pld_epsilon: ε by PLD composition at ``delta`` (None if unsupported).
+  """
   epsilon: float
   delta: float
   method: str
@@ -124,6 +140,11 @@ class PrivacyLedger:
 
   def _record(self, entry: LedgerEntry) -> None:
     if self.budget_epsilon is not None:
+      if self.budget_delta is None and entry.delta > 0:
+        raise ValueError(
+            f"recording {entry.label!r} (a step with delta > 0) against an "
+            f"epsilon budget needs budget_delta; pass e.g. "
+            f"PrivacyLedger(budget_epsilon=..., budget_delta=1e-5).")
       trial = self._entries + [entry]
       g = _compose(trial, self.budget_delta, self.use_pld)
       if g.epsilon > self.budget_epsilon * (1 + 1e-9) or (
@@ -252,25 +273,34 @@ class PrivacyLedger:
 
 
 def _compose(entries, delta, use_pld) -> Guarantee:
+  """Composes ``entries`` at ``delta`` (None: the basic δ)."""
   if not entries:
     return Guarantee(0.0, 0.0, "none", 0.0, 0.0, None, None)
-  basic_eps = sum(e.epsilon for e in entries)
-  basic_delta = sum(e.delta for e in entries)
+  basic_eps = math.fsum(e.epsilon for e in entries)
+  basic_delta = math.fsum(e.delta for e in entries)
   if delta is None:
     delta = basic_delta
   candidates = []
   if basic_delta <= delta * (1 + 1e-12):
     candidates.append((basic_eps, basic_delta, "basic"))
+  # Steps without an exact description are added on by basic composition;
+  # the others are composed exactly at the δ that remains.
+  events = [e.dp_event for e in entries if e.dp_event is not None]
+  loose = [e for e in entries if e.dp_event is None]
+  loose_eps = math.fsum(e.epsilon for e in loose)
+  rest_delta = delta - math.fsum(e.delta for e in loose)
+  suffix = "+basic" if loose else ""
   rdp_eps = pld_eps = None
-  events = [e.dp_event for e in entries]
-  if delta > 0 and all(ev is not None for ev in events):
-    rdp_eps = _rdp_epsilon(events, delta)
+  if events and rest_delta > 0:
+    rdp_eps = _rdp_epsilon(events, rest_delta)
     if rdp_eps is not None:
-      candidates.append((rdp_eps, delta, "rdp"))
+      rdp_eps += loose_eps
+      candidates.append((rdp_eps, delta, "rdp" + suffix))
     if use_pld:
-      pld_eps = _pld_epsilon(events, delta)
+      pld_eps = _pld_epsilon(events, rest_delta)
       if pld_eps is not None:
-        candidates.append((pld_eps, delta, "pld"))
+        pld_eps += loose_eps
+        candidates.append((pld_eps, delta, "pld" + suffix))
   if not candidates:
     # Only basic composition applies, at its own δ.
     candidates.append((basic_eps, basic_delta, "basic"))
@@ -289,6 +319,9 @@ def dpsgd_event(noise_multiplier: float, sampling_rate: float, steps: int
 
 def gaussian_epsilon(*, noise_multiplier: float, delta: float) -> float:
   """Exact ε of one Gaussian mechanism with σ/Δ = noise_multiplier at δ."""
+  noise_multiplier = validation.check_positive(noise_multiplier,
+                                               "noise_multiplier")
+  delta = validation.check_delta(delta)
 
   def delta_at(eps):
     return calibration.gaussian_delta(sigma=noise_multiplier, epsilon=eps)
@@ -312,7 +345,12 @@ def gaussian_epsilon(*, noise_multiplier: float, delta: float) -> float:
 def dpsgd_epsilon(*, noise_multiplier: float, sampling_rate: float,
                   steps: int, delta: float) -> float:
   """ε (RDP accountant) of DP-SGD with the given σ, q, T at δ."""
-  validation.check_delta(delta)
+  noise_multiplier = validation.check_positive(noise_multiplier,
+                                               "noise_multiplier")
+  sampling_rate = validation.check_in_range(
+      sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
+  steps = validation.check_positive_int(steps, "steps")
+  delta = validation.check_delta(delta)
   return _rdp_epsilon([dpsgd_event(noise_multiplier, sampling_rate, steps)],
                       delta)
 

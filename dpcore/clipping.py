@@ -6,20 +6,46 @@ norm only, so one row's change never affects another's and the bound
 
 >>> import jax.numpy as jnp
 >>> x = jnp.array([[3.0, 4.0], [0.3, 0.4]])
->>> clip_rows(x, max_norm=1.0).tolist()
-[[0.6000000238418579, 0.800000011920929], [0.30000001192092896, 0.4000000059604645]]
+>>> [round(n, 4) for n in row_norms(clip_rows(x, max_norm=1.0)).tolist()]
+[1.0, 0.5]
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
-import optax
+
+
+def _power_of_two_unit(peak: jax.Array) -> jax.Array:
+  """2^-k with 2^(2k) ≈ ``peak``: multiplying twice by it is exact and maps
+  the largest magnitude near 1 without over- or underflow (a single factor
+  1/peak would be subnormal, i.e. flushed to zero on CPU, for peak > 2^126).
+  """
+  usable = jnp.isfinite(peak) & (peak >= jnp.finfo(peak.dtype).tiny)
+  _, exponent = jnp.frexp(jnp.where(usable, peak, 1.0))
+  return jnp.ldexp(jnp.ones((), peak.dtype), -(exponent // 2))
 
 
 def global_norm(tree) -> jax.Array:
-  """L2 norm of all leaves of a pytree together."""
-  return optax.global_norm(tree)
+  """L2 norm of all leaves of a pytree together, without overflow.
+
+  The leaves are scaled by an exact power of two before squaring, so a huge
+  but finite gradient (e.g. 1e30 in float32, whose square overflows) gets
+  its true norm instead of ``inf``; a norm beyond the dtype's range is
+  ``inf``. Non-finite leaves give a non-finite norm.
+  """
+  leaves = [_as_float(g) for g in jax.tree.leaves(tree)]
+  if not leaves:
+    return jnp.zeros(())
+  dtype = jnp.result_type(*leaves)  # low-precision leaves are upcast
+  peak = functools.reduce(jnp.maximum, [
+      jnp.max(jnp.abs(g), initial=0.0).astype(dtype) for g in leaves])
+  unit = _power_of_two_unit(peak)
+  squares = [jnp.sum(jnp.square(g.astype(dtype) * unit * unit))
+             for g in leaves]
+  return jnp.sqrt(functools.reduce(jnp.add, squares)) / unit / unit
 
 
 def clip_to_norm(tree, clip_norm):
@@ -61,22 +87,52 @@ def clipped_sum(per_example_tree, clip_norm, *, weights=None):
   return jax.tree.map(lambda g: jnp.sum(g, axis=0), clipped), norms
 
 
+def _as_float(x) -> jax.Array:
+  """``x`` as a JAX array; integer/bool data becomes floating point."""
+  x = jnp.asarray(x)
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  return x
+
+
 def row_norms(x: jax.Array) -> jax.Array:
-  return jnp.linalg.norm(x, axis=-1)
+  """L2 norm of every row (last axis), without overflow for huge rows."""
+  x = _as_float(x)
+  peak = jnp.max(jnp.abs(x), axis=-1, initial=0.0)
+  unit = _power_of_two_unit(peak)[..., None]
+  return jnp.linalg.norm(x * unit * unit, axis=-1) / unit[..., 0] / unit[
+      ..., 0]
 
 
 def normalize_rows(x: jax.Array, *, eps: float = 1e-12) -> jax.Array:
-  """Scales every non-zero row to unit L2 norm (zero rows stay zero)."""
+  """Scales every non-zero row to unit L2 norm (zero rows stay zero).
+
+  Rows with a NaN or infinite entry become zero, so ‖row‖ ≤ 1 holds for
+  every output row whatever the input.
+  """
+  x = _as_float(x)
   norms = row_norms(x)[..., None]
-  return jnp.where(norms > eps, x / jnp.maximum(norms, eps), 0.0)
+  keep = jnp.isfinite(norms) & (norms > eps)
+  return jnp.where(keep, x / jnp.where(keep, norms, 1.0), 0.0)
 
 
 def clip_rows(x: jax.Array, *, max_norm=1.0) -> jax.Array:
-  """Scales rows of norm > ``max_norm`` down to ``max_norm``; others kept."""
+  """Scales rows of norm > ``max_norm`` down to ``max_norm``; others kept.
+
+  Rows with a NaN or infinite entry become zero (the bound still holds).
+  """
+  x = _as_float(x)
   norms = row_norms(x)[..., None]
-  return x * jnp.minimum(1.0, max_norm / jnp.maximum(norms, 1e-30))
+  finite = jnp.isfinite(norms)
+  scale = jnp.minimum(1.0, max_norm / jnp.where(
+      finite, jnp.maximum(norms, 1e-30), 1.0))
+  return jnp.where(finite, x * scale.astype(x.dtype), 0.0)
 
 
 def clip_to_box(x: jax.Array, *, low=-1.0, high=1.0) -> jax.Array:
-  """Clips every coordinate into [low, high] (a per-row, public bound)."""
-  return jnp.clip(x, low, high)
+  """Clips every coordinate into [low, high] (a per-row, public bound).
+
+  NaN entries become the box centre (low + high)/2, so the output lies in
+  the box whatever the input.
+  """
+  return jnp.clip(jnp.where(jnp.isnan(x), 0.5 * (low + high), x), low, high)

@@ -53,9 +53,15 @@ def exponential_mechanism(key: jax.Array, scores: jax.Array, *, epsilon,
   """
   logits = exponential_log_weights(scores, epsilon=epsilon,
                                    sensitivity=sensitivity, mask=mask)
+  finite = jnp.isfinite(logits)
+  any_valid = jnp.any(finite)
+  # Shift the best valid log-weight to 0 before adding the noise: the
+  # distribution is unchanged, and the Gumbel draws are not rounded away
+  # when ε·score is huge (float32 has ~1e-3 resolution at 1e4).
+  top = jnp.max(jnp.where(finite, logits, -jnp.inf))
+  logits = logits - jax.lax.stop_gradient(jnp.where(any_valid, top, 0.0))
   gumbel = jax.random.gumbel(key, logits.shape, logits.dtype)
   index = jnp.argmax(logits + gumbel).astype(jnp.int32)
-  any_valid = jnp.any(jnp.isfinite(logits))
   return jnp.where(any_valid, index, 0), any_valid
 
 

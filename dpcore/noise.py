@@ -17,14 +17,14 @@ import jax.numpy as jnp
 
 def gaussian_noise(key: jax.Array, shape, *, stddev, dtype=jnp.float32
                    ) -> jax.Array:
-  """I.i.d. N(0, stddev²) entries of the given shape."""
-  return stddev * jax.random.normal(key, shape, dtype)
+  """I.i.d. N(0, stddev²) entries of the given shape, of type ``dtype``."""
+  return jnp.asarray(stddev, dtype) * jax.random.normal(key, shape, dtype)
 
 
 def laplace_noise(key: jax.Array, shape, *, scale, dtype=jnp.float32
                   ) -> jax.Array:
   """I.i.d. Laplace(0, scale) entries (density ∝ exp(−|z|/scale))."""
-  return scale * jax.random.laplace(key, shape, dtype)
+  return jnp.asarray(scale, dtype) * jax.random.laplace(key, shape, dtype)
 
 
 def symmetric_gaussian_noise(key: jax.Array, dim: int, *, stddev,
@@ -61,4 +61,5 @@ def objective_perturbation_noise(key: jax.Array, dim: int, *, beta,
   """
   norm_key, dir_key = jax.random.split(key)
   radius = jax.random.gamma(norm_key, jnp.asarray(dim, dtype), (), dtype)
-  return (radius / beta) * sphere_uniform(dir_key, dim, dtype=dtype)
+  radius = radius / jnp.asarray(beta, dtype)
+  return radius * sphere_uniform(dir_key, dim, dtype=dtype)

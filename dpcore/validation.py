@@ -17,8 +17,22 @@ import numpy as np
 
 
 def _is_number(value) -> bool:
-  return isinstance(value, (int, float, np.integer, np.floating)) and not (
-      isinstance(value, bool))
+  """A real number: Python, NumPy or a concrete 0-d (JAX) array, not bool."""
+  if isinstance(value, (bool, np.bool_)):
+    return False
+  if isinstance(value, (int, float, np.integer, np.floating)):
+    return True
+  dtype = getattr(value, "dtype", None)
+  if getattr(value, "shape", None) != () or dtype is None:
+    return False
+  if not (np.issubdtype(dtype, np.integer)
+          or np.issubdtype(dtype, np.floating)):
+    return False
+  try:
+    float(value)
+  except Exception:  # e.g. a tracer inside jit: not a concrete number
+    return False
+  return True
 
 
 def check_epsilon(epsilon, name: str = "epsilon") -> float:
@@ -94,8 +108,15 @@ def check_matrix(x, name: str = "x", *, ndim: int = 2,
     raise ValueError(
         f"{name} has {arr.shape[0]} rows; at least {min_rows} needed "
         f"(empty data cannot be trained on).")
-  if not np.issubdtype(arr.dtype, np.number):
-    raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}.")
+  if ndim >= 2 and 0 in arr.shape[1:]:
+    raise ValueError(
+        f"{name} has shape {arr.shape}: no features; at least one column "
+        f"is needed.")
+  if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(
+      arr.dtype, np.complexfloating):
+    raise ValueError(
+        f"{name} must be real-valued, got dtype {arr.dtype}; convert it "
+        f"with {name}.astype(np.float32).")
   if not np.all(np.isfinite(arr)):
     bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
     raise ValueError(

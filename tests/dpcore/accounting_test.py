@@ -1,0 +1,274 @@
+"""Tests for dpcore.accounting.PrivacyLedger against direct dp_accounting
+computations on the same events."""
+
+import json
+import math
+
+import dp_accounting
+import pytest
+from dp_accounting import pld as dp_pld
+from dp_accounting import rdp as dp_rdp
+
+from dpcore import accounting
+from dpcore.accounting import BudgetExceededError, PrivacyLedger
+
+DELTA = 1e-5
+
+
+def _rdp(*events, delta=DELTA):
+  acc = dp_rdp.RdpAccountant()
+  acc.compose(dp_accounting.ComposedDpEvent(list(events)))
+  return acc.get_epsilon(delta)
+
+
+def _pld(*events, delta=DELTA):
+  acc = dp_pld.PLDAccountant()
+  acc.compose(dp_accounting.ComposedDpEvent(list(events)))
+  return acc.get_epsilon(delta)
+
+
+def test_empty_ledger():
+  g = PrivacyLedger().guarantee(DELTA)
+  assert (g.epsilon, g.delta, g.method) == (0.0, 0.0, "none")
+
+
+def test_record_laplace_matches_dp_accounting():
+  ledger = PrivacyLedger()
+  ledger.record_laplace(scale=4.0, sensitivity=2.0, label="counts", count=5)
+  g = ledger.guarantee(DELTA)
+  event = dp_accounting.SelfComposedDpEvent(
+      dp_accounting.LaplaceDpEvent(2.0), 5)  # scale / sensitivity
+  assert g.basic_epsilon == pytest.approx(5 * 2.0 / 4.0)
+  assert g.basic_delta == 0.0
+  assert g.rdp_epsilon == pytest.approx(_rdp(event), rel=1e-9)
+  assert g.pld_epsilon == pytest.approx(_pld(event), rel=1e-9)
+  assert g.epsilon == min(g.basic_epsilon, g.rdp_epsilon, g.pld_epsilon)
+  # Pure steps only and no δ asked: pure ε by basic composition, δ = 0.
+  g0 = ledger.guarantee()
+  assert (g0.epsilon, g0.delta, g0.method) == (2.5, 0.0, "basic")
+
+
+def test_record_gaussian_matches_dp_accounting():
+  ledger = PrivacyLedger()
+  ledger.record_gaussian(sigma=6.0, sensitivity=2.0, delta=DELTA,
+                         label="pca", count=4)
+  g = ledger.guarantee(DELTA)
+  event = dp_accounting.SelfComposedDpEvent(
+      dp_accounting.GaussianDpEvent(3.0), 4)
+  assert g.rdp_epsilon == pytest.approx(_rdp(event), rel=1e-9)
+  assert g.pld_epsilon == pytest.approx(_pld(event), rel=1e-9)
+  # Basic ε is exact: 4 Gaussians of σ/Δ = 3 are one of σ/Δ = 3/√4.
+  assert g.basic_epsilon == pytest.approx(
+      dp_accounting.get_epsilon_gaussian(1.5, DELTA), rel=1e-8)
+  assert g.basic_delta == DELTA
+  # The exact ε is the smallest; PLD (pessimistic) is within 1e-3 of it.
+  assert g.epsilon == pytest.approx(g.basic_epsilon, rel=1e-3)
+  assert g.rdp_epsilon > g.basic_epsilon
+
+
+def test_single_gaussian_against_pld_of_gaussian_mechanism():
+  ledger = PrivacyLedger()
+  ledger.record_gaussian(sigma=5.0, sensitivity=2.0, delta=DELTA, label="q")
+  pld = dp_pld.privacy_loss_distribution.from_gaussian_mechanism(
+      5.0, sensitivity=2.0)
+  g = ledger.guarantee(DELTA)
+  assert g.pld_epsilon == pytest.approx(pld.get_epsilon_for_delta(DELTA),
+                                        rel=1e-6)
+  assert accounting.gaussian_epsilon(noise_multiplier=2.5, delta=DELTA) == (
+      pytest.approx(pld.get_epsilon_for_delta(DELTA), rel=1e-6))
+
+
+def test_record_subsampled_gaussian_matches_rdp():
+  ledger = PrivacyLedger(use_pld=False)
+  ledger.record_subsampled_gaussian(noise_multiplier=1.1, sampling_rate=0.01,
+                                    steps=1000, delta=DELTA, label="sgd")
+  event = dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          0.01, dp_accounting.GaussianDpEvent(1.1)), 1000)
+  g = ledger.guarantee(DELTA)
+  assert g.rdp_epsilon == pytest.approx(_rdp(event), rel=1e-9)
+  assert g.epsilon == pytest.approx(_rdp(event), rel=1e-9)
+  assert g.pld_epsilon is None
+  assert accounting.dpsgd_epsilon(noise_multiplier=1.1, sampling_rate=0.01,
+                                  steps=1000, delta=DELTA) == (
+                                      pytest.approx(_rdp(event), rel=1e-9))
+
+
+def test_record_pure_and_exponential_zcdp():
+  ledger = PrivacyLedger()
+  ledger.record_pure(0.5, label="objective", count=3)
+  ledger.record_exponential(0.2, label="select", count=10)
+  g = ledger.guarantee(DELTA)
+  assert g.basic_epsilon == pytest.approx(3 * 0.5 + 10 * 0.2)
+  assert g.basic_delta == 0.0
+  want = _rdp(dp_accounting.ZCDpEvent(3 * 0.5**2 / 2 + 10 * 0.2**2 / 8))
+  assert g.rdp_epsilon == pytest.approx(want, rel=1e-9)
+  assert g.pld_epsilon is None  # zCDP events have no PLD
+  assert g.epsilon == min(g.basic_epsilon, g.rdp_epsilon)
+
+
+def test_exponential_400_selections():
+  # 400 selections at ε = 1: basic 400, zCDP ρ = 50 → ε ≈ 96.1 at 1e-5
+  # (below the textbook conversion ρ + 2√(ρ ln 1/δ) ≈ 98.0).
+  ledger = PrivacyLedger()
+  ledger.record_exponential(1.0, label="selections", count=400)
+  g = ledger.guarantee(DELTA)
+  assert g.basic_epsilon == 400.0
+  assert g.epsilon == pytest.approx(96.1, abs=0.05)
+  assert g.method == "rdp"
+  assert g.epsilon < 50 + 2 * math.sqrt(50 * math.log(1 / DELTA))
+
+
+def test_mixed_composition_matches_direct():
+  ledger = PrivacyLedger()
+  ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap")
+  ledger.record_gaussian(sigma=4.0, sensitivity=1.0, delta=1e-6, label="g",
+                         count=2)
+  ledger.record_subsampled_gaussian(noise_multiplier=1.0, sampling_rate=0.02,
+                                    steps=100, delta=1e-6, label="sgd")
+  events = [e.dp_event for e in ledger.entries]
+  g = ledger.guarantee(DELTA)
+  assert g.rdp_epsilon == pytest.approx(_rdp(*events), rel=1e-9)
+  assert g.pld_epsilon == pytest.approx(_pld(*events), rel=1e-9)
+  assert g.basic_epsilon == pytest.approx(
+      sum(e.epsilon for e in ledger.entries))
+  assert g.basic_delta == pytest.approx(2e-6)
+  assert g.epsilon == min(g.basic_epsilon, g.rdp_epsilon, g.pld_epsilon)
+  assert g.delta == DELTA and g.method in ("rdp", "pld")
+  # Adding a pure step takes PLD out (zCDP) but RDP still composes all.
+  ledger.record_pure(0.1, label="pure")
+  g2 = ledger.guarantee(DELTA)
+  assert g2.pld_epsilon is None
+  assert g2.rdp_epsilon == pytest.approx(
+      _rdp(*events, dp_accounting.ZCDpEvent(0.1**2 / 2)), rel=1e-9)
+
+
+def test_approx_steps_are_added_by_basic_composition():
+  ledger = PrivacyLedger()
+  ledger.record_approx(0.3, 1e-6, label="a")
+  ledger.record_approx(0.2, 2e-6, label="b")
+  g = ledger.guarantee(DELTA)
+  assert (g.epsilon, g.method) == (pytest.approx(0.5), "basic")
+  assert g.delta == pytest.approx(3e-6)
+  assert g.rdp_epsilon is None and g.pld_epsilon is None
+  # Mixed with a Gaussian: the Gaussian is composed exactly at the δ left.
+  ledger.record_gaussian(sigma=3.0, sensitivity=1.0, delta=1e-6, label="g",
+                         count=3)
+  g = ledger.guarantee(DELTA)
+  gauss = dp_accounting.SelfComposedDpEvent(
+      dp_accounting.GaussianDpEvent(3.0), 3)
+  rest = DELTA - 3e-6
+  assert g.rdp_epsilon == pytest.approx(0.5 + _rdp(gauss, delta=rest),
+                                        rel=1e-9)
+  assert g.pld_epsilon == pytest.approx(0.5 + _pld(gauss, delta=rest),
+                                        rel=1e-9)
+  assert g.method in ("rdp+basic", "pld+basic", "basic")
+  assert g.delta == DELTA or g.method == "basic"
+  assert g.epsilon == min(g.basic_epsilon, g.rdp_epsilon, g.pld_epsilon)
+
+
+def test_delta_below_basic_delta():
+  ledger = PrivacyLedger()
+  ledger.record_gaussian(sigma=3.0, sensitivity=1.0, delta=1e-5, label="g")
+  g = ledger.guarantee(1e-7)  # basic composition cannot give this δ
+  assert g.delta == 1e-7 and g.method in ("rdp", "pld")
+  assert g.epsilon > accounting.gaussian_epsilon(noise_multiplier=3.0,
+                                                 delta=1e-5)
+  # An (ε, δ) step whose δ exceeds the asked δ: only basic, at its own δ.
+  ledger.record_approx(0.1, 1e-6, label="a")
+  g = ledger.guarantee(1e-7)
+  assert g.method == "basic" and g.delta == pytest.approx(1.1e-5)
+
+
+def test_budget_refusal_leaves_ledger_unchanged():
+  ledger = PrivacyLedger(budget_epsilon=1.0, budget_delta=DELTA)
+  ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="first")
+  before = ledger.summary()
+  entries = ledger.entries
+  with pytest.raises(BudgetExceededError, match="second"):
+    ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="second")
+  with pytest.raises(BudgetExceededError):
+    ledger.record_gaussian(sigma=0.5, sensitivity=1.0, delta=1e-6,
+                           label="third")
+  assert ledger.entries == entries
+  assert ledger.summary() == before
+  ledger.record_laplace(scale=1 / 0.3, sensitivity=1.0, label="fits")
+  assert ledger.guarantee().epsilon <= 1.0 + 1e-9
+
+
+def test_budget_uses_composition_not_just_basic():
+  # 400 selections at ε = 0.1: basic 40 but zCDP (ρ = 0.5) gives ≈ 4.73; a
+  # budget of 6 at δ = 1e-5 must accept them all, one of 4.5 refuse them.
+  ledger = PrivacyLedger(budget_epsilon=6.0, budget_delta=DELTA)
+  ledger.record_exponential(0.1, label="s", count=400)
+  assert ledger.guarantee().epsilon == pytest.approx(4.73, abs=0.01)
+  with pytest.raises(BudgetExceededError):
+    PrivacyLedger(budget_epsilon=4.5, budget_delta=DELTA).record_exponential(
+        0.1, label="s", count=400)
+
+
+def test_budget_without_delta_refuses_approximate_steps():
+  ledger = PrivacyLedger(budget_epsilon=2.0)
+  ledger.record_pure(1.0, label="pure")  # pure steps need no δ
+  with pytest.raises(ValueError, match="budget_delta"):
+    ledger.record_gaussian(sigma=5.0, sensitivity=1.0, delta=1e-6,
+                           label="g")
+  assert len(ledger.entries) == 1
+
+
+def test_calibrate_dpsgd_noise_round_trip():
+  kw = dict(sampling_rate=0.01, steps=500, delta=DELTA)
+  sigma = accounting.calibrate_dpsgd_noise(epsilon=2.0, **kw)
+  assert accounting.dpsgd_epsilon(noise_multiplier=sigma, **kw) <= 2.0
+  assert accounting.dpsgd_epsilon(noise_multiplier=sigma * (1 - 1e-4),
+                                  **kw) > 2.0
+
+
+def test_summary_is_json_ready():
+  ledger = PrivacyLedger()
+  ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap")
+  ledger.record_approx(0.5, 1e-6, label="approx")
+  s = json.loads(json.dumps(ledger.summary(DELTA)))
+  assert [e["label"] for e in s["entries"]] == ["lap", "approx"]
+  assert s["epsilon"] == ledger.guarantee(DELTA).epsilon
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda led: led.record_pure(0.0, label="x"), "epsilon"),
+    (lambda led: led.record_pure(1.0, label="x", count=0), "count"),
+    (lambda led: led.record_laplace(scale=-1.0, sensitivity=1.0, label="x"),
+     "scale"),
+    (lambda led: led.record_gaussian(sigma=1.0, sensitivity=1.0, delta=0.0,
+                                 label="x"), "delta"),
+    (lambda led: led.record_gaussian(sigma=math.nan, sensitivity=1.0,
+                                 delta=1e-5, label="x"), "sigma"),
+    (lambda led: led.record_approx(1.0, 1.5, label="x"), "delta"),
+    (lambda led: led.record_subsampled_gaussian(
+        noise_multiplier=1.0, sampling_rate=0.0, steps=1, delta=1e-5,
+        label="x"), "sampling_rate"),
+    (lambda led: led.record_subsampled_gaussian(
+        noise_multiplier=1.0, sampling_rate=0.1, steps=1.5, delta=1e-5,
+        label="x"), "steps"),
+    (lambda led: led.record_exponential(math.inf, label="x"), "epsilon"),
+    (lambda led: led.guarantee(delta=2.0), "delta"),
+])
+def test_bad_arguments_are_named(call, name):
+  ledger = PrivacyLedger()
+  with pytest.raises(ValueError, match=name):
+    call(ledger)
+  assert not ledger.entries
+
+
+def test_bad_module_function_arguments_are_named():
+  with pytest.raises(ValueError, match="budget_epsilon"):
+    PrivacyLedger(budget_epsilon=-1.0)
+  with pytest.raises(ValueError, match="budget_delta"):
+    PrivacyLedger(budget_epsilon=1.0, budget_delta=0.0)
+  with pytest.raises(ValueError, match="noise_multiplier"):
+    accounting.dpsgd_epsilon(noise_multiplier=0.0, sampling_rate=0.1,
+                             steps=10, delta=DELTA)
+  with pytest.raises(ValueError, match="steps"):
+    accounting.calibrate_dpsgd_noise(epsilon=1.0, delta=DELTA,
+                                     sampling_rate=0.1, steps=0)
+  with pytest.raises(ValueError, match="delta"):
+    accounting.gaussian_epsilon(noise_multiplier=1.0, delta=1.0)

@@ -1,0 +1,23 @@
+"""Runs the examples in dpcore's module docstrings (they are documentation
+and must stay true)."""
+
+import doctest
+
+import pytest
+
+from dpcore import (
+    accounting,
+    calibration,
+    clipping,
+    exponential,
+    noise,
+    validation,
+)
+
+
+@pytest.mark.parametrize("module", [
+    accounting, calibration, clipping, exponential, noise, validation],
+    ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+  result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+  assert result.failed == 0
