@@ -1,1 +1,5 @@
-"""Mechanisms built on dpcore: DP-PCA, objective perturbation, SMO (WSS2/DPWSS), G(M)LVQ."""
+"""Mechanisms built on dpcore.
+
+DP-PCA, objective perturbation, kernels and the SMO solver (WSS2 / DPWSS),
+output perturbation, G(M)LVQ and evaluation metrics.
+"""

@@ -1,0 +1,107 @@
+"""launch.dpwss: record fields, privacy block, table mode, resuming."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from absl import flags
+from sklearn import datasets
+
+from launch import common
+from launch import dpwss as launch_dpwss
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+FIELDS = ("dataset", "wss", "epsilon", "sigma", "kernel", "c", "gamma",
+          "shrinking", "obj", "iterations", "auc", "accuracy", "precision",
+          "recall", "f1", "mcc", "per_repeat", "exit_reason", "seconds",
+          "compile_seconds", "privacy", "model_is_private")
+
+
+@pytest.fixture(scope="module")
+def small_svmlight(tmp_path_factory):
+  """The first 90 rows of heart_scale as an svmlight file."""
+  x, y = datasets.load_svmlight_file(os.path.join(DATA, "heart_scale"),
+                                     n_features=13)
+  path = tmp_path_factory.mktemp("svm") / "small"
+  datasets.dump_svmlight_file(x[:90], y[:90], str(path))
+  return f"svmlight:{path}"
+
+
+def test_dpwss_record(small_svmlight):
+  rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
+                                 epsilon=1.0, sigma=0.3, repeats=3)
+  for field in FIELDS:
+    assert field in rec, field
+  assert len(rec["per_repeat"]) == 3
+  assert rec["model_is_private"] is False
+  privacy = rec["privacy"]
+  assert privacy["epsilon_nominal"] == 1.0
+  assert privacy["iterations"] == max(r["iterations"]
+                                      for r in rec["per_repeat"])
+  assert privacy["epsilon_basic"] == pytest.approx(privacy["iterations"])
+  assert privacy["epsilon"] < privacy["epsilon_basic"]
+  assert privacy["delta"] == 1e-5
+  assert rec["gamma"] == pytest.approx(1 / 13)
+  assert rec["obj_error"] == pytest.approx(abs(rec["obj"] - rec["wss2_obj"]))
+  assert 0.5 < rec["accuracy"] <= 1.0
+  json.loads(common.to_json(rec))
+
+
+def test_release_is_private_and_accounted(small_svmlight):
+  rec = launch_dpwss.run_setting(
+      dataset=small_svmlight, wss="wss2", kernel="linear",
+      release="output_perturbation", release_epsilon=2.0, repeats=2)
+  assert rec["model_is_private"] is True
+  assert rec["privacy"]["epsilon"] == pytest.approx(2.0)
+  assert rec["released_model"]["noise_scale"] == pytest.approx(1.0)
+  assert len(rec["released_model"]["per_repeat"]) == 2
+
+
+def test_release_refused_for_rbf(small_svmlight):
+  with pytest.raises(ValueError, match="linear kernel"):
+    launch_dpwss.run_setting(dataset=small_svmlight, kernel="rbf",
+                             release="output_perturbation")
+
+
+def test_table_mode_writes_grid_and_resumes(small_svmlight, tmp_path,
+                                            monkeypatch):
+  monkeypatch.setattr(launch_dpwss, "TABLE_GRID", ((1.0, 0.1), (0.1, 0.7)))
+  out = str(tmp_path / "t.jsonl")
+  md = str(tmp_path / "t.md")
+  launch_dpwss.run_table(datasets=[small_svmlight], out=out, table_md=md,
+                         repeats=2)
+  records = common.read_jsonl(out)
+  assert len(records) == 2 * (1 + 2)  # shrinking on/off × (WSS2 + grid)
+  table = open(md, encoding="utf-8").read()
+  assert "| WSS2 | DPWSS ε=1 σ=0.1 | DPWSS ε=0.1 σ=0.7 |" in table
+  assert table.count("| iterations |") == 2
+  # A second call finds every run done and appends nothing.
+  launch_dpwss.run_table(datasets=[small_svmlight], out=out, repeats=2)
+  assert len(common.read_jsonl(out)) == len(records)
+
+
+def test_main_prints_the_record_last(small_svmlight, tmp_path, capsys):
+  out = str(tmp_path / "m.jsonl")
+  argv = ["dpwss", f"--dataset={small_svmlight}", "--wss=wss2",
+          f"--out={out}"]
+  flags.FLAGS(argv)
+  try:
+    launch_dpwss.main(argv)
+  finally:
+    flags.FLAGS.unparse_flags()
+  last = capsys.readouterr().out.strip().splitlines()[-1]
+  rec = json.loads(last)
+  assert rec["wss"] == "wss2" and rec["privacy"]["epsilon"] == "inf"
+  assert common.read_jsonl(out)[-1]["obj"] == rec["obj"]
+  assert np.isfinite(rec["obj"])
+
+
+def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
+  rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
+                                 sigma=0.5, repeats=1, total_epsilon=3.0,
+                                 max_iter=60)
+  assert rec["epsilon"] < 1.0
+  assert rec["privacy"]["epsilon"] <= 3.0 * (1 + 1e-6)
+  with pytest.raises(ValueError, match="needs --max_iter"):
+    launch_dpwss.run_setting(dataset=small_svmlight, total_epsilon=3.0)

@@ -1,0 +1,228 @@
+"""DPWSS: the selection distribution, its memory, exits and accounting."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn import datasets
+
+from dpcore import exponential
+from mechanisms import dpwss, kernels, smo, smo_train, wss
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+
+
+def heart():
+  x, y = datasets.load_svmlight_file(os.path.join(DATA, "heart_scale"),
+                                     n_features=13)
+  return x.toarray(), y.astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def fixed_state():
+  """(α, G) after 20 WSS2 iterations on heart_scale (a mid-run state)."""
+  x, y = heart()
+  model = smo_train.wss2_train(x, y, max_iter=20)
+  with jax.enable_x64(True):
+    k = np.asarray(jnp.exp(-(1 / 13) * (
+        np.sum(x**2, 1)[:, None] + np.sum(x**2, 1)[None] - 2 * x @ x.T)))
+  q = (y[:, None] * y[None]) * k
+  grad = q @ model.alpha - 1.0
+  return model.alpha, grad, y
+
+
+def draw(fixed_state, epsilon, sigma, n_draws):
+  """n_draws independent DPWSS selections from the fixed state."""
+  alpha, grad, y = fixed_state
+  rule = wss.DPWSS(buffer_rows=0)
+  with jax.enable_x64(True):
+    args = dict(
+        alpha=jnp.asarray(alpha), grad=jnp.asarray(grad), y=jnp.asarray(y),
+        qd=None, c=1.0, eps=1e-3, tau=smo.TAU,
+        active=jnp.ones(y.shape, bool), row_fn=None,
+        memory=wss.empty_memory(0),
+        params=wss.DPWSSParams(jnp.asarray(epsilon), jnp.asarray(sigma)))
+
+    @jax.jit
+    def one(key):
+      return rule.select(key=key, **args).j
+
+    keys = jax.random.split(jax.random.key(7), n_draws)
+    js = np.asarray(jax.vmap(one)(keys))
+    i, m, m_low, yg, in_low = wss._first_index(
+        args["alpha"], args["grad"], args["y"], 1.0, args["active"])
+    q, cand = wss.dpwss_scores(m=m, m_low=m_low, yg=yg, in_low=in_low,
+                               seen=jnp.zeros(y.shape, bool), eps=1e-3,
+                               sigma=sigma)
+  return js, np.asarray(q), np.asarray(cand), int(i)
+
+
+def chi2_pvalue(counts, probs):
+  probs = np.asarray(probs, np.float64)
+  expected = probs / probs.sum() * counts.sum()
+  return stats.chisquare(counts, expected).pvalue
+
+
+def test_selection_frequencies_follow_the_exponential_mechanism(fixed_state):
+  epsilon, sigma, n = 3.0, 0.3, 100_000
+  js, q, cand, _ = draw(fixed_state, epsilon, sigma, n)
+  assert cand.sum() >= 5
+  assert np.all(cand[js])  # only candidates are ever chosen
+  idx = np.flatnonzero(cand)
+  counts = np.bincount(js, minlength=q.size)[idx]
+
+  def probs(eps):
+    return np.asarray(exponential.exponential_probabilities(
+        jnp.asarray(q[idx]), epsilon=eps, sensitivity=1.0 - sigma))
+
+  assert chi2_pvalue(counts, probs(epsilon)) > 1e-3
+  # The same test rejects a wrong ε (weights exp(εq/(2Δq)) with 0.7ε, 1.5ε).
+  assert chi2_pvalue(counts, probs(0.7 * epsilon)) < 1e-6
+  assert chi2_pvalue(counts, probs(1.5 * epsilon)) < 1e-6
+
+
+def test_huge_epsilon_picks_the_best_score(fixed_state):
+  js, q, cand, _ = draw(fixed_state, 1e9, 0.1, 64)
+  best = np.flatnonzero(cand)[np.argmax(q[cand])]
+  assert np.all(js == best)
+
+
+def test_seen_with_matches_a_dense_flag_matrix():
+  rng = np.random.default_rng(0)
+  num, count = 30, 700  # > PAIR_CHUNK, so several chunks are scanned
+  pairs = rng.integers(0, num, size=(count, 2))
+  memory = wss.empty_memory(1000)
+  memory = wss.PairMemory(
+      memory.pairs.at[:count].set(jnp.asarray(pairs, jnp.int32)),
+      jnp.asarray(count, jnp.int32))
+  dense = np.zeros((num, num), bool)
+  dense[pairs[:, 0], pairs[:, 1]] = True
+  for i in (0, 7, 29):
+    got = np.asarray(wss.seen_with(memory, i, num, ordered=True))
+    np.testing.assert_array_equal(got, dense[i])
+    got = np.asarray(wss.seen_with(memory, i, num, ordered=False))
+    np.testing.assert_array_equal(got, dense[i] | dense[:, i])
+
+
+def test_pair_memory_scales_linearly():
+  # l = 50,000 with max_iter = 10⁶: 8 MB of pairs, not a 2.5 GB l×l matrix.
+  memory = wss.empty_memory(1_000_000)
+  assert memory.pairs.nbytes <= 8 * 1_000_000 + 8 * wss.PAIR_CHUNK
+
+
+@pytest.fixture(scope="module")
+def heart_runs():
+  x, y = heart()
+  return {
+      "low_sigma": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
+                                     sigma=0.1, repeats=3),
+      "default": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
+                                   sigma=0.7, repeats=3),
+      "capped": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
+                                  sigma=0.7, repeats=3, max_iter=7),
+      "loose": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
+                                 sigma=0.1, repeats=3, eps=3.0),
+      "wss2": smo_train.wss2_train(x, y),
+  }
+
+
+def test_no_pair_is_selected_twice(heart_runs):
+  run = heart_runs["low_sigma"]
+  for model, pairs in zip(run.models, run.pairs, strict=True):
+    assert pairs.shape == (model.iterations, 2)
+    assert len({tuple(p) for p in pairs.tolist()}) == model.iterations
+
+
+def test_exits_are_reported(heart_runs):
+  assert {m.exit_reason for m in heart_runs["default"].models} == {
+      "no_candidate"}
+  capped = heart_runs["capped"]
+  assert [m.exit_reason for m in capped.models] == ["max_iter"] * 3
+  assert list(capped.iterations) == [7, 7, 7]
+  # At α = 0 the gap m − M is 2 < eps = 3: stationary before any step.
+  loose = heart_runs["loose"]
+  assert [m.exit_reason for m in loose.models] == ["stationary"] * 3
+  assert list(loose.iterations) == [0, 0, 0]
+
+
+def test_repeats_differ_and_reach_wss2_objective(heart_runs):
+  run = heart_runs["low_sigma"]
+  ref = heart_runs["wss2"].objective
+  assert len(set(run.pairs[0][:50, 1].tolist())) > 1
+  assert not np.array_equal(run.pairs[0][:20], run.pairs[1][:20])
+  for m in run.models:
+    assert abs(m.objective - ref) < 0.5  # the paper's objError scale
+  assert run.model_is_private is False
+
+
+def test_same_key_same_run():
+  x, y = heart()
+  a = dpwss.dpwss_train(jax.random.key(3), x[:80], y[:80], epsilon=1.0,
+                        sigma=0.3)
+  b = dpwss.dpwss_train(jax.random.key(3), x[:80], y[:80], epsilon=1.0,
+                        sigma=0.3)
+  np.testing.assert_array_equal(a.pairs[0], b.pairs[0])
+
+
+def test_privacy_report_composes_the_selections():
+  report = dpwss.privacy_report(1.0, 400, delta=1e-5)
+  assert report["epsilon_nominal"] == 1.0
+  assert report["epsilon_basic"] == pytest.approx(400.0)
+  assert report["epsilon"] == pytest.approx(96.1, abs=0.1)  # papers README
+  assert report["delta"] == 1e-5
+
+
+def test_per_iteration_epsilon_from_a_total_target():
+  eps_iter = dpwss.epsilon_per_iteration(2.0, max_iter=500, delta=1e-5)
+  spent = dpwss.privacy_report(eps_iter, 500, delta=1e-5)["epsilon"]
+  assert spent == pytest.approx(2.0, rel=1e-6)
+  over = dpwss.privacy_report(eps_iter * 1.01, 500, delta=1e-5)["epsilon"]
+  assert over > 2.0
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"sigma": 1.0}, "sigma must lie in"),
+    ({"sigma": 0.0}, "sigma must lie in"),
+    ({"epsilon": 0.0}, "epsilon must be > 0"),
+    ({"epsilon": float("nan")}, "epsilon must be a finite"),
+    ({"c": -1.0}, "c must be > 0"),
+])
+def test_bad_parameters_are_refused(kwargs, match):
+  x, y = heart()
+  args = {"epsilon": 1.0, "sigma": 0.5, **kwargs}
+  with pytest.raises(ValueError, match=match):
+    dpwss.dpwss_train(jax.random.key(0), x, y, **args)
+
+
+def test_bad_labels_are_refused():
+  x, y = heart()
+  with pytest.raises(ValueError, match="only -1 and \\+1"):
+    dpwss.dpwss_train(jax.random.key(0), x, y + 1, epsilon=1.0, sigma=0.5)
+
+
+def test_batched_loop_equals_separate_runs():
+  # solve_repeats (one loop, vmapped step) must give each run's own result.
+  x, y = heart()
+  x, y = x[:100], y[:100]
+  with jax.enable_x64(True):
+    spec = kernels.KernelSpec("rbf").resolve(13)
+    problem = smo.make_problem(spec, x, y, dtype="float64", precompute=True,
+                               row_dtype="float32")
+    params = smo.SolverParams(
+        jnp.asarray(1.0), jnp.asarray(1e-3), jnp.asarray(2000, jnp.int32),
+        wss.DPWSSParams(jnp.asarray(1.0), jnp.asarray(0.2)))
+    config = smo.SolverConfig(kernel=spec, shrinking=True)
+    rule = wss.DPWSS(buffer_rows=2000)
+    keys = jax.random.split(jax.random.key(4), 3)
+    batched = smo.solve_repeats(problem, params, keys, config=config,
+                                rule=rule)
+    for r in range(3):
+      one = smo.solve(problem, params, keys[r], config=config, rule=rule)
+      assert int(one.iterations) == int(batched.iterations[r])
+      np.testing.assert_array_equal(np.asarray(one.pairs),
+                                    np.asarray(batched.pairs[r]))
+      np.testing.assert_allclose(np.asarray(one.alpha),
+                                 np.asarray(batched.alpha[r]), atol=1e-12)
