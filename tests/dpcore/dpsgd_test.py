@@ -1,0 +1,167 @@
+"""Tests of dpcore.dpsgd: Poisson sampling and the DP aggregation transform."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy import stats
+
+from dpcore import clipping, dpsgd
+
+N, Q = 500, 0.05
+
+
+@pytest.fixture(scope="module")
+def batch_sizes():
+  keys = jax.random.split(jax.random.key(11), 4000)
+  sample = jax.jit(jax.vmap(
+      lambda k: dpsgd.poisson_batch(k, N, sampling_rate=Q, max_batch=80)))
+  return sample(keys)
+
+
+def _binomial_chi2_pvalue(sizes, n, q):
+  # Bins with expected count ≥ 5; the tails are pooled into the end bins.
+  values = np.arange(n + 1)
+  probs = stats.binom.pmf(values, n, q)
+  lo = int(stats.binom.ppf(0.001, n, q))
+  hi = int(stats.binom.isf(0.001, n, q))
+  edges = list(range(lo, hi + 1))
+  expected = [stats.binom.cdf(lo, n, q)]
+  expected += [probs[v] for v in edges[1:-1]]
+  expected += [stats.binom.sf(hi - 1, n, q)]
+  observed = [np.sum(sizes <= lo)]
+  observed += [np.sum(sizes == v) for v in edges[1:-1]]
+  observed += [np.sum(sizes >= hi)]
+  expected = np.asarray(expected) * len(sizes)
+  return stats.chisquare(observed, expected * (np.sum(observed)
+                                                / np.sum(expected))).pvalue
+
+
+def test_batch_sizes_follow_binomial_and_reject_wrong_q(batch_sizes):
+  sizes = np.asarray(batch_sizes.size)
+  assert _binomial_chi2_pvalue(sizes, N, Q) > 1e-3
+  # The same sample is clearly not Binomial(N, 0.9q) nor Binomial(N, 1.1q).
+  assert _binomial_chi2_pvalue(sizes, N, 0.9 * Q) < 1e-6
+  assert _binomial_chi2_pvalue(sizes, N, 1.1 * Q) < 1e-6
+
+
+def test_each_row_is_included_with_probability_q(batch_sizes):
+  idx = np.asarray(batch_sizes.indices)
+  mask = np.asarray(batch_sizes.mask).astype(bool)
+  counts = np.bincount(idx[mask], minlength=N)
+  # Every row's inclusion count ~ Binomial(4000, q): mean 200, sd ≈ 13.8.
+  assert abs(counts.mean() - 4000 * Q) < 1.0
+  assert stats.kstest(
+      (counts - 4000 * Q) / math.sqrt(4000 * Q * (1 - Q)), "norm").pvalue > 1e-3
+
+
+def test_batch_indices_are_distinct_and_mask_matches_size(batch_sizes):
+  for b in range(20):
+    size = int(batch_sizes.size[b])
+    mask = np.asarray(batch_sizes.mask[b])
+    assert mask.sum() == min(size, 80)
+    chosen = np.asarray(batch_sizes.indices[b])[mask > 0]
+    assert len(set(chosen.tolist())) == len(chosen)
+
+
+def test_max_batch_size_bounds_overflow():
+  b = dpsgd.max_batch_size(14000, sampling_rate=0.01, steps=5000,
+                           overflow_probability=1e-9)
+  assert 5000 * stats.binom.sf(b, 14000, 0.01) <= 1e-9
+  assert 5000 * stats.binom.sf(b - 1, 14000, 0.01) > 1e-9
+
+
+def _aggregate_noise(sigma, clip, n_draws=20000, seed=3):
+  tx = dpsgd.dp_aggregate(jax.random.key(seed), clip_norm=clip,
+                          noise_multiplier=sigma, expected_batch_size=1.0)
+  zeros = {"a": jnp.zeros((4, n_draws // 2)), "b": jnp.zeros((4, 2, 5))}
+  out, _ = tx.update(zeros, tx.init(None))
+  return np.concatenate([np.ravel(out["a"])])
+
+
+def test_noise_has_calibrated_scale_and_rejects_wrong_scale():
+  sigma, clip = 1.3, 0.5
+  z = _aggregate_noise(sigma, clip)
+  assert stats.kstest(z, "norm", args=(0.0, sigma * clip)).pvalue > 1e-3
+  assert stats.kstest(z, "norm",
+                      args=(0.0, 0.8 * sigma * clip)).pvalue < 1e-6
+
+
+def test_update_clips_sums_and_divides_by_expected_batch():
+  key = jax.random.key(0)
+  grads = {"w": jax.random.normal(key, (6, 3)) * 5.0,
+           "v": jnp.ones((6, 2))}
+  mask = jnp.array([1, 1, 0, 1, 1, 0], jnp.float32)
+  tx = dpsgd.dp_aggregate(key, clip_norm=0.7, noise_multiplier=0.0,
+                          expected_batch_size=2.5)
+  out, state = tx.update(grads, tx.init(None), mask=mask)
+  ref, _ = clipping.clipped_sum(grads, 0.7, weights=mask)
+  for k in grads:
+    np.testing.assert_allclose(out[k], ref[k] / 2.5, rtol=1e-6)
+  assert int(state.count) == 1
+
+
+def test_key_in_state_fresh_noise_each_step_and_pure():
+  tx = dpsgd.dp_aggregate(jax.random.key(5), clip_norm=1.0,
+                          noise_multiplier=1.0, expected_batch_size=1.0,
+                          presummed=True)
+  zero = {"w": jnp.zeros((50,))}
+  s0 = tx.init(zero)
+  a, s1 = tx.update(zero, s0)
+  a_again, _ = tx.update(zero, s0)
+  b, _ = tx.update(zero, s1)
+  np.testing.assert_array_equal(a["w"], a_again["w"])
+  assert not np.allclose(a["w"], b["w"])
+  # A different base key gives different noise.
+  other = dpsgd.dp_aggregate(jax.random.key(6), clip_norm=1.0,
+                             noise_multiplier=1.0, expected_batch_size=1.0,
+                             presummed=True)
+  c, _ = other.update(zero, other.init(zero))
+  assert not np.allclose(a["w"], c["w"])
+
+
+def test_chains_with_optax_optimisers_under_jit():
+  params = {"w": jnp.ones((3,))}
+  tx = optax.chain(
+      dpsgd.dp_aggregate(jax.random.key(1), clip_norm=1.0,
+                         noise_multiplier=0.5, expected_batch_size=4.0),
+      optax.adam(1e-2))
+  state = tx.init(params)
+
+  @jax.jit
+  def step(params, state, per_example):
+    updates, state = tx.update(per_example, state, params)
+    return optax.apply_updates(params, updates), state
+
+  params, state = step(params, state, {"w": jnp.ones((4, 3))})
+  assert params["w"].shape == (3,)
+  assert np.all(np.isfinite(params["w"]))
+
+
+def test_paper_noise_multiplier_formula():
+  sigma = dpsgd.paper_noise_multiplier(epsilon=0.6, delta=1e-5,
+                                       sampling_rate=0.01, steps=5000)
+  assert sigma == pytest.approx(
+      2 * 0.01 * math.sqrt(5000 * math.log(1e5)) / 0.6)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"clip_norm": 0.0, "noise_multiplier": 1.0}, "clip_norm"),
+    ({"clip_norm": -1.0, "noise_multiplier": 1.0}, "clip_norm"),
+    ({"clip_norm": 1.0, "noise_multiplier": -0.1}, "noise_multiplier"),
+])
+def test_bad_aggregate_arguments(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    dpsgd.dp_aggregate(jax.random.key(0), expected_batch_size=1.0, **kwargs)
+
+
+@pytest.mark.parametrize("q", [0.0, -0.1, 1.5])
+def test_bad_sampling_rate(q):
+  with pytest.raises(ValueError, match="sampling_rate"):
+    dpsgd.max_batch_size(100, sampling_rate=q, steps=10)
+  with pytest.raises(ValueError, match="sampling_rate"):
+    dpsgd.paper_noise_multiplier(epsilon=1.0, delta=1e-5, sampling_rate=q,
+                                 steps=10)
