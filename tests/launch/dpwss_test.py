@@ -2,14 +2,18 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from absl import flags
 from sklearn import datasets
 
 from launch import common
-from launch import dpwss as launch_dpwss
+from launch import dpwss_experiment as launch_dpwss
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
 FIELDS = ("dataset", "wss", "epsilon", "sigma", "kernel", "c", "gamma",
@@ -81,16 +85,17 @@ def test_table_mode_writes_grid_and_resumes(small_svmlight, tmp_path,
   assert len(common.read_jsonl(out)) == len(records)
 
 
-def test_main_prints_the_record_last(small_svmlight, tmp_path, capsys):
+def test_main_prints_the_record_last(small_svmlight, tmp_path):
+  # A subprocess: every launch script defines absl flags such as --dataset,
+  # which may be defined only once per process.
   out = str(tmp_path / "m.jsonl")
-  argv = ["dpwss", f"--dataset={small_svmlight}", "--wss=wss2",
-          f"--out={out}"]
-  flags.FLAGS(argv)
-  try:
-    launch_dpwss.main(argv)
-  finally:
-    flags.FLAGS.unparse_flags()
-  last = capsys.readouterr().out.strip().splitlines()[-1]
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.dpwss", f"--dataset={small_svmlight}",
+       "--wss=wss2", "--repeats=1", f"--out={out}"],
+      cwd=_REPO, capture_output=True, text=True, timeout=300,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  last = proc.stdout.strip().splitlines()[-1]
   rec = json.loads(last)
   assert rec["wss"] == "wss2" and rec["privacy"]["epsilon"] == "inf"
   assert common.read_jsonl(out)[-1]["obj"] == rec["obj"]
