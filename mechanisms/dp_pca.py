@@ -1,0 +1,130 @@
+"""DP-PCA by Gaussian noise on XᵀX (Analyze Gauss; Algorithm 2 of Wang et al.).
+
+The second-moment matrix M = Σᵢ xᵢxᵢᵀ of the (unmasked) rows gets a
+symmetric Gaussian noise matrix — each entry of the upper triangle,
+diagonal included, one independent N(0, σ²) draw, mirrored below — and the
+top-k eigenvectors of the noisy matrix, in descending eigenvalue order, are
+the private basis. M is not centred (as in the paper): centring would need
+the data mean, which is a further query.
+
+:func:`dp_pca` and :func:`pca` are pure, jit-compiled and vmappable over a
+leading participant axis: padded rows are removed by ``mask`` and σ may be
+a traced per-participant value. σ itself is computed host-side by
+:func:`pca_sigma`.
+
+Eigenvector signs are whatever ``eigh`` returns, and eigenvectors of close
+eigenvalues may come in any rotation of their span: only the subspace is
+meaningful (see :mod:`federated.aggregation`).
+
+Privacy:
+  Add/remove-one-row neighbours with ‖x‖ ≤ 1: the query changes by xxᵀ,
+  whose upper triangle has L2 norm ≤ ‖xxᵀ‖_F = ‖x‖² ≤ 1, for every n
+  (Lemma 4.1 of Wang et al.). Under replacement of one row it changes by
+  xxᵀ − x'x'ᵀ, of norm up to √2 (orthogonal unit rows): pass
+  ``sensitivity=math.sqrt(2)`` to :func:`pca_sigma` for that relation. With
+  σ from :func:`pca_sigma` the released basis is (ε, δ)-DP (post-processing
+  of the Gaussian mechanism). The caller must enforce ‖x‖ ≤ 1 per row
+  (e.g. ``dpcore.validation.check_row_norms``).
+
+References:
+  Dwork, Talwar, Thakurta & Zhang, Analyze Gauss: Optimal Bounds for
+  Privacy-Preserving Principal Component Analysis, STOC 2014.
+  Balle & Wang, Improving the Gaussian Mechanism for Differential Privacy,
+  ICML 2018 (analytic calibration).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from dpcore import calibration as dp_calibration
+from dpcore import noise as dp_noise
+from dpcore import validation
+
+CALIBRATIONS = ("analytic", "classic")
+
+
+class PcaResult(NamedTuple):
+  """Top-k basis (d, k), columns orthonormal, and its k eigenvalues."""
+  components: jax.Array
+  eigenvalues: jax.Array
+
+
+def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
+              sensitivity: float = 1.0) -> float:
+  """σ of the noise on XᵀX for (ε, δ)-DP.
+
+  Args:
+    epsilon: ε of the PCA step.
+    delta: δ of the PCA step.
+    calibration: ``"analytic"`` (Balle & Wang, exact for every ε; default)
+      or ``"classic"`` (σ = √(2 ln(1.25/δ))/ε, the paper's; refused for
+      ε ≥ 1, where it is not proven).
+    sensitivity: L2 sensitivity of the upper triangle of XᵀX: 1 for
+      add/remove neighbours, √2 for replacement (rows of norm ≤ 1).
+  """
+  if calibration not in CALIBRATIONS:
+    raise ValueError(
+        f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
+  return dp_calibration.gaussian_sigma(
+      epsilon=epsilon, delta=delta, sensitivity=sensitivity,
+      method=calibration)
+
+
+def second_moment(x, mask):
+  """Σᵢ maskᵢ xᵢxᵢᵀ, shape (d, d)."""
+  return (x * mask[:, None].astype(x.dtype)).T @ x
+
+
+def noisy_second_moment(key: jax.Array, x, mask, *, sigma):
+  """XᵀX of the unmasked rows plus symmetric N(0, σ²) noise.
+
+  Privacy: see the module docstring (sensitivity 1 under add/remove when
+  ‖x‖ ≤ 1).
+  """
+  m = second_moment(x, mask)
+  return m + dp_noise.symmetric_gaussian_noise(
+      key, m.shape[0], stddev=sigma, dtype=m.dtype)
+
+
+def top_k_eigenvectors(m, k: int) -> PcaResult:
+  """Eigenvectors of the k largest eigenvalues of symmetric m, descending."""
+  values, vectors = jnp.linalg.eigh(m)
+  order = jnp.argsort(values)[::-1][:k]
+  return PcaResult(vectors[:, order], values[order])
+
+
+def dp_pca(key: jax.Array, x, mask, *, k: int, sigma) -> PcaResult:
+  """Private top-k basis of the rows of ``x`` where ``mask`` is 1.
+
+  Args:
+    key: PRNG key (one per participant under vmap).
+    x: (n_max, d) rows with ‖x‖ ≤ 1.
+    mask: (n_max,) 1 for real rows, 0 for padding.
+    k: number of components (static).
+    sigma: noise standard deviation from :func:`pca_sigma` (may be traced).
+
+  Privacy:
+    (ε, δ)-DP for the (ε, δ) σ was calibrated for, under the neighbouring
+    relation matching the sensitivity used (module docstring).
+  """
+  return top_k_eigenvectors(noisy_second_moment(key, x, mask, sigma=sigma),
+                            k)
+
+
+def pca(x, mask, *, k: int) -> PcaResult:
+  """Non-private top-k basis of XᵀX (the Non-Priv baseline)."""
+  return top_k_eigenvectors(second_moment(x, mask), k)
+
+
+def check_pca_inputs(x, *, k: int) -> None:
+  """Host-side checks: finite (n, d) data, rows of norm ≤ 1, 1 ≤ k ≤ d."""
+  arr = validation.check_row_norms(x, "x")
+  k = validation.check_positive_int(k, "k")
+  if k > arr.shape[1]:
+    raise ValueError(
+        f"k={k} exceeds the data dimension d={arr.shape[1]}; choose "
+        f"k <= {arr.shape[1]}.")

@@ -1,0 +1,105 @@
+"""Tests of launch.feddpdr: offline default run, JSON record, resume."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from federated import feddpdr as fed
+from launch import common
+from launch import feddpdr as launch
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_command_line_run_prints_and_appends_json(tmp_path):
+  out = tmp_path / "runs.jsonl"
+  cmd = [sys.executable, "-m", "launch.feddpdr", "--dataset=digits",
+         "--mechanism=feddpdr", "--k=5", "--participants=3",
+         "--n_per_participant=100", "--epsilon=1.0", f"--out={out}"]
+  proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True,
+                        timeout=300, env={**os.environ,
+                                          "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  record = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert common.read_jsonl(str(out)) == [record]
+  for field in ("dataset", "mechanism", "epsilon", "delta", "k",
+                "participants", "sizes", "accuracy", "seconds",
+                "compile_seconds", "privacy", "grad_norm_max", "seed"):
+    assert field in record
+  assert record["sizes"] == [100, 100, 100]
+  assert 0.0 <= record["accuracy"] <= 1.0
+  assert record["privacy"]["epsilon"] <= 1.0 + 1e-9
+  assert record["privacy"]["epsilon_nominal"] == 1.0
+  assert record["grad_norm_max"] <= 1e-8
+
+
+def test_sizes_are_capped_only_for_the_default():
+  assert launch.resolve_sizes(available=1000, participants=5, n_per=10_000,
+                              sizes=None, n_per_explicit=False) == (200,) * 5
+  with pytest.raises(ValueError, match="exceeds"):
+    launch.resolve_sizes(available=1000, participants=5, n_per=10_000,
+                         sizes=None, n_per_explicit=True)
+  assert launch.resolve_sizes(available=1000, participants=5, n_per=1,
+                              sizes=["10", "20"],
+                              n_per_explicit=False) == (10, 20)
+  with pytest.raises(ValueError, match="at least one row"):
+    launch.resolve_sizes(available=1000, participants=2, n_per=1,
+                         sizes=["10", "0"], n_per_explicit=False)
+
+
+def test_sweep_grids_follow_the_paper():
+  points = launch.sweep_points("fig3", d=784, available=60_000,
+                               n_default=10_000, participants=5,
+                               mechanisms=fed.MECHANISMS, epsilon=0.1)
+  assert sorted({p[3] for p in points}) == list(launch.PAPER_EPSILON)
+  assert len(points) == 6 * 4
+  fig2 = launch.sweep_points("fig2", d=64, available=1000, n_default=200,
+                             participants=5, mechanisms=("feddpdr", "dpml"),
+                             epsilon=0.1)
+  assert [p[2] for p in fig2 if p[1] == "feddpdr"] == [5, 10, 20, 50]
+  assert [p[1] for p in fig2].count("dpml") == 1
+  fig5 = launch.sweep_points("fig5", d=784, available=60_000,
+                             n_default=10_000, participants=5,
+                             mechanisms=("feddpdr",), epsilon=0.1)
+  assert [p[4] for p in fig5] == list(launch.PAPER_UNEVEN)
+
+
+def test_sweep_resumes_without_redoing(tmp_path, monkeypatch):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(200, 6)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = (x[:, 0] > 0).astype(np.int64)
+  prepared = launch.Prepared("toy", x[:150], y[:150], x[150:], y[150:],
+                             (0, 1))
+  monkeypatch.setattr(launch, "prepare_data", lambda *a, **k: prepared)
+  calls = []
+
+  def fake_run_one(prep, *, sizes, seed, seeds, config, timing_repeats=1,
+                   extra=None):
+    calls.append((config.mechanism, config.epsilon))
+    return {"dataset": prep.name, "mechanism": config.mechanism,
+            "epsilon": config.epsilon, "delta": config.delta,
+            "k": config.k if config.mechanism != "dpml" else None,
+            "sizes": list(sizes), "lam": config.lam, "loss": config.loss,
+            "aggregation": config.aggregation,
+            "model_aggregation": config.model_aggregation,
+            "calibration": config.calibration,
+            "budget_per_classifier": config.budget_per_classifier,
+            "neighbouring": config.neighbouring, "seed": seed,
+            "seeds": seeds, "accuracy": 0.5, "seconds": 0.0,
+            "accuracy_per_seed": [0.5], **(extra or {})}
+
+  monkeypatch.setattr(launch, "run_one", fake_run_one)
+  out = str(tmp_path / "sweep.jsonl")
+  kwargs = dict(dataset="toy", data_dir=None, sweep_name="fig3",
+                mechanisms=("feddpdr", "nonpriv"), seed=0, seeds=2, out=out,
+                base=fed.Config(k=3), participants=3, n_per=40, plot=True)
+  launch.sweep(**kwargs)
+  assert len(calls) == 12
+  launch.sweep(**kwargs)
+  assert len(calls) == 12  # everything was found in the file
+  assert os.path.exists(str(tmp_path / "sweep_toy_fig3.png"))

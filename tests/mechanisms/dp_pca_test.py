@@ -1,0 +1,134 @@
+"""Tests of mechanisms.dp_pca: exactness without noise, noise scale, vmap."""
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting import pld
+from scipy import stats
+from sklearn.decomposition import TruncatedSVD
+
+from mechanisms import dp_pca
+
+
+def _unit_rows(n, d, seed):
+  rng = np.random.default_rng(seed)
+  # A few dominant directions so the top-k eigenvalues are well separated.
+  x = rng.normal(size=(n, d)) * np.linspace(3.0, 0.3, d)
+  return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _same_subspace_up_to_sign(a, b, atol):
+  # Columns match one to one up to sign: |<a_j, b_j>| = 1.
+  dots = np.abs(np.sum(np.asarray(a, np.float64) * np.asarray(b), axis=0))
+  np.testing.assert_allclose(dots, 1.0, atol=atol)
+
+
+def test_exact_pca_matches_sklearn_truncated_svd():
+  x = _unit_rows(300, 12, 0)
+  k = 4
+  ours = dp_pca.pca(jnp.asarray(x), jnp.ones(300), k=k)
+  svd = TruncatedSVD(n_components=k, algorithm="arpack").fit(
+      x.astype(np.float64))
+  # float32 eigh of a well-conditioned 12x12 matrix: ~1e-5 accuracy.
+  _same_subspace_up_to_sign(ours.components, svd.components_.T, atol=1e-4)
+  assert np.all(np.diff(np.asarray(ours.eigenvalues)) <= 0)  # descending
+
+
+def test_dp_pca_without_noise_is_exact_pca():
+  x = jnp.asarray(_unit_rows(300, 12, 1))
+  mask = jnp.ones(300)
+  exact = dp_pca.pca(x, mask, k=3)
+  # ε → ∞ means σ → 0.
+  noisy = dp_pca.dp_pca(jax.random.key(0), x, mask, k=3, sigma=0.0)
+  _same_subspace_up_to_sign(noisy.components, exact.components, atol=1e-6)
+  sigma = dp_pca.pca_sigma(epsilon=1e6, delta=1e-5)
+  assert sigma < 1e-2
+  tiny = dp_pca.dp_pca(jax.random.key(0), x, mask, k=3, sigma=sigma)
+  _same_subspace_up_to_sign(tiny.components, exact.components, atol=1e-3)
+
+
+def test_noise_matches_calibration_and_rejects_wrong_sigma():
+  d = 30
+  x = jnp.asarray(_unit_rows(100, d, 2))
+  mask = jnp.ones(100)
+  sigma = dp_pca.pca_sigma(epsilon=0.5, delta=1e-5)
+  exact = dp_pca.second_moment(x, mask)
+  keys = jax.random.split(jax.random.key(7), 8)
+  noisy = jax.vmap(lambda kk: dp_pca.noisy_second_moment(
+      kk, x, mask, sigma=sigma))(keys)
+  noise = np.asarray(noisy - exact[None], np.float64)
+  # The noise matrix is symmetric.
+  np.testing.assert_array_equal(noise, np.swapaxes(noise, 1, 2))
+  rows, cols = np.triu_indices(d)
+  entries = noise[:, rows, cols].ravel()  # 8 * 465 independent draws
+  assert stats.kstest(entries, "norm", args=(0, sigma)).pvalue > 1e-3
+  for wrong in (0.8 * sigma, 1.2 * sigma):
+    assert stats.kstest(entries, "norm", args=(0, wrong)).pvalue < 1e-6
+
+
+def test_sigma_calibrations_against_dp_accounting():
+  eps, delta = 0.5, 1e-4
+  analytic = dp_pca.pca_sigma(epsilon=eps, delta=delta)
+  classic = dp_pca.pca_sigma(epsilon=eps, delta=delta, calibration="classic")
+  np.testing.assert_allclose(classic, np.sqrt(2 * np.log(1.25 / delta)) / eps)
+  assert analytic < classic
+  # The analytic σ spends exactly δ at ε (dp_accounting's PLD of the same
+  # Gaussian, an independent computation).
+  acc = pld.PLDAccountant(value_discretization_interval=1e-5)
+  acc.compose(dp_accounting.GaussianDpEvent(analytic))
+  np.testing.assert_allclose(acc.get_delta(eps), delta, rtol=1e-2)
+  replace = dp_pca.pca_sigma(epsilon=eps, delta=delta,
+                             sensitivity=np.sqrt(2))
+  np.testing.assert_allclose(replace, np.sqrt(2) * analytic, rtol=1e-9)
+  with pytest.raises(ValueError, match="classic"):
+    dp_pca.pca_sigma(epsilon=1.0, delta=delta, calibration="classic")
+  with pytest.raises(ValueError, match="calibration"):
+    dp_pca.pca_sigma(epsilon=0.5, delta=delta, calibration="gauss")
+
+
+def test_padding_and_vmap_equal_per_participant_loop():
+  d, k = 10, 3
+  sizes = (40, 25, 33)
+  xs = [_unit_rows(s, d, 10 + i) for i, s in enumerate(sizes)]
+  n_max = 50
+  x = np.full((3, n_max, d), 0.7, np.float32)  # garbage in the padding
+  mask = np.zeros((3, n_max), np.float32)
+  for i, xi in enumerate(xs):
+    x[i, :len(xi)] = xi
+    mask[i, :len(xi)] = 1
+  keys = jax.random.split(jax.random.key(3), 3)
+  sigma = jnp.array([0.5, 1.0, 2.0])
+  batched = jax.jit(jax.vmap(
+      lambda kk, xi, mi, si: dp_pca.dp_pca(kk, xi, mi, k=k, sigma=si)))(
+          keys, jnp.asarray(x), jnp.asarray(mask), sigma)
+  for i, xi in enumerate(xs):
+    alone = dp_pca.dp_pca(keys[i], jnp.asarray(xi), jnp.ones(len(xi)), k=k,
+                          sigma=sigma[i])
+    np.testing.assert_allclose(batched.eigenvalues[i], alone.eigenvalues,
+                               rtol=1e-4, atol=1e-4)
+    _same_subspace_up_to_sign(batched.components[i], alone.components,
+                              atol=1e-4)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("k_too_large", "exceeds the data dimension"),
+    ("nan", "NaN"),
+    ("norm", "norm"),
+])
+def test_bad_input(bad, match):
+  x = _unit_rows(20, 5, 4)
+  k = 2
+  if bad == "k_too_large":
+    k = 6
+  elif bad == "nan":
+    x[3, 1] = np.nan
+  else:
+    x[0] *= 2.0
+  with pytest.raises(ValueError, match=match):
+    dp_pca.check_pca_inputs(x, k=k)
+  with pytest.raises(ValueError, match="epsilon"):
+    dp_pca.pca_sigma(epsilon=0.0, delta=1e-5)
+  with pytest.raises(ValueError, match="delta"):
+    dp_pca.pca_sigma(epsilon=1.0, delta=1.0)
