@@ -69,7 +69,7 @@ import numpy as np
 from dpcore import accounting, validation
 from federated import aggregation
 from federated.partition import Participants
-from mechanisms import dp_pca
+from mechanisms import dp_pca, metrics
 from mechanisms import objective_perturbation as op
 
 MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
@@ -323,10 +323,6 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
       keys, x, labels, mask, sigma, n, p, theta)
 
 
-def _accuracy(y, yhat):
-  return jnp.mean((y == yhat).astype(jnp.float32))
-
-
 def evaluate(out: TrainOutput, x_test, y_test, *, config: Config,
              num_classes: int):
   """Test accuracy per repeat, and per participant for local mechanisms.
@@ -342,16 +338,15 @@ def evaluate(out: TrainOutput, x_test, y_test, *, config: Config,
     scores = op.decision_scores(z, betas, num_classes)
     return jnp.argmax(scores, axis=-1)
 
+  def score(basis, betas):
+    return metrics.accuracy(y_test, predict(basis, betas))
+
   if config.mechanism in ("nonpriv", "feddpdr"):
-    acc = jax.vmap(lambda b, w: _accuracy(y_test, predict(b, w)))(
-        out.global_basis, out.global_betas)
-    return acc, None
+    return jax.vmap(score)(out.global_basis, out.global_betas), None
   if config.mechanism == "dpdr_dpml":
-    per = jax.vmap(jax.vmap(lambda b, w: _accuracy(y_test, predict(b, w))))(
-        out.bases, out.betas)
+    per = jax.vmap(jax.vmap(score))(out.bases, out.betas)
   else:
-    per = jax.vmap(jax.vmap(lambda w: _accuracy(y_test, predict(None, w))))(
-        out.betas)
+    per = jax.vmap(jax.vmap(lambda w: score(None, w)))(out.betas)
   return jnp.mean(per, axis=1), per
 
 
