@@ -131,7 +131,7 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
         wss.DPWSSParams(jnp.asarray(epsilon, dtype),
                         jnp.asarray(sigma, dtype)))
     keys = jax.random.split(key, repeats)
-    result = smo.to_numpy(smo.solve_repeats(problem, params, keys,
+    result = smo.to_numpy(smo.solve_repeats(keys, problem, params,
                                             config=config, rule=rule))
   models = tuple(
       smo_train.model_from_result(spec, x, y, smo.SMOResult(

@@ -300,14 +300,14 @@ def _loop(problem: Problem, params: SolverParams, config: SolverConfig,
 
 
 @functools.partial(jax.jit, static_argnames=("config", "rule"))
-def solve(problem: Problem, params: SolverParams, key: jax.Array, *,
+def solve(key: jax.Array, problem: Problem, params: SolverParams, *,
           config: SolverConfig, rule) -> SMOResult:
   """Runs SMO with selection ``rule`` from α = 0 until an exit.
 
   Args:
+    key: PRNG key (folded with the iteration; unused by WSS2).
     problem: from :func:`make_problem`.
     params: C, eps, max_iter and the rule's traced parameters.
-    key: PRNG key (folded with the iteration; unused by WSS2).
     config: static settings.
     rule: :class:`wss.WSS2` or :class:`wss.DPWSS`.
 
@@ -320,7 +320,7 @@ def solve(problem: Problem, params: SolverParams, key: jax.Array, *,
 
 
 @functools.partial(jax.jit, static_argnames=("config", "rule"))
-def solve_repeats(problem: Problem, params: SolverParams, keys: jax.Array,
+def solve_repeats(keys: jax.Array, problem: Problem, params: SolverParams,
                   *, config: SolverConfig, rule) -> SMOResult:
   """Independent runs, one per key, in one loop (results batched).
 

@@ -165,7 +165,9 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking)
     params = smo.SolverParams(jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
                           jnp.asarray(max_iter, jnp.int32), None)
-    result = smo.solve(problem, params, jax.random.key(0), config=config,
-                   rule=wss.WSS2())
+    # WSS2 is deterministic: the key is required by the solver's signature
+    # but never drawn from.
+    result = smo.solve(jax.random.key(0), problem, params, config=config,
+                       rule=wss.WSS2())
     result = smo.to_numpy(result)
   return model_from_result(spec, x, y, result)

@@ -217,10 +217,10 @@ def test_batched_loop_equals_separate_runs():
     config = smo.SolverConfig(kernel=spec, shrinking=True)
     rule = wss.DPWSS(buffer_rows=2000)
     keys = jax.random.split(jax.random.key(4), 3)
-    batched = smo.solve_repeats(problem, params, keys, config=config,
+    batched = smo.solve_repeats(keys, problem, params, config=config,
                                 rule=rule)
     for r in range(3):
-      one = smo.solve(problem, params, keys[r], config=config, rule=rule)
+      one = smo.solve(keys[r], problem, params, config=config, rule=rule)
       assert int(one.iterations) == int(batched.iterations[r])
       np.testing.assert_array_equal(np.asarray(one.pairs),
                                     np.asarray(batched.pairs[r]))
