@@ -34,8 +34,8 @@ import numpy as np
 from absl import app, flags
 
 from federated import feddpdr, partition
-from launch import common
-from launch import feddpdr as launch_feddpdr
+from launch import common, feddpdr_experiment
+from launch import feddpdr as _feddpdr_flags  # noqa: F401  (defines flags)
 from mechanisms import dp_pca
 
 # --dataset, --data_dir, --participants, --n_per_participant, --epsilon,
@@ -94,7 +94,7 @@ def benchmark(*, dataset, data_dir, participants, n_per, epsilon, k,
               repeats, variants, seed, out,
               variant_epsilons=(0.1, 2.0)) -> dict:
   """Runs the three timings (and accuracy variants); emits one record."""
-  prepared = launch_feddpdr.prepare_data(dataset, data_dir=data_dir,
+  prepared = feddpdr_experiment.prepare_data(dataset, data_dir=data_dir,
                                          seed=seed)
   sizes = (n_per,) * participants
   key = jax.random.key(seed)

@@ -10,7 +10,7 @@ import pytest
 
 from federated import feddpdr as fed
 from launch import common
-from launch import feddpdr as launch
+from launch import feddpdr_experiment as launch
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
