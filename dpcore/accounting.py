@@ -217,14 +217,13 @@ class PrivacyLedger:
     The stand-alone ε for basic composition is the RDP accountant's at
     ``delta``.
     """
-    noise_multiplier = validation.check_positive(noise_multiplier,
-                                                 "noise_multiplier")
-    sampling_rate = validation.check_in_range(
-        sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
-    steps = validation.check_positive_int(steps, "steps")
-    delta = validation.check_delta(delta)
+    eps = dpsgd_epsilon(noise_multiplier=noise_multiplier,
+                        sampling_rate=sampling_rate, steps=steps,
+                        delta=delta)  # validates every argument
+    noise_multiplier, sampling_rate = float(noise_multiplier), float(
+        sampling_rate)
+    steps, delta = int(steps), float(delta)
     event = dpsgd_event(noise_multiplier, sampling_rate, steps)
-    eps = _rdp_epsilon([event], delta)
     self._record(LedgerEntry(
         label, "subsampled_gaussian", eps, delta, event,
         {"noise_multiplier": noise_multiplier,
