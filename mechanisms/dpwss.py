@@ -83,7 +83,8 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
                 max_iter: int | None = None, repeats: int = 1,
                 dtype: str = "float64", precompute: bool | None = None,
                 row_dtype: str = "float32",
-                ordered_pairs: bool = True) -> DPWSSRun:
+                ordered_pairs: bool = True,
+                pair_flags: str = "auto") -> DPWSSRun:
   """Trains ``repeats`` C-SVCs with DPWSS, vmapped over split keys.
 
   Args:
@@ -97,7 +98,7 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
     c: box constraint C > 0.
     eps: stopping tolerance (LIBSVM's ``-e``).
     shrinking: LIBSVM's shrinking heuristic.
-    max_iter: iteration cap, also the pair buffer's length (default
+    max_iter: iteration cap, also the pair record's length (default
       max(10⁴, 100·l)).
     repeats: independent runs (the paper averages 5).
     dtype: solver precision (``float64`` enables x64 for this call only).
@@ -105,6 +106,9 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
     row_dtype: kernel-row precision (LIBSVM's float32 cache).
     ordered_pairs: the paper's ordered flag I[i][j] (default) or
       unordered pairs.
+    pair_flags: how used pairs are looked up (``wss.DPWSS.pair_flags``):
+      ``"auto"``, ``"bits"`` (l²/8 bytes per repeat, O(l) per iteration)
+      or ``"scan"`` (O(max_iter) memory, O(iteration) per iteration).
 
   Returns:
     A :class:`DPWSSRun`; exits are reported per model, never raised.
@@ -124,7 +128,8 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
         repeats=repeats)
-    rule = wss.DPWSS(buffer_rows=max_iter, ordered_pairs=ordered_pairs)
+    rule = wss.DPWSS(buffer_rows=max_iter, ordered_pairs=ordered_pairs,
+                     pair_flags=pair_flags)
     params = smo.SolverParams(
         jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
         jnp.asarray(max_iter, jnp.int32),

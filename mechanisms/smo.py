@@ -274,7 +274,7 @@ def _loop(problem: Problem, params: SolverParams, config: SolverConfig,
         active=keep(active, state.active),
         counter=keep(counter, state.counter),
         unshrunk=keep(unshrunk, state.unshrunk),
-        memory=wss.remember(state.memory, sel.i, sel.j, found))
+        memory=rule.remember(state.memory, sel.i, sel.j, found))
 
   def init() -> SMOState:
     return SMOState(
@@ -285,7 +285,7 @@ def _loop(problem: Problem, params: SolverParams, config: SolverConfig,
         # LIBSVM counts down from min(l, 1000), decrementing before testing.
         counter=jnp.asarray(period, jnp.int32),
         unshrunk=jnp.zeros((), jnp.bool_),
-        memory=wss.empty_memory(rule.buffer_rows))
+        memory=rule.empty_memory(num))
 
   def finish(final: SMOState) -> SMOResult:
     status = jnp.where(final.status == wss.RUNNING, wss.MAX_ITER,
@@ -326,9 +326,10 @@ def solve_repeats(keys: jax.Array, problem: Problem, params: SolverParams,
 
   Equivalent to ``jax.vmap(solve)`` over ``keys`` but cheaper: ``vmap`` of
   a ``while_loop`` selects between old and new values of the *whole* carry
-  every iteration, which for DPWSS's pair buffer (max_iter × 2 per run)
-  dominates the cost. Here the loop runs while any run is live, the step
-  is ``vmap``-ed, and a run that has exited is left unchanged by its step.
+  every iteration, which for DPWSS's pair memory (a max_iter × 2 record and
+  l²/32 flag words per run) dominates the cost. Here the loop runs while
+  any run is live, the step is ``vmap``-ed, and a run that has exited is
+  left unchanged by its step.
   """
   init, running, step, finish = _loop(problem, params, config, rule)
   states = jax.vmap(lambda _: init())(keys)

@@ -20,15 +20,24 @@ index, as in LIBSVM). They differ in j:
   by the exponential mechanism with weights exp(ε q / (2Δq)), Δq = 1 − σ
   (Gumbel-max, :func:`dpcore.exponential.exponential_mechanism`).
 
-Pair memory. The paper keeps an l × l boolean matrix; at l = 50,000 that is
-2.5 GB, so here the selected pairs live in a fixed buffer of
-``max_iter`` rows × 2 int32 (8 bytes per allowed iteration). To find the
-pairs already used with the current i, the filled prefix of the buffer is
-scanned in chunks (a ``fori_loop`` with a dynamic trip count), so iteration
-k costs O(k + l) and a run of T iterations O(T² + T·l) time and O(T + l)
-memory. Pairs are ordered by default, exactly as the paper's flag I[i][j]
-(set with i from I_up, tested as I[i][t]); ``ordered_pairs=False`` treats
-{i, t} and {t, i} as the same pair.
+Pair memory. The paper keeps an l × l boolean matrix (2.5 GB at
+l = 50,000, one byte per flag). Here each run keeps
+
+* a packed bit matrix, one bit per ordered pair: l × ⌈l/32⌉ uint32 words,
+  l²/8 bytes (312 MB at l = 50,000, 3.1 MB at l = 5,000). Looking up the
+  pairs already used with the current i reads row i (l/32 words) and
+  marking a pair sets one bit, so an iteration costs O(l) whatever its
+  index;
+* a record of the selected pairs in selection order, ``max_iter`` × 2 int32
+  (8 bytes per allowed iteration), returned to the caller.
+
+When l²/8 bytes exceed :data:`BITSET_MAX_BYTES` per run the bit matrix is
+dropped and the lookup scans the record instead, in chunks (a
+``fori_loop`` with a dynamic trip count): O(k + l) at iteration k, O(T² +
+T·l) for a run of T iterations, in O(T + l) memory. Both lookups give the
+same answer (tested). Pairs are ordered by default, exactly as the paper's
+flag I[i][j] (set with i from I_up, tested as I[i][t]);
+``ordered_pairs=False`` treats {i, t} and {t, i} as the same pair.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ NO_CANDIDATE = 2
 MAX_ITER = 3
 
 PAIR_CHUNK = 256
+# Per-run cap on the packed pair bit matrix (l²/8 bytes): l ≤ 92,681.
+BITSET_MAX_BYTES = 1 << 30
 
 
 class Selection(NamedTuple):
@@ -96,6 +107,14 @@ class WSS2:
   name = "wss2"
   buffer_rows = 0
 
+  def empty_memory(self, num_rows: int) -> PairMemory:
+    del num_rows
+    return empty_memory(0)
+
+  def remember(self, memory, i, j, found) -> PairMemory:
+    del i, j, found
+    return memory
+
   def select(self, *, alpha, grad, y, qd, c, eps, tau, active, row_fn,
              memory, key, params):
     del memory, key, params
@@ -114,33 +133,74 @@ class WSS2:
 
 
 class PairMemory(NamedTuple):
-  """Selected pairs so far: ``pairs[:count]`` are (i, j) rows."""
+  """Selected pairs so far.
+
+  ``pairs[:count]`` are the (i, j) rows in selection order. ``bits`` is the
+  (l, ⌈l/32⌉) packed flag matrix (bit t % 32 of word [i, t // 32] set when
+  pair (i, t) was selected), or a (0, 0) array when only the record is kept.
+  """
   pairs: jax.Array  # (buffer_rows, 2) int32, −1 where unused
   count: jax.Array  # int32
+  bits: jax.Array   # (l, ⌈l/32⌉) uint32, or (0, 0)
 
 
-def empty_memory(rows: int) -> PairMemory:
-  padded = max(PAIR_CHUNK, -(-rows // PAIR_CHUNK) * PAIR_CHUNK) if rows else 0
-  return PairMemory(jnp.full((padded, 2), -1, jnp.int32),
-                    jnp.zeros((), jnp.int32))
+def bitset_bytes(num_rows: int) -> int:
+  """Bytes of the packed pair flags of one run with ``num_rows`` rows."""
+  return num_rows * (-(-num_rows // 32)) * 4
 
 
-def remember(memory: PairMemory, i, j, found) -> PairMemory:
-  """Appends (i, j) when ``found`` (the buffer holds max_iter rows).
+def empty_memory(rows: int, num_rows: int = 0) -> PairMemory:
+  """A record of ``rows`` pairs, plus bit flags for ``num_rows`` data rows.
 
-  Slot ``count`` is written either way (−1s when nothing was found); it
-  lies past the filled prefix, so that write is never read.
+  ``num_rows = 0`` keeps the record only (lookups scan it).
   """
+  padded = max(PAIR_CHUNK, -(-rows // PAIR_CHUNK) * PAIR_CHUNK) if rows else 0
+  words = -(-num_rows // 32)
+  return PairMemory(jnp.full((padded, 2), -1, jnp.int32),
+                    jnp.zeros((), jnp.int32),
+                    jnp.zeros((num_rows, words), jnp.uint32))
+
+
+def _bit(t):
+  return jnp.left_shift(jnp.uint32(1), (t % 32).astype(jnp.uint32))
+
+
+def remember(memory: PairMemory, i, j, found, *,
+             symmetric: bool = False) -> PairMemory:
+  """Records (i, j) when ``found`` (also flags (j, i) when ``symmetric``).
+
+  Slot ``count`` of the record is written either way (−1s when nothing was
+  found); it lies past the filled prefix, so that write is never read.
+  """
+  bits = memory.bits
+  if bits.shape[0]:
+    def flag(b, r, t):
+      w = t // 32
+      return b.at[r, w].set(b[r, w] | jnp.where(found, _bit(t), 0))
+
+    bits = flag(bits, i, j)
+    if symmetric:
+      bits = flag(bits, j, i)
   if memory.pairs.shape[0] == 0:
-    return memory
+    return memory._replace(bits=bits)
   row = jnp.where(found, jnp.stack([i, j]).astype(jnp.int32), -1)
   pairs = memory.pairs.at[memory.count].set(row, mode="drop")
-  return PairMemory(pairs, memory.count + found.astype(jnp.int32))
+  return PairMemory(pairs, memory.count + found.astype(jnp.int32), bits)
 
 
 def seen_with(memory: PairMemory, i, num_rows: int, *,
               ordered: bool) -> jax.Array:
-  """Boolean (l,) mask: t such that pair (i, t) was selected before."""
+  """Boolean (l,) mask: t such that pair (i, t) was selected before.
+
+  With bit flags, row i is unpacked (flags of unordered memories are set
+  both ways by :func:`remember`, so ``ordered`` is not needed); otherwise
+  the record is scanned.
+  """
+  if memory.bits.shape[0]:
+    words = memory.bits[i]
+    shifts = jnp.arange(32, dtype=jnp.uint32)
+    flags = jnp.right_shift(words[:, None], shifts) & jnp.uint32(1)
+    return flags.reshape(-1)[:num_rows].astype(jnp.bool_)
   if memory.pairs.shape[0] == 0:
     return jnp.zeros((num_rows,), jnp.bool_)
 
@@ -182,8 +242,10 @@ class DPWSS:
   """The paper's DPWSS rule (WSS4 candidates + exponential mechanism).
 
   Attributes:
-    buffer_rows: capacity of the pair memory (the solver's max_iter).
+    buffer_rows: capacity of the pair record (the solver's max_iter).
     ordered_pairs: pairs (i, t) and (t, i) are distinct (paper's I[i][j]).
+    pair_flags: ``"auto"`` (bit flags when l²/8 ≤ BITSET_MAX_BYTES),
+      ``"bits"`` or ``"scan"`` (record only; see the module docstring).
 
   Privacy: one selection is ε-DP for the choice of j *given the current
   state (α, G)*, when every score q has sensitivity ≤ 1 − σ (the paper's
@@ -195,7 +257,22 @@ class DPWSS:
   """
   buffer_rows: int
   ordered_pairs: bool = True
+  pair_flags: str = "auto"
   name = "dpwss"
+
+  def __post_init__(self):
+    if self.pair_flags not in ("auto", "bits", "scan"):
+      raise ValueError("pair_flags must be 'auto', 'bits' or 'scan', got "
+                       f"{self.pair_flags!r}.")
+
+  def empty_memory(self, num_rows: int) -> PairMemory:
+    use_bits = self.pair_flags == "bits" or (
+        self.pair_flags == "auto"
+        and bitset_bytes(num_rows) <= BITSET_MAX_BYTES)
+    return empty_memory(self.buffer_rows, num_rows if use_bits else 0)
+
+  def remember(self, memory, i, j, found) -> PairMemory:
+    return remember(memory, i, j, found, symmetric=not self.ordered_pairs)
 
   def select(self, *, alpha, grad, y, qd, c, eps, tau, active, row_fn,
              memory, key, params):

@@ -90,27 +90,53 @@ def test_huge_epsilon_picks_the_best_score(fixed_state):
   assert np.all(js == best)
 
 
-def test_seen_with_matches_a_dense_flag_matrix():
+@pytest.mark.parametrize("ordered", [True, False])
+def test_pair_lookups_match_a_dense_flag_matrix(ordered):
+  # Pairs recorded one by one; the bit flags and the record scan must both
+  # give the rows of the paper's dense l × l flag matrix I.
   rng = np.random.default_rng(0)
-  num, count = 30, 700  # > PAIR_CHUNK, so several chunks are scanned
+  num, count = 70, 700  # > PAIR_CHUNK, so several chunks are scanned
   pairs = rng.integers(0, num, size=(count, 2))
-  memory = wss.empty_memory(1000)
-  memory = wss.PairMemory(
-      memory.pairs.at[:count].set(jnp.asarray(pairs, jnp.int32)),
-      jnp.asarray(count, jnp.int32))
+  found = rng.random(count) < 0.8  # some steps select nothing
+  bits_rule = wss.DPWSS(buffer_rows=1000, ordered_pairs=ordered,
+                        pair_flags="bits")
+  scan_rule = wss.DPWSS(buffer_rows=1000, ordered_pairs=ordered,
+                        pair_flags="scan")
+
+  def fill(rule):
+    def body(memory, pf):
+      return rule.remember(memory, pf[0], pf[1], pf[2] > 0), None
+    xs = jnp.concatenate([jnp.asarray(pairs, jnp.int32),
+                          jnp.asarray(found, jnp.int32)[:, None]], axis=1)
+    return jax.lax.scan(body, rule.empty_memory(num), xs)[0]
+
+  with_bits, scanned = fill(bits_rule), fill(scan_rule)
+  assert with_bits.bits.shape == (num, 3) and scanned.bits.size == 0
+  assert int(with_bits.count) == int(scanned.count) == found.sum()
   dense = np.zeros((num, num), bool)
-  dense[pairs[:, 0], pairs[:, 1]] = True
-  for i in (0, 7, 29):
-    got = np.asarray(wss.seen_with(memory, i, num, ordered=True))
-    np.testing.assert_array_equal(got, dense[i])
-    got = np.asarray(wss.seen_with(memory, i, num, ordered=False))
-    np.testing.assert_array_equal(got, dense[i] | dense[:, i])
+  dense[pairs[found, 0], pairs[found, 1]] = True
+  if not ordered:
+    dense |= dense.T
+  for i in range(num):
+    for memory in (with_bits, scanned):
+      got = np.asarray(wss.seen_with(memory, i, num, ordered=ordered))
+      np.testing.assert_array_equal(got, dense[i])
 
 
-def test_pair_memory_scales_linearly():
-  # l = 50,000 with max_iter = 10⁶: 8 MB of pairs, not a 2.5 GB l×l matrix.
+def test_pair_memory_fits_at_ijcnn1_scale():
+  # l = 50,000 (ijcnn1): bit flags take l²/8 bytes = 312.5 MB per run, not
+  # the 2.5 GB of a boolean l × l matrix; the record 8 bytes per iteration.
+  assert wss.bitset_bytes(50_000) == 50_000 * 1563 * 4 <= 320_000_000
+  rule = wss.DPWSS(buffer_rows=1_000_000)
+  assert wss.bitset_bytes(50_000) <= wss.BITSET_MAX_BYTES  # flags kept
   memory = wss.empty_memory(1_000_000)
   assert memory.pairs.nbytes <= 8 * 1_000_000 + 8 * wss.PAIR_CHUNK
+  assert memory.bits.size == 0
+  # Beyond the cap the flags are dropped and lookups scan the record.
+  big = jax.eval_shape(lambda: rule.empty_memory(100_000))
+  assert big.bits.size == 0
+  with pytest.raises(ValueError, match="pair_flags"):
+    wss.DPWSS(buffer_rows=1, pair_flags="dense")
 
 
 @pytest.fixture(scope="module")
