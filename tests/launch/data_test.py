@@ -7,7 +7,6 @@ the files are absent.
 
 import gzip
 import os
-import pickle
 import warnings
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 from sklearn import datasets as sk_datasets
 
 from launch import data, formats
-from tests.launch.formats_test import FIXTURES, cifar_batch, write_idx
+from tests.launch.files import FIXTURES, write_cifar_dir, write_idx
 
 
 def _write_mnist_dir(directory, rng, *, n_train=6, n_test=4, gz=True):
@@ -95,15 +94,9 @@ def test_env_var_directory_is_searched(tmp_path, monkeypatch):
 
 def test_cifar10_concatenates_batches_in_order(tmp_path):
   rng = np.random.default_rng(2)
+  # plain and gzipped batches may be mixed
+  batches = write_cifar_dir(tmp_path, rng, per_batch=3)
   directory = tmp_path / "cifar10" / "cifar-10-batches-py"
-  directory.mkdir(parents=True)
-  batches = {}
-  for stem in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    batches[stem] = cifar_batch(rng, 3)
-    gz = stem == "data_batch_3"  # plain and gzipped batches may be mixed
-    with (gzip.open if gz else open)(
-        directory / (stem + ".gz" * gz), "wb") as f:
-      pickle.dump(batches[stem], f, protocol=2)
   ds = data.load_dataset("cifar10", data_dir=str(tmp_path))
   assert ds.x_train.shape == (15, 3072) and ds.x_test.shape == (3, 3072)
   assert ds.image_shape == (32, 32, 3) and ds.bounds == (0.0, 255.0)

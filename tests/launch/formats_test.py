@@ -7,34 +7,12 @@ hand-written fixture in tests/data/).
 import gzip
 import os
 import pickle
-import struct
 
 import numpy as np
 import pytest
 
 from launch import formats
-
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-_IDX_CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C}
-
-
-def write_idx(path, array, *, gz=False, magic=None):
-  """Writes ``array`` as an IDX file; ``magic`` overrides the first bytes."""
-  array = np.asarray(array)
-  code = _IDX_CODES[array.dtype]
-  header = magic if magic is not None else bytes([0, 0, code, array.ndim])
-  header += struct.pack(">" + "I" * array.ndim, *array.shape)
-  payload = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
-  with (gzip.open if gz else open)(path, "wb") as f:
-    f.write(payload)
-
-
-def cifar_batch(rng, n):
-  """A CIFAR-10 python batch dict of ``n`` random images."""
-  return {b"batch_label": b"x", b"labels": rng.integers(0, 10, n).tolist(),
-          b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-          b"filenames": [b"f"] * n}
-
+from tests.launch.files import FIXTURES, cifar_batch, write_idx
 
 # ----------------------------------------------------------------------------
 # IDX.
