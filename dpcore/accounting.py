@@ -77,6 +77,9 @@ class Guarantee:
     basic_delta: Σδᵢ of the same.
     rdp_epsilon: ε by RDP composition at ``delta`` (None if unsupported).
     pld_epsilon: ε by PLD composition at ``delta`` (None if unsupported).
+    truncation_probability: P, the total probability of the recorded
+      truncation events (see :meth:`PrivacyLedger.record_truncation`);
+      ``delta`` already includes their (1 + e^ε)·P.
   """
   epsilon: float
   delta: float
@@ -85,6 +88,7 @@ class Guarantee:
   basic_delta: float
   rdp_epsilon: float | None
   pld_epsilon: float | None
+  truncation_probability: float = 0.0
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -243,6 +247,22 @@ class PrivacyLedger:
     self._record(LedgerEntry(label, "exponential", count * epsilon, 0.0,
                              event, {"epsilon": epsilon, "count": count}))
 
+  def record_truncation(self, probability: float, *, label: str) -> None:
+    """A departure from the recorded mechanisms with probability ≤ P.
+
+    For steps that run an accounted mechanism except on an event whose
+    probability is at most P on *every* data set, e.g. a Poisson batch
+    padded to a fixed size, whose rows beyond it are dropped. The real run
+    and the ideal one can then be coupled to differ with probability ≤ P,
+    so an (ε, δ′) guarantee of the ideal run gives (ε, δ′ + (1 + e^ε)·P)
+    for the real one; :meth:`guarantee` reports that δ.
+    """
+    probability = validation.check_in_range(
+        probability, "probability", 0.0, 1.0, low_inclusive=True,
+        high_inclusive=True)
+    self._record(LedgerEntry(label, "truncation", 0.0, 0.0, None,
+                             {"probability": probability}))
+
   # -- reporting -------------------------------------------------------------
 
   def guarantee(self, delta: float | None = None) -> Guarantee:
@@ -271,8 +291,48 @@ class PrivacyLedger:
     }
 
 
+def _truncation_delta(epsilon: float, probability: float) -> float:
+  """(1 + e^ε)·P, the δ a truncation event of probability P adds."""
+  if probability == 0.0:
+    return 0.0
+  if epsilon + math.log(probability) > 0.0:
+    return 1.0
+  return min(1.0, probability * (1.0 + math.exp(epsilon)))
+
+
 def _compose(entries, delta, use_pld) -> Guarantee:
-  """Composes ``entries`` at ``delta`` (None: the basic δ)."""
+  """Composes ``entries`` at ``delta`` (None: the basic δ).
+
+  Truncation events (probability P in all) are handled as in
+  :meth:`PrivacyLedger.record_truncation`: with a target δ, the ideal
+  mechanisms are composed at δ′ = δ − (1 + e^ε½)·P, where ε½ is their ε
+  at δ/2; when δ′ ≥ δ/2 their ε at δ′ is at most ε½, so the total
+  δ′ + (1 + e^ε)·P stays within δ. Otherwise (P too large for δ) the
+  guarantee at δ/2 is reported with its larger total δ.
+  """
+  slack = math.fsum(e.params["probability"] for e in entries
+                    if e.kind == "truncation")
+  ideal = [e for e in entries if e.kind != "truncation"]
+  if slack == 0.0:
+    return _compose_ideal(ideal, delta, use_pld)
+  if delta is None:
+    g = _compose_ideal(ideal, None, use_pld)
+    return dataclasses.replace(
+        g, delta=min(1.0, g.delta + _truncation_delta(g.epsilon, slack)),
+        truncation_probability=slack)
+  half = _compose_ideal(ideal, delta / 2.0, use_pld)
+  inner = delta - _truncation_delta(half.epsilon, slack)
+  if inner >= delta / 2.0:
+    g = _compose_ideal(ideal, inner, use_pld)
+    total = delta  # ≥ g.delta + (1 + e^ε)·P, as ε ≤ ε½ (see above)
+  else:
+    g = half
+    total = min(1.0, g.delta + _truncation_delta(g.epsilon, slack))
+  return dataclasses.replace(g, delta=total, truncation_probability=slack)
+
+
+def _compose_ideal(entries, delta, use_pld) -> Guarantee:
+  """Composes ``entries`` (no truncation events) at ``delta``."""
   if not entries:
     return Guarantee(0.0, 0.0, "none", 0.0, 0.0, None, None)
   basic_eps = math.fsum(e.epsilon for e in entries)

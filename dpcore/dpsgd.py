@@ -57,8 +57,9 @@ def max_batch_size(num_examples: int, *, sampling_rate: float, steps: int,
   Privacy: truncation makes the run differ from true Poisson sampling only
   on an event of probability ≤ ``overflow_probability`` (the same for every
   data set of N rows), so an (ε, δ) guarantee of the untruncated mechanism
-  holds for the padded one with δ + (1 + e^ε)·``overflow_probability``; the
-  default 1e-9 is negligible beside δ = 1e-5.
+  holds for the padded one with δ + (1 + e^ε)·``overflow_probability``.
+  Record :func:`truncation_probability` of the chosen size in the ledger
+  (``PrivacyLedger.record_truncation``) and it is counted in the δ reported.
   """
   num_examples = validation.check_positive_int(num_examples, "num_examples")
   sampling_rate = validation.check_in_range(
@@ -70,6 +71,22 @@ def max_batch_size(num_examples: int, *, sampling_rate: float, steps: int,
       b, num_examples, sampling_rate) > per_step:
     b += 1
   return max(1, min(b, num_examples))
+
+
+def truncation_probability(num_examples: int, *, sampling_rate: float,
+                           steps: int, max_batch: int) -> float:
+  """min(1, T · P(Binomial(N, q) > B)): the chance some step drops rows.
+
+  The union bound over T steps of padded Poisson batches of size B; the
+  same for every data set of N rows, as the ledger's truncation event needs.
+  """
+  num_examples = validation.check_positive_int(num_examples, "num_examples")
+  sampling_rate = validation.check_in_range(
+      sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
+  steps = validation.check_positive_int(steps, "steps")
+  max_batch = validation.check_positive_int(max_batch, "max_batch")
+  return float(min(1.0, steps * stats.binom.sf(max_batch, num_examples,
+                                                 sampling_rate)))
 
 
 def poisson_batch(key: jax.Array, num_examples: int, *, sampling_rate,

@@ -189,11 +189,12 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
     plan = lvq_train.privacy_plan(
         epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
         epochs=epochs, dim=dim, init_fraction=init_fraction,
-        sigma_rule=sigma_rule, init_mechanism=init_mechanism)
+        sigma_rule=sigma_rule, init_mechanism=init_mechanism,
+        num_examples=n_train, max_batch=max_batch)
     sigma, eps_init = plan.noise_multiplier, plan.epsilon_init
     init_sigma = plan.init_noise_multiplier
     g = plan.ledger.guarantee(delta)
-    sgd_entry = plan.ledger.entries[-1]
+    sgd_entry = next(e for e in plan.ledger.entries if e.label == "dpsgd")
     privacy = {
         "epsilon": g.epsilon, "delta": g.delta, "method": g.method,
         "epsilon_basic": g.basic_epsilon,
@@ -204,6 +205,7 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
         "steps": steps, "neighbouring": "add/remove one row",
         "init_mechanism": init_mechanism,
         "init_noise_multiplier": init_sigma,
+        "truncation_probability": g.truncation_probability,
     }
   config = lvq_train.TrainConfig(
       model=model, trainer=trainer, num_classes=num_classes,

@@ -129,7 +129,9 @@ class PrivacyPlan(NamedTuple):
 def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
                  epochs: int, dim: int, init_fraction: float = 0.2,
                  sigma_rule: str = "accountant",
-                 init_mechanism: str = "laplace") -> PrivacyPlan:
+                 init_mechanism: str = "laplace",
+                 num_examples: int | None = None,
+                 max_batch: int | None = None) -> PrivacyPlan:
   """Splits ε into ε₁ (init) + ε₂ (DP-SGD), picks σ, and records both.
 
   Args:
@@ -188,6 +190,12 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
   ledger.record_subsampled_gaussian(
       noise_multiplier=sigma, sampling_rate=sampling_rate, steps=steps,
       delta=delta_sgd, label="dpsgd")
+  if (num_examples is None) != (max_batch is None):
+    raise ValueError("pass num_examples and max_batch together (or neither).")
+  if max_batch is not None:
+    ledger.record_truncation(dpsgd.truncation_probability(
+        num_examples, sampling_rate=sampling_rate, steps=steps,
+        max_batch=max_batch), label="poisson_batch_padding")
   return PrivacyPlan(sigma, eps_init, eps_sgd, steps, ledger, init_sigma)
 
 

@@ -224,6 +224,39 @@ def test_calibrate_dpsgd_noise_round_trip():
                                   **kw) > 2.0
 
 
+def test_truncation_event_is_paid_for_in_delta():
+  # A Gaussian step plus a truncation event of probability P: the ideal
+  # step is composed at δ′ = δ − (1 + e^ε½)·P, ε½ its ε at δ/2.
+  p = 2e-7
+  ledger = PrivacyLedger()
+  ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA, label="g")
+  ideal = ledger.guarantee(DELTA)
+  ledger.record_truncation(p, label="padding")
+  g = ledger.guarantee(DELTA)
+  event = dp_accounting.GaussianDpEvent(2.0)
+  eps_half = dp_accounting.get_epsilon_gaussian(2.0, DELTA / 2)
+  inner = DELTA - (1 + math.exp(eps_half)) * p
+  exact = dp_accounting.get_epsilon_gaussian(2.0, inner)
+  assert g.delta == DELTA and g.truncation_probability == p
+  assert g.epsilon == pytest.approx(exact, rel=1e-3)
+  assert g.pld_epsilon == pytest.approx(_pld(event, delta=inner), rel=1e-9)
+  # It costs something: the ε at δ is above the ideal step's, and the
+  # bound (ideal δ′ plus the truncation's (1 + e^ε)·P) fits in δ.
+  assert g.epsilon > ideal.epsilon * (1 + 1e-4)
+  assert inner + (1 + math.exp(g.epsilon)) * p <= DELTA
+  # Without a target δ: the steps' own δ plus (1 + e^ε)·P.
+  g0 = ledger.guarantee()
+  assert g0.delta == pytest.approx(DELTA + (1 + math.exp(g0.epsilon)) * p)
+  # P too large for the δ asked: the larger δ that holds is reported.
+  big = PrivacyLedger()
+  big.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA, label="g")
+  big.record_truncation(1e-5, label="padding")
+  gb = big.guarantee(DELTA)
+  assert gb.delta > DELTA
+  assert gb.epsilon == pytest.approx(
+      dp_accounting.get_epsilon_gaussian(2.0, DELTA / 2), rel=1e-3)
+
+
 def test_summary_is_json_ready():
   ledger = PrivacyLedger()
   ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap")
@@ -250,6 +283,8 @@ def test_summary_is_json_ready():
         noise_multiplier=1.0, sampling_rate=0.1, steps=1.5, delta=1e-5,
         label="x"), "steps"),
     (lambda led: led.record_exponential(math.inf, label="x"), "epsilon"),
+    (lambda led: led.record_truncation(1.5, label="x"), "probability"),
+    (lambda led: led.record_truncation(-1e-9, label="x"), "probability"),
     (lambda led: led.guarantee(delta=2.0), "delta"),
 ])
 def test_bad_arguments_are_named(call, name):

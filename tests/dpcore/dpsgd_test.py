@@ -72,6 +72,13 @@ def test_max_batch_size_bounds_overflow():
                            overflow_probability=1e-9)
   assert 5000 * stats.binom.sf(b, 14000, 0.01) <= 1e-9
   assert 5000 * stats.binom.sf(b - 1, 14000, 0.01) > 1e-9
+  p = dpsgd.truncation_probability(14000, sampling_rate=0.01, steps=5000,
+                                   max_batch=b)
+  assert p == pytest.approx(5000 * stats.binom.sf(b, 14000, 0.01), rel=1e-12)
+  assert 0.0 < p <= 1e-9
+  assert dpsgd.truncation_probability(
+      100, sampling_rate=0.5, steps=10, max_batch=50) == pytest.approx(
+          min(1.0, 10 * stats.binom.sf(50, 100, 0.5)))
 
 
 def _aggregate_noise(sigma, clip, n_draws=20000, seed=3):

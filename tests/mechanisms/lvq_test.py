@@ -10,6 +10,7 @@ import pytest
 from dp_accounting import rdp
 from scipy import stats
 
+from dpcore import dpsgd
 from mechanisms import lvq, lvq_clip, lvq_eval, lvq_init, lvq_train
 
 N, D, K = 40, 6, 3
@@ -197,6 +198,26 @@ def test_reported_epsilon_matches_dp_accounting(rule):
   else:
     # The paper's σ is larger than needed: it spends less than ε₂ = 1.2.
     assert direct < 1.2
+
+
+def test_padded_poisson_batches_are_paid_for():
+  # The padded batch drops rows with probability P ≤ 1e-9; the plan records
+  # it, and the reported δ still holds with (1 + e^ε)·P inside it.
+  kw = dict(epsilon=1.5, delta=1e-5, sampling_rate=0.01, epochs=50, dim=19)
+  b = dpsgd.max_batch_size(1848, sampling_rate=0.01, steps=5000)
+  plain = lvq_train.privacy_plan(**kw).ledger.guarantee(1e-5)
+  plan = lvq_train.privacy_plan(**kw, num_examples=1848, max_batch=b)
+  (trunc,) = [e for e in plan.ledger.entries if e.kind == "truncation"]
+  p = trunc.params["probability"]
+  assert 0.0 < p <= 1e-9
+  g = plan.ledger.guarantee(1e-5)
+  assert g.delta == 1e-5 and g.truncation_probability == p
+  assert plain.epsilon <= g.epsilon <= plain.epsilon * (1 + 1e-3)
+  # A batch cap far too small makes P ≈ 1: no meaningful δ is left.
+  tiny = lvq_train.privacy_plan(**kw, num_examples=1848, max_batch=5)
+  assert tiny.ledger.guarantee(1e-5).delta == 1.0
+  with pytest.raises(ValueError, match="together"):
+    lvq_train.privacy_plan(**kw, max_batch=b)
 
 
 def test_cv_splits_partition_rows():
