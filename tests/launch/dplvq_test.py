@@ -1,8 +1,9 @@
 """launch.dplvq: the record, the table mode, and the scaling label.
 
-The script runs in a subprocess (``python -m launch.dplvq``): launch modules
-define flags at import, and two of them imported into one process would
-clash on shared flag names.
+The command line runs in a subprocess (``python -m launch.dplvq``): launch
+scripts define flags at import, and two of them imported into one process
+would clash on shared flag names. Its logic, ``launch.dplvq_experiment``,
+has no flags and is also tested in process.
 """
 
 import json
@@ -10,10 +11,13 @@ import os
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from dpcore import accounting
 from launch import common
+from launch import dplvq_experiment as experiment
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)
 FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
@@ -75,3 +79,24 @@ def test_table_mode_writes_table_figure_and_resumes(tmp_path):
   # Re-running skips every finished setting.
   _run(*args)
   assert len(common.read_jsonl(out)) == 4
+
+
+def test_experiment_module_in_process():
+  prepared = experiment.prepare("digits")
+  assert prepared.scaling == "public_bounds" and prepared.num_classes == 10
+  assert np.abs(prepared.x).max() <= 1.0
+  settings = experiment.Settings(epochs=1, q=0.1, folds=2, repeats=1,
+                                 parallel=2)
+  run = lambda: experiment.run_setting(  # noqa: E731
+      jax.random.key(3), prepared, settings, model="glvq", trainer="dpsgd",
+      epsilon=2.0, progress=None)
+  rec = run()
+  assert rec["dataset"] == "digits" and rec["privacy_covers_scaling"]
+  assert rec["learning_rate"] == experiment.DEFAULT_LR["glvq"]
+  # The padded Poisson batches are in the ledger: P > 0, δ still 1e-5.
+  p = rec["privacy"]
+  assert 0.0 < p["truncation_probability"] <= 1e-9
+  assert p["delta"] == 1e-5
+  assert run()["errors"] == rec["errors"]  # same key, same run
+  with pytest.raises(ValueError, match="bounds"):
+    experiment.prepare("digits", bounds="1,2,3")
