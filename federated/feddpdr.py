@@ -67,7 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import accounting, validation
-from federated import aggregation
+from federated import aggregation, sharding
 from federated.partition import Participants
 from mechanisms import dp_pca, metrics
 from mechanisms import objective_perturbation as op
@@ -254,8 +254,13 @@ def clip_rows(z):
 
 
 def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
-               num_classes: int) -> TrainOutput:
-  """One repeat. x: (N, n_max, d) float32; labels: (N, n_max) class ids."""
+               num_classes: int, mesh=None) -> TrainOutput:
+  """One repeat. x: (N, n_max, d) float32; labels: (N, n_max) class ids.
+
+  Per-participant steps map over the participant axis with
+  :func:`sharding.over_participants` (a ``vmap``, or with ``mesh`` a
+  ``shard_map`` of it).
+  """
   mech = config.mechanism
   count, _, d = x.shape
   k = config.k
@@ -264,11 +269,12 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
   fit_keys = jax.random.split(fit_key, count)
   weights = aggregation.size_weights(n)
 
+  each = partial(sharding.over_participants, mesh=mesh)
   if mech == "nonpriv":
-    bases = jax.vmap(lambda xi, mi: dp_pca.pca(xi, mi, k=k).components)(
+    bases = each(lambda xi, mi: dp_pca.pca(xi, mi, k=k).components)(
         x, mask)
   elif mech in ("feddpdr", "dpdr_dpml"):
-    bases = jax.vmap(
+    bases = each(
         lambda kk, xi, mi, si: dp_pca.dp_pca(kk, xi, mi, k=k,
                                              sigma=si).components)(
                                                  pca_keys, x, mask,
@@ -296,7 +302,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
         lam=config.lam, loss=config.loss, h=config.huber_h, tol=config.tol,
         max_iter=config.max_iter, private=mech != "nonpriv")
 
-  fits = jax.vmap(fit)(fit_keys, z, labels, mask64, n, p, theta)
+  fits = each(fit)(fit_keys, z, labels, mask64, n, p, theta)
   global_betas = jnp.zeros(fits.beta.shape[1:], fits.beta.dtype)
   if mech in ("nonpriv", "feddpdr"):
     global_betas = aggregation.model_aggregate(
@@ -306,7 +312,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
 
 
 def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
-          num_classes: int) -> TrainOutput:
+          num_classes: int, mesh=None) -> TrainOutput:
   """All repeats (one per key, vmapped). Call under ``jax.enable_x64``.
 
   Args:
@@ -317,8 +323,9 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
     sigma, n, p, theta: (N,) arrays of :class:`Plan`.
     config: the experiment (static).
     num_classes: K (static).
+    mesh: optional participant mesh (static; :mod:`federated.sharding`).
   """
-  fn = partial(_train_one, config=config, num_classes=num_classes)
+  fn = partial(_train_one, config=config, num_classes=num_classes, mesh=mesh)
   return jax.vmap(fn, in_axes=(0,) + (None,) * 7)(
       keys, x, labels, mask, sigma, n, p, theta)
 
@@ -372,7 +379,7 @@ _CACHE: dict = {}
 _CACHE_SIZE = 16
 
 
-def _compiled(args, *, config: Config, num_classes: int):
+def _compiled(args, *, config: Config, num_classes: int, mesh=None):
   """The compiled :func:`train` for these shapes, and its compile time.
 
   Fields that only change the host-side calibration (ε, δ, calibration,
@@ -383,11 +390,12 @@ def _compiled(args, *, config: Config, num_classes: int):
       config, epsilon=1.0, delta=0.5, calibration="analytic",
       budget_per_classifier=False, pca_fraction=0.5,
       neighbouring="add_remove")
-  key = (static, num_classes,
+  key = (static, num_classes, mesh,
          tuple((a.shape, str(a.dtype)) for a in args))
   if key in _CACHE:
     return _CACHE[key], 0.0
-  fn = jax.jit(partial(train, config=static, num_classes=num_classes))
+  fn = jax.jit(partial(train, config=static, num_classes=num_classes,
+                       mesh=mesh))
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
   seconds = time.perf_counter() - start
@@ -399,7 +407,7 @@ def _compiled(args, *, config: Config, num_classes: int):
 
 def run(key: jax.Array, participants: Participants, x_test, y_test, *,
         num_classes: int, config: Config, seeds: int = 1,
-        timing_repeats: int = 1) -> dict:
+        timing_repeats: int = 1, mesh=None) -> dict:
   """Checks, calibrates, trains ``seeds`` vmapped repeats, evaluates.
 
   Args:
@@ -410,6 +418,8 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
     config: the experiment.
     seeds: repeats, vmapped over keys (the partition is the caller's).
     timing_repeats: timed executions of the compiled training (median).
+    mesh: optional participant mesh (:func:`sharding.participant_mesh`):
+      the participant axis is split over its devices; results are the same.
 
   Returns:
     A JSON-ready dict: accuracy (mean over repeats), accuracy_per_seed,
@@ -429,15 +439,17 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
   check_data(participants, x_test, y_test, num_classes=num_classes)
   keys = jax.random.split(key, seeds)
   with jax.enable_x64(True):
-    args = (keys, jnp.asarray(participants.x, jnp.float32),
-            jnp.asarray(participants.y, jnp.int32),
-            jnp.asarray(participants.mask, jnp.float32),
-            jnp.asarray(plan.sigma, jnp.float32),
-            jnp.asarray(plan.n, jnp.float64),
-            jnp.asarray(plan.p, jnp.float64),
-            jnp.asarray(plan.theta, jnp.float64))
+    per_participant = (jnp.asarray(participants.x, jnp.float32),
+                       jnp.asarray(participants.y, jnp.int32),
+                       jnp.asarray(participants.mask, jnp.float32),
+                       jnp.asarray(plan.sigma, jnp.float32),
+                       jnp.asarray(plan.n, jnp.float64),
+                       jnp.asarray(plan.p, jnp.float64),
+                       jnp.asarray(plan.theta, jnp.float64))
+    args = (sharding.place(keys, mesh, split=False),
+            *(sharding.place(a, mesh) for a in per_participant))
     compiled, compile_seconds = _compiled(args, config=config,
-                                          num_classes=num_classes)
+                                          num_classes=num_classes, mesh=mesh)
     times, cpu_times = [], []
     for _ in range(validation.check_positive_int(timing_repeats,
                                                  "timing_repeats")):
@@ -471,6 +483,7 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
       "cpu_seconds": float(np.median(cpu_times)),
       "compile_seconds": compile_seconds,
       "seeds": seeds,
+      "devices": 1 if mesh is None else int(mesh.size),
   }
   if per is not None:
     result["accuracy_per_participant"] = per.tolist()

@@ -86,6 +86,10 @@ _SWEEP_MECHANISMS = flags.DEFINE_list(
 _OUT = flags.DEFINE_string("out", "results/feddpdr.jsonl",
                            "JSON-lines output file")
 _PLOT = flags.DEFINE_bool("plot", True, "write PNG plots after a sweep")
+_SHARD = flags.DEFINE_bool(
+    "shard_participants", False,
+    "split the participant axis over the local devices (single runs; the "
+    "record's 'devices' says how many were used)")
 
 
 def main(argv):
@@ -113,7 +117,7 @@ def main(argv):
              participants=_PARTICIPANTS.value, n_per=_N_PER.value,
              n_per_explicit=_N_PER.present, sizes=_SIZES.value,
              seed=_SEED.value, seeds=_SEEDS.value, config=base,
-             out=_OUT.value)
+             out=_OUT.value, shard=_SHARD.value)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from federated import feddpdr, partition
+from federated import feddpdr, partition, sharding
 from launch import common
 from launch import data as data_lib
 
@@ -83,15 +83,20 @@ def resolve_sizes(*, available: int, participants: int, n_per: int,
 
 def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
             config: feddpdr.Config, timing_repeats: int = 1,
-            extra: dict | None = None) -> dict:
-  """One experiment: partition from ``seed``, train ``seeds`` repeats."""
+            extra: dict | None = None, shard: bool = False) -> dict:
+  """One experiment: partition from ``seed``, train ``seeds`` repeats.
+
+  ``shard`` splits the participant axis over the local devices
+  (:func:`federated.sharding.participant_mesh`); the numbers are the same.
+  """
   key = jax.random.key(seed)
+  mesh = sharding.participant_mesh(len(sizes)) if shard else None
   parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
                               prepared.y_train, sizes=sizes)
   result = feddpdr.run(jax.random.fold_in(key, 1), parts, prepared.x_test,
                        prepared.y_test, num_classes=len(prepared.classes),
                        config=config, seeds=seeds,
-                       timing_repeats=timing_repeats)
+                       timing_repeats=timing_repeats, mesh=mesh)
   record = {
       "dataset": prepared.name,
       "mechanism": config.mechanism,
@@ -120,14 +125,15 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
 
 def experiment(*, dataset: str, data_dir, participants: int, n_per: int,
                n_per_explicit: bool, sizes, seed: int, seeds: int,
-               config: feddpdr.Config, out: str | None) -> dict:
+               config: feddpdr.Config, out: str | None,
+               shard: bool = False) -> dict:
   """One run from the flags' values: data, sizes, training, JSON record."""
   prepared = prepare_data(dataset, data_dir=data_dir, seed=seed)
   sizes = resolve_sizes(available=len(prepared.y_train),
                         participants=participants, n_per=n_per, sizes=sizes,
                         n_per_explicit=n_per_explicit)
   record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                   config=config)
+                   config=config, shard=shard)
   common.emit_record(record, out)
   return record
 

@@ -91,10 +91,13 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma):
 
 
 def top_k_eigenvectors(m, k: int) -> PcaResult:
-  """Eigenvectors of the k largest eigenvalues of symmetric m, descending."""
+  """Eigenvectors of the k largest eigenvalues of symmetric m, descending.
+
+  ``eigh`` returns the eigenvalues in ascending order, so the top k are its
+  last k columns, reversed; no sort is needed.
+  """
   values, vectors = jnp.linalg.eigh(m)
-  order = jnp.argsort(values)[::-1][:k]
-  return PcaResult(vectors[:, order], values[order])
+  return PcaResult(vectors[:, ::-1][:, :k], values[::-1][:k])
 
 
 def dp_pca(key: jax.Array, x, mask, *, k: int, sigma) -> PcaResult:
