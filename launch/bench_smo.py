@@ -127,7 +127,8 @@ def bench_dataset(name, *, shrinking, precompute, dtype) -> dict:
       "cpu_time_ratio": cpu / ref["cpu_seconds"],
       "same_iterations": model.iterations == ref["iterations"],
       "device": jax.devices()[0].device_kind,
-      "note": "wall times on a shared CPU, under contention",
+      "load_average": os.getloadavg(),
+      "note": "timings on a shared machine; see load_average",
   }
 
 
@@ -150,7 +151,8 @@ def bench_repeats(name, *, repeats, seed, precompute) -> dict:
   out["ratio"] = out[f"seconds_{repeats}"] / out["seconds_1"]
   out["cpu_ratio"] = out[f"cpu_seconds_{repeats}"] / out["cpu_seconds_1"]
   out["device"] = jax.devices()[0].device_kind
-  out["note"] = "wall times on a shared CPU, under contention"
+  out["load_average"] = os.getloadavg()
+  out["note"] = "timings on a shared machine; see load_average"
   return out
 
 
