@@ -43,6 +43,27 @@ from mechanisms import kernels, smo, smo_train, wss
 DEFAULT_DELTA = 1e-5
 
 
+# Cap on the pair flags of all repeats of one call together (see
+# :func:`resolve_pair_flags`); the per-run cap is ``wss.BITSET_MAX_BYTES``.
+PAIR_FLAGS_TOTAL_BYTES = 4 << 30
+
+
+def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
+  """``"auto"`` → ``"bits"`` when the flags of every repeat fit, else scan.
+
+  The flags take l²/8 bytes per repeat and the repeats run together, so
+  ``"auto"`` keeps them when ``repeats`` · l²/8 ≤ 4 GiB (and each run is
+  within ``wss.BITSET_MAX_BYTES``): 5 repeats at l = 50,000 take 1.6 GB;
+  64 repeats at l = 50,000 (20 GB) scan the pair record instead.
+  """
+  if pair_flags != "auto":
+    return pair_flags
+  per_run = wss.bitset_bytes(num)
+  fits = (per_run <= wss.BITSET_MAX_BYTES
+          and repeats * per_run <= PAIR_FLAGS_TOTAL_BYTES)
+  return "bits" if fits else "scan"
+
+
 def default_max_iter(num: int) -> int:
   """Iteration cap = pair-buffer rows: max(10⁴, 100·l) (8 bytes each)."""
   return max(10_000, 100 * num)
@@ -107,8 +128,9 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
     ordered_pairs: the paper's ordered flag I[i][j] (default) or
       unordered pairs.
     pair_flags: how used pairs are looked up (``wss.DPWSS.pair_flags``):
-      ``"auto"``, ``"bits"`` (l²/8 bytes per repeat, O(l) per iteration)
-      or ``"scan"`` (O(max_iter) memory, O(iteration) per iteration).
+      ``"auto"`` (:func:`resolve_pair_flags`), ``"bits"`` (l²/8 bytes per
+      repeat, O(l) per iteration) or ``"scan"`` (O(max_iter) memory,
+      O(iteration) per iteration).
 
   Returns:
     A :class:`DPWSSRun`; exits are reported per model, never raised.
@@ -129,7 +151,8 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
         repeats=repeats)
     rule = wss.DPWSS(buffer_rows=max_iter, ordered_pairs=ordered_pairs,
-                     pair_flags=pair_flags)
+                     pair_flags=resolve_pair_flags(pair_flags, num,
+                                                   repeats))
     params = smo.SolverParams(
         jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
         jnp.asarray(max_iter, jnp.int32),

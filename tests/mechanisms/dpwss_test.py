@@ -137,6 +137,11 @@ def test_pair_memory_fits_at_ijcnn1_scale():
   assert big.bits.size == 0
   with pytest.raises(ValueError, match="pair_flags"):
     wss.DPWSS(buffer_rows=1, pair_flags="dense")
+  # Repeats run together: their flags share one cap.
+  assert dpwss.resolve_pair_flags("auto", 50_000, 5) == "bits"  # 1.6 GB
+  assert dpwss.resolve_pair_flags("auto", 50_000, 64) == "scan"  # 20 GB
+  assert dpwss.resolve_pair_flags("auto", 5_000, 64) == "bits"  # 200 MB
+  assert dpwss.resolve_pair_flags("scan", 270, 1) == "scan"
 
 
 @pytest.fixture(scope="module")
