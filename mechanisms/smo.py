@@ -208,12 +208,32 @@ def bias_and_objective(alpha, grad, y, c):
   return -rho, objective
 
 
+_REPEATS = "repeats"
+
+
+def _any(pred, axis_name):
+  """``pred`` of this run, or whether it holds for any run of the batch."""
+  if axis_name is None:
+    return pred
+  return lax.psum(pred.astype(jnp.int32), axis_name) > 0
+
+
+def _where(pred, new, old):
+  """``new`` where ``pred`` (a scalar of this run), else ``old`` (pytrees)."""
+  return jax.tree.map(lambda a, b: jnp.where(pred, a, b), new, old)
+
+
 def _loop(problem: Problem, params: SolverParams, config: SolverConfig,
-          rule):
+          rule, axis_name=None):
   """(init, running, step, finish) of the SMO loop for one run.
 
   ``step(state, key)`` is a no-op for a run that has already exited, so a
   batch of runs can share one ``while_loop`` (see :func:`solve_repeats`).
+  With ``axis_name`` (the step then runs under ``vmap`` with that axis
+  name), the shrinking heuristic's two branches are taken when *any* run of
+  the batch needs them and applied to the runs that do: a ``lax.cond`` on a
+  per-run predicate would become a select that computes both branches,
+  including a second selection, at every iteration of every run.
   """
   num = problem.y.shape[0]
   dtype = problem.x.dtype
@@ -237,11 +257,14 @@ def _loop(problem: Problem, params: SolverParams, config: SolverConfig,
     counter = state.counter - 1
     active, unshrunk = state.active, state.unshrunk
     if config.shrinking:
-      active, unshrunk = lax.cond(
-          counter == 0,
-          lambda a, u: shrink(state.alpha, state.grad, problem.y, c, eps,
-                              a, u),
-          lambda a, u: (a, u), active, unshrunk)
+      due = counter == 0
+
+      def do_shrink(a, u):
+        return _where(due, shrink(state.alpha, state.grad, problem.y, c,
+                                  eps, a, u), (a, u))
+
+      active, unshrunk = lax.cond(_any(due, axis_name), do_shrink,
+                                  lambda a, u: (a, u), active, unshrunk)
     counter = jnp.where(counter == 0, period, counter)
     key_a, key_b = jax.random.split(jax.random.fold_in(key, state.iteration))
     sel = select(state, active, key_a)
@@ -252,11 +275,13 @@ def _loop(problem: Problem, params: SolverParams, config: SolverConfig,
 
       def again(_):
         new = select(state, everything, key_b)
-        return new, everything, jnp.where(new.status == wss.RUNNING, 1,
-                                          counter)
+        redo = (new, everything,
+                jnp.where(new.status == wss.RUNNING, 1, counter))
+        return _where(retry, redo, (sel, active, counter))
 
       sel, active, counter = lax.cond(
-          retry, again, lambda _: (sel, active, counter), None)
+          _any(retry, axis_name), again, lambda _: (sel, active, counter),
+          None)
     found = (sel.status == wss.RUNNING) & live
     if sel.row_i is None:
       rows = row_fn(jnp.stack([sel.i, sel.j]))
@@ -331,10 +356,12 @@ def solve_repeats(keys: jax.Array, problem: Problem, params: SolverParams,
   any run is live, the step is ``vmap``-ed, and a run that has exited is
   left unchanged by its step.
   """
-  init, running, step, finish = _loop(problem, params, config, rule)
+  init, running, step, finish = _loop(problem, params, config, rule,
+                                      axis_name=_REPEATS)
   states = jax.vmap(lambda _: init())(keys)
   final = lax.while_loop(lambda s: jnp.any(jax.vmap(running)(s)),
-                         lambda s: jax.vmap(step)(s, keys), states)
+                         lambda s: jax.vmap(step, axis_name=_REPEATS)(
+                             s, keys), states)
   return jax.vmap(finish)(final)
 
 
