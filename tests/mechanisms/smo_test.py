@@ -189,3 +189,38 @@ def test_bad_parameters_are_refused():
     smo_train.wss2_train(x, y, kernel=kernels.KernelSpec("rbf", gamma=-1.0))
   with pytest.raises(ValueError, match="kernel must be one of"):
     kernels.KernelSpec("laplace")
+
+
+def test_to_numpy_trims_the_pair_record_to_the_longest_run():
+  from mechanisms import smo
+  rows, runs = 10_000, 2
+  pairs = np.full((runs, rows, 2), -1, np.int32)
+  iterations = np.array([5, 4_100], np.int32)
+  for r, t in enumerate(iterations):
+    pairs[r, :t] = np.arange(2 * t).reshape(t, 2)
+  zeros = np.zeros(runs)
+  result = smo.SMOResult(zeros, zeros, zeros, zeros, iterations,
+                         np.zeros(runs, np.int32), pairs)
+  out = smo.to_numpy(result)
+  # Longest run 4,100 → two buckets of 4,096 rows; nothing used is lost.
+  assert out.pairs.shape == (runs, 8_192, 2)
+  np.testing.assert_array_equal(out.pairs, pairs[:, :8_192])
+  # A record shorter than one bucket is kept whole; an empty one too.
+  short = smo.to_numpy(result._replace(pairs=pairs[:, :3_000],
+                                       iterations=np.array([5, 2_999])))
+  assert short.pairs.shape == (runs, 3_000, 2)
+  empty = smo.to_numpy(result._replace(pairs=np.zeros((runs, 0, 2))))
+  assert empty.pairs.shape == (runs, 0, 2)
+
+
+def test_precompute_policy_per_backend():
+  resolve = smo_train.resolve_precompute
+  assert resolve(None, 1_500, backend="cpu")            # small: always
+  assert not resolve(None, 5_000, backend="cpu")        # one run: on demand
+  assert resolve(None, 5_000, repeats=8, backend="cpu")  # 100 MB shared
+  assert not resolve(None, 9_000, repeats=8, backend="cpu")  # > 256 MiB
+  assert resolve(None, 5_000, backend="gpu")            # cheap on a GPU
+  assert resolve(None, 23_000, backend="gpu")           # 2.1 GB ≤ 2 GiB
+  assert not resolve(None, 50_000, backend="gpu")       # 10 GB: on demand
+  assert not resolve(False, 1_000, backend="gpu")       # forced either way
+  assert resolve(True, 50_000, backend="cpu")
