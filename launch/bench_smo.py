@@ -13,7 +13,8 @@ Datasets (all offline):
   spambase (not available offline): the first 4,601 MNIST training images,
   4×4 average-pooled to 7×7 = 49 features, pixels / 255, even vs odd.
 * ``mnist_5000``: the first 5,000 MNIST training images, 784 features,
-  pixels / 255, even vs odd (binary MNIST).
+  pixels / 255, even vs odd (binary MNIST); ``mnist_N`` likewise with the
+  first N rows (e.g. ``mnist_20000`` on a GPU).
 
 Then the vmapped DPWSS repeats: 1 against ``--dpwss_repeats`` (64) on the
 4,601-row set. Timings on a shared CPU are under contention::
@@ -55,8 +56,9 @@ def load(name: str, data_dir=None):
     return np.asarray(ds.x_train, np.float64), ds.y_train.astype(np.float64)
   ds = data.load_dataset("mnist", data_dir=data_dir)
   y = np.where(ds.y_train % 2 == 0, 1.0, -1.0)
-  if name == "mnist_5000":
-    return ds.x_train[:5000].astype(np.float64) / 255.0, y[:5000]
+  if name.startswith("mnist_") and name[6:].isdigit():
+    rows = int(name[6:])
+    return ds.x_train[:rows].astype(np.float64) / 255.0, y[:rows]
   if name == "mnist_pool4_4601":
     img = ds.x_train[:4601].reshape(-1, 7, 4, 7, 4).astype(np.float64)
     return img.mean(axis=(2, 4)).reshape(-1, 49) / 255.0, y[:4601]

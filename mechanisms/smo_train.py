@@ -25,7 +25,8 @@ from dpcore import validation
 from mechanisms import kernels, smo, wss
 
 PRECOMPUTE_SMALL = 2_000  # l up to which Q is always cached
-PRECOMPUTE_MAX_BYTES = 1 << 28  # 256 MiB cap on a cached Q
+PRECOMPUTE_MAX_BYTES = 1 << 28  # 256 MiB cap on a cached Q (CPU)
+PRECOMPUTE_MAX_BYTES_ACCELERATOR = 1 << 31  # 2 GiB on a GPU/TPU
 RBF = kernels.KernelSpec("rbf")  # LIBSVM's default kernel, γ = 1/d
 
 
@@ -39,20 +40,29 @@ def check_svm_inputs(x, y, *, c, eps) -> tuple[np.ndarray, np.ndarray]:
 
 
 def resolve_precompute(precompute, num: int, *, repeats: int = 1,
-                       row_dtype: str = "float32") -> bool:
+                       row_dtype: str = "float32",
+                       backend: str | None = None) -> bool:
   """Whether to cache Q: forced by ``precompute``, else automatic.
 
-  Automatic: always for l ≤ 2,000; for several vmapped repeats (which
-  share the cache, while on-demand rows cost each repeat 2 rows per
-  iteration) whenever Q fits in 256 MiB; otherwise rows on demand (one
-  run of T iterations computes 2T rows, usually fewer than l).
+  Automatic on the CPU: always for l ≤ 2,000; for several vmapped repeats
+  (which share the cache, while on-demand rows cost each repeat 2 rows
+  per iteration) whenever Q fits in 256 MiB; otherwise rows on demand
+  (one run of T iterations computes 2T rows, usually fewer than l).
+
+  On an accelerator (``backend`` other than ``"cpu"``; default: JAX's
+  default backend) whenever Q fits in 2 GiB: there computing all of Q is
+  one matrix product of negligible cost, while rows on demand cost each
+  iteration a pass over X (on an H100, WSS2 on 5,000 MNIST rows: 0.108 s
+  on demand, 0.075 s cached, Q's computation included).
   """
   if precompute is not None:
     return bool(precompute)
   if num <= PRECOMPUTE_SMALL:
     return True
-  fits = num * num * np.dtype(row_dtype).itemsize <= PRECOMPUTE_MAX_BYTES
-  return fits and repeats > 1
+  q_bytes = num * num * np.dtype(row_dtype).itemsize
+  if (backend or jax.default_backend()) != "cpu":
+    return q_bytes <= PRECOMPUTE_MAX_BYTES_ACCELERATOR
+  return q_bytes <= PRECOMPUTE_MAX_BYTES and repeats > 1
 
 
 @dataclasses.dataclass(frozen=True)
