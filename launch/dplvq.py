@@ -13,11 +13,14 @@ JSON lines (``--out``), a Markdown table and a PNG beside it::
       --out=results/dplvq_mnist.jsonl
 
 Features are mapped to [−1, 1] by ``launch.data.scale_to_box`` with public
-bounds (pixels: (0, 255)). Tabular sets (Segment, HAR) have no public bounds:
-pass them with ``--bounds=LOW,HIGH``; otherwise (``--bounds=auto``) the
-pooled data's per-feature min and max are used and the record says
-``"scaling": "data_minmax"`` — that step reads the private data and is NOT
-covered by the reported guarantee (the paper does the same without saying).
+bounds (pixels: (0, 255); HAR: (−1, 1), as its documentation states). A
+tabular set without public bounds (Segment, WDBC) is refused by
+``--bounds=auto``: pass public bounds with
+``--bounds=LOW,HIGH``, or ask for the paper's setting with
+``--bounds=data_minmax``. That uses the pooled data's per-feature min and
+max, and the record says ``"scaling": "data_minmax"``. This step reads the
+private data and is NOT covered by the reported guarantee. The paper does
+the same without saying so.
 Every run prints its record as the last stdout line and appends it to
 ``--out``; an interrupted table resumes where it stopped. The logic lives in
 ``launch/dplvq_experiment.py`` (no flags), for notebooks and tests.
@@ -61,8 +64,9 @@ _TRAIN_ON = flags.DEFINE_enum(
     "train_on", "auto", ["auto", "one_fold", "other_folds"],
     "auto: one fold for mnist (paper), the other folds otherwise.")
 _BOUNDS = flags.DEFINE_string(
-    "bounds", "auto", "Public feature bounds 'LOW,HIGH'; 'auto' uses the "
-    "dataset's public bounds, or else the data's min/max (labelled as not "
+    "bounds", "auto", "Feature bounds: 'auto' (the dataset's public bounds; "
+    "refused where it has none), 'LOW,HIGH' (public bounds), or "
+    "'data_minmax' (the data's min/max: the paper's setting, labelled as not "
     "covered by the guarantee).")
 _RANK = flags.DEFINE_integer("rank", None, "Rank of Ω (default: full).")
 _NORMALISE = flags.DEFINE_bool("normalise", False,

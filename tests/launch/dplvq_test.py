@@ -63,12 +63,13 @@ def test_table_mode_writes_table_figure_and_resumes(tmp_path):
   out = str(tmp_path / "t.jsonl")
   args = ("--dataset=breast_cancer", "--table", "--models=glvq",
           "--table_epsilons=1", "--figure_epsilons=4", "--bfgs_iterations=3",
-          f"--out={out}", *TINY)
+          "--bounds=data_minmax", f"--out={out}", *TINY)
   proc = _run(*args)
   records = common.read_jsonl(out)
   assert sorted((r["trainer"], r["epsilon"] or 0) for r in records) == [
       ("bfgs", 0), ("dpsgd", 1.0), ("dpsgd", 4.0), ("sgd", 0)]
-  # No public bounds for WDBC: the min/max scaling is labelled as such.
+  # No public bounds for WDBC: the min/max scaling, asked for by name, is
+  # labelled as such.
   assert all(r["scaling"] == "data_minmax" for r in records)
   assert not any(r["privacy_covers_scaling"] for r in records)
   table = open(str(tmp_path / "t_table.md"), encoding="utf-8").read()
@@ -100,3 +101,16 @@ def test_experiment_module_in_process():
   assert run()["errors"] == rec["errors"]  # same key, same run
   with pytest.raises(ValueError, match="bounds"):
     experiment.prepare("digits", bounds="1,2,3")
+
+
+def test_data_read_scaling_must_be_asked_for():
+  # WDBC has no public bounds: 'auto' refuses rather than read the data.
+  with pytest.raises(ValueError, match="no public feature bounds"):
+    experiment.prepare("breast_cancer")
+  minmax = experiment.prepare("breast_cancer", bounds="data_minmax")
+  assert minmax.scaling == "data_minmax"
+  np.testing.assert_allclose(minmax.x.min(axis=0), -1.0)
+  np.testing.assert_allclose(minmax.x.max(axis=0), 1.0)
+  given = experiment.prepare("breast_cancer", bounds="0,5000")
+  assert given.scaling == "public_bounds_flag"
+  assert np.abs(given.x).max() <= 1.0
