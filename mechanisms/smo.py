@@ -380,8 +380,8 @@ _PAIRS_BUCKET = 4096
 def to_numpy(result: SMOResult) -> SMOResult:
   """Host copy of a (possibly batched) result, pairs record trimmed.
 
-  The pair record is allocated for ``max_iter`` rows (LIBSVM's cap: 10⁷
-  or 100·l) but only the first ``iterations`` are used; it is sliced on
+  The pair record is allocated for ``max_iter`` rows (DPWSS's default:
+  max(10⁴, 100·l)) but only the first ``iterations`` are used; it is sliced on
   the device to the longest run, rounded up to a multiple of 4,096 rows
   (few distinct shapes, so few compilations of the slice), before the
   transfer. Untrimmed, 64 DPWSS repeats on 4,601 rows moved 235 MB to the
