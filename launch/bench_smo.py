@@ -45,6 +45,9 @@ _REPEATS_SET = flags.DEFINE_string("repeats_dataset", "mnist_pool4_4601",
                                    "Set of the vmapped-repeats benchmark.")
 _DPWSS_REPEATS = flags.DEFINE_integer("dpwss_repeats", 64,
                                       "Vmapped DPWSS repeats (0: skip).")
+_UNROLL = flags.DEFINE_integer(
+    "unroll", None, "SMO iterations per loop trip (default: 1 on the CPU, "
+    "smo_train.UNROLL_ACCELERATOR on a GPU).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed (DPWSS).")
 _OUT = flags.DEFINE_string("out", "results/bench_smo.jsonl", "JSON lines.")
 
@@ -107,17 +110,19 @@ def timed_cpu(fn, repeats: int = 3):
   return result, compile_s, best[0], best[1]
 
 
-def bench_dataset(name, *, shrinking, precompute, dtype) -> dict:
+def bench_dataset(name, *, shrinking, precompute, dtype, unroll=None) -> dict:
   x, y = load(name)
   ref = libsvm_run(x, y, shrinking=shrinking)
   model, compile_s, seconds, cpu = timed_cpu(
       lambda: smo_train.wss2_train(
           x, y, kernel=kernels.KernelSpec("rbf"), c=1.0, eps=1e-3,
-          shrinking=shrinking, dtype=dtype, precompute=precompute))
+          shrinking=shrinking, dtype=dtype, precompute=precompute,
+          unroll=unroll))
   return {
       "bench": "wss2_vs_libsvm", "dataset": name, "n": int(x.shape[0]),
       "d": int(x.shape[1]), "shrinking": shrinking, "dtype": dtype,
       "precompute": smo_train.resolve_precompute(precompute, x.shape[0]),
+      "unroll": smo_train.resolve_unroll(unroll),
       "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
       "libsvm_seconds": ref["seconds"], "libsvm_cpu_seconds":
       ref["cpu_seconds"], "libsvm_iterations": ref["iterations"],
@@ -134,17 +139,19 @@ def bench_dataset(name, *, shrinking, precompute, dtype) -> dict:
   }
 
 
-def bench_repeats(name, *, repeats, seed, precompute) -> dict:
+def bench_repeats(name, *, repeats, seed, precompute, unroll=None) -> dict:
   x, y = load(name)
   key = jax.random.key(seed)
   out = {"bench": "dpwss_vmap_repeats", "dataset": name, "n": x.shape[0],
-         "epsilon": 1.0, "sigma": 0.5, "precompute": {
+         "epsilon": 1.0, "sigma": 0.5,
+         "unroll": smo_train.resolve_unroll(unroll), "precompute": {
              r: smo_train.resolve_precompute(precompute, x.shape[0], repeats=r)
              for r in (1, repeats)}}
   for r in (1, repeats):
     run, compile_s, seconds, cpu = timed_cpu(
         lambda r=r: dpwss.dpwss_train(key, x, y, epsilon=1.0, sigma=0.5,
-                                      repeats=r, precompute=precompute),
+                                      repeats=r, precompute=precompute,
+                                      unroll=unroll),
         repeats=1)
     out[f"seconds_{r}"] = seconds
     out[f"cpu_seconds_{r}"] = cpu
@@ -166,12 +173,13 @@ def main(argv):
       common.progress(f"{name} shrinking={shrinking}")
       common.emit_record(bench_dataset(name, shrinking=bool(shrinking),
                                        precompute=precompute,
-                                       dtype=_DTYPE.value), _OUT.value)
+                                       dtype=_DTYPE.value,
+                                       unroll=_UNROLL.value), _OUT.value)
   if _DPWSS_REPEATS.value:
     common.progress("DPWSS vmapped repeats")
     common.emit_record(bench_repeats(
         _REPEATS_SET.value, repeats=_DPWSS_REPEATS.value, seed=_SEED.value,
-        precompute=precompute), _OUT.value)
+        precompute=precompute, unroll=_UNROLL.value), _OUT.value)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,8 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
                 dtype: str = "float64", precompute: bool | None = None,
                 row_dtype: str = "float32",
                 ordered_pairs: bool = True,
-                pair_flags: str = "auto") -> DPWSSRun:
+                pair_flags: str = "auto",
+                unroll: int | None = None) -> DPWSSRun:
   """Trains ``repeats`` C-SVCs with DPWSS, vmapped over split keys.
 
   Args:
@@ -131,6 +132,8 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
       ``"auto"`` (:func:`resolve_pair_flags`), ``"bits"`` (l²/8 bytes per
       repeat, O(l) per iteration) or ``"scan"`` (O(max_iter) memory,
       O(iteration) per iteration).
+    unroll: iterations per loop trip (``smo_train.resolve_unroll``; speed
+      only, same result).
 
   Returns:
     A :class:`DPWSSRun`; exits are reported per model, never raised.
@@ -149,7 +152,7 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
     x, y, spec, config, problem, max_iter = smo_train.solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
-        repeats=repeats)
+        repeats=repeats, unroll=unroll)
     rule = wss.DPWSS(buffer_rows=max_iter, ordered_pairs=ordered_pairs,
                      pair_flags=resolve_pair_flags(pair_flags, num,
                                                    repeats))

@@ -104,10 +104,20 @@ class SolverConfig:
     kernel: a resolved :class:`kernels.KernelSpec`.
     shrinking: LIBSVM's ``-h 1`` heuristic.
     row_dtype: precision kernel rows are rounded to (LIBSVM: float32).
+    unroll: SMO iterations per trip of the ``while_loop``. Results do not
+      depend on it (a step of a run that has exited changes nothing), only
+      speed does: on a GPU each trip ends with the loop condition read back
+      by the host, which several iterations then share; a run may compute
+      up to ``unroll − 1`` discarded steps after it exits.
   """
   kernel: kernels.KernelSpec
   shrinking: bool = False
   row_dtype: str = "float32"
+  unroll: int = 1
+
+  def __post_init__(self):
+    if not (isinstance(self.unroll, int) and self.unroll >= 1):
+      raise ValueError(f"unroll must be an int ≥ 1, got {self.unroll!r}.")
 
 
 def make_problem(spec: kernels.KernelSpec, x, y, *, dtype, precompute: bool,
@@ -340,7 +350,8 @@ def solve(key: jax.Array, problem: Problem, params: SolverParams, *,
     :class:`SMOResult`; ``exit_code`` is one of ``EXIT_REASONS``.
   """
   init, running, step, finish = _loop(problem, params, config, rule)
-  final = lax.while_loop(running, lambda s: step(s, key), init())
+  final = lax.while_loop(
+      running, _unrolled(lambda s: step(s, key), config.unroll), init())
   return finish(final)
 
 
@@ -359,10 +370,19 @@ def solve_repeats(keys: jax.Array, problem: Problem, params: SolverParams,
   init, running, step, finish = _loop(problem, params, config, rule,
                                       axis_name=_REPEATS)
   states = jax.vmap(lambda _: init())(keys)
+  batch_step = lambda s: jax.vmap(step, axis_name=_REPEATS)(s, keys)  # noqa: E731
   final = lax.while_loop(lambda s: jnp.any(jax.vmap(running)(s)),
-                         lambda s: jax.vmap(step, axis_name=_REPEATS)(
-                             s, keys), states)
+                         _unrolled(batch_step, config.unroll), states)
   return jax.vmap(finish)(final)
+
+
+def _unrolled(step, times: int):
+  """``step`` applied ``times`` times in a row (one loop trip)."""
+  def body(state):
+    for _ in range(times):
+      state = step(state)
+    return state
+  return body
 
 
 def default_max_iter(num: int) -> int:

@@ -27,6 +27,7 @@ from mechanisms import kernels, smo, wss
 PRECOMPUTE_SMALL = 2_000  # l up to which Q is always cached
 PRECOMPUTE_MAX_BYTES = 1 << 28  # 256 MiB cap on a cached Q (CPU)
 PRECOMPUTE_MAX_BYTES_ACCELERATOR = 1 << 31  # 2 GiB on a GPU/TPU
+UNROLL_ACCELERATOR = 4  # SMO iterations per loop trip on a GPU/TPU
 RBF = kernels.KernelSpec("rbf")  # LIBSVM's default kernel, γ = 1/d
 
 
@@ -118,8 +119,22 @@ def model_from_result(spec, x, y, result: smo.SMOResult) -> SVMModel:
       exit_reason=smo.exit_reason(result.exit_code))
 
 
+def resolve_unroll(unroll, backend: str | None = None) -> int:
+  """SMO iterations per ``while_loop`` trip (``smo.SolverConfig.unroll``).
+
+  Forced by ``unroll``; else 1 on the CPU, where a trip costs nothing extra,
+  and ``UNROLL_ACCELERATOR`` on an accelerator (``backend``; default: JAX's
+  default backend), where every trip waits for the host to read the loop
+  condition. Results are the same either way.
+  """
+  if unroll is not None:
+    return validation.check_positive_int(unroll, "unroll")
+  return 1 if (backend or jax.default_backend()) == "cpu" else (
+      UNROLL_ACCELERATOR)
+
+
 def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
-                 row_dtype, shrinking, repeats=1):
+                 row_dtype, shrinking, repeats=1, unroll=None):
   """Shared validation and construction for the train entry points.
 
   Must be called inside the precision context of the run.
@@ -132,7 +147,8 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   max_iter = smo.default_max_iter(num) if max_iter is None else (
       validation.check_positive_int(max_iter, "max_iter"))
   config = smo.SolverConfig(kernel=spec, shrinking=bool(shrinking),
-                        row_dtype=row_dtype)
+                            row_dtype=row_dtype,
+                            unroll=resolve_unroll(unroll))
   problem = smo.make_problem(spec, x, y, dtype=dtype,
                          precompute=resolve_precompute(
                              precompute, num, repeats=repeats,
@@ -145,7 +161,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
                c: float = 1.0, eps: float = 1e-3, shrinking: bool = False,
                max_iter: int | None = None, dtype: str = "float64",
                precompute: bool | None = None,
-               row_dtype: str = "float32") -> SVMModel:
+               row_dtype: str = "float32",
+               unroll: int | None = None) -> SVMModel:
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
 
   Deterministic, so it takes no key. With ``shrinking=False``, float64 and
@@ -163,6 +180,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
       or ``float32``.
     precompute: cache Q's rows (default: see :func:`resolve_precompute`).
     row_dtype: precision of kernel rows (LIBSVM: float32).
+    unroll: iterations per loop trip (default: :func:`resolve_unroll`;
+      speed only, same result).
 
   Returns:
     The trained :class:`SVMModel`.
@@ -172,7 +191,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
   with jax.enable_x64(dtype == "float64"):
     x, y, spec, config, problem, max_iter = solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
-        precompute=precompute, row_dtype=row_dtype, shrinking=shrinking)
+        precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
+        unroll=unroll)
     params = smo.SolverParams(jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
                           jnp.asarray(max_iter, jnp.int32), None)
     # WSS2 is deterministic: the key is required by the solver's signature

@@ -257,3 +257,39 @@ def test_batched_loop_equals_separate_runs():
                                     np.asarray(batched.pairs[r]))
       np.testing.assert_allclose(np.asarray(one.alpha),
                                  np.asarray(batched.alpha[r]), atol=1e-12)
+
+
+@pytest.mark.parametrize("shrinking", [False, True])
+def test_unrolled_loop_gives_the_same_runs(shrinking):
+  # Several SMO steps per while-loop trip: a step of an exited run changes
+  # nothing, so iterations, α, pairs and exits are those of unroll = 1,
+  # also when max_iter is not a multiple of the unroll.
+  x, y = heart()
+  x, y = x[:120], y[:120]
+  with jax.enable_x64(True):
+    spec = kernels.KernelSpec("rbf").resolve(13)
+    problem = smo.make_problem(spec, x, y, dtype="float64", precompute=True,
+                               row_dtype="float32")
+    keys = jax.random.split(jax.random.key(9), 3)
+    for max_iter in (2000, 31):
+      params = smo.SolverParams(
+          jnp.asarray(1.0), jnp.asarray(1e-3),
+          jnp.asarray(max_iter, jnp.int32),
+          wss.DPWSSParams(jnp.asarray(1.0), jnp.asarray(0.2)))
+      runs = {}
+      for unroll in (1, 3):
+        config = smo.SolverConfig(kernel=spec, shrinking=shrinking,
+                                  unroll=unroll)
+        rule = wss.DPWSS(buffer_rows=max_iter)
+        runs[unroll] = (
+            smo.solve_repeats(keys, problem, params, config=config,
+                              rule=rule),
+            smo.solve(keys[0], problem, params, config=config,
+                      rule=wss.WSS2()))
+      for one, three in zip(runs[1], runs[3], strict=True):
+        for a, b in zip(one, three, strict=True):
+          np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+      if max_iter == 31:  # the cap is hit exactly, not rounded up to 33
+        assert int(runs[3][0].iterations.max()) == 31
+  with pytest.raises(ValueError, match="unroll"):
+    smo.SolverConfig(kernel=spec, unroll=0)

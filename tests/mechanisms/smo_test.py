@@ -224,3 +224,12 @@ def test_precompute_policy_per_backend():
   assert not resolve(None, 50_000, backend="gpu")       # 10 GB: on demand
   assert not resolve(False, 1_000, backend="gpu")       # forced either way
   assert resolve(True, 50_000, backend="cpu")
+
+
+def test_unroll_policy_per_backend():
+  resolve = smo_train.resolve_unroll
+  assert resolve(None, backend="cpu") == 1
+  assert resolve(None, backend="gpu") == smo_train.UNROLL_ACCELERATOR > 1
+  assert resolve(2, backend="cpu") == 2
+  with pytest.raises(ValueError, match="unroll"):
+    resolve(0)
