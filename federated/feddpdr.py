@@ -254,12 +254,12 @@ def clip_rows(z):
 
 
 def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
-               num_classes: int, mesh=None) -> TrainOutput:
+               num_classes: int, mesh=None, chunk=None) -> TrainOutput:
   """One repeat. x: (N, n_max, d) float32; labels: (N, n_max) class ids.
 
   Per-participant steps map over the participant axis with
   :func:`sharding.over_participants` (a ``vmap``, or with ``mesh`` a
-  ``shard_map`` of it).
+  ``shard_map`` of it; with ``chunk``, ``chunk`` participants at a time).
   """
   mech = config.mechanism
   count, _, d = x.shape
@@ -269,7 +269,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
   fit_keys = jax.random.split(fit_key, count)
   weights = aggregation.size_weights(n)
 
-  each = partial(sharding.over_participants, mesh=mesh)
+  each = partial(sharding.over_participants, mesh=mesh, chunk=chunk)
   if mech == "nonpriv":
     bases = each(lambda xi, mi: dp_pca.pca(xi, mi, k=k).components)(
         x, mask)
@@ -312,7 +312,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
 
 
 def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
-          num_classes: int, mesh=None) -> TrainOutput:
+          num_classes: int, mesh=None, chunk=None) -> TrainOutput:
   """All repeats (one per key, vmapped). Call under ``jax.enable_x64``.
 
   Args:
@@ -324,8 +324,11 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
     config: the experiment (static).
     num_classes: K (static).
     mesh: optional participant mesh (static; :mod:`federated.sharding`).
+    chunk: optional number of participants mapped at once (static; bounds
+      peak memory, see :func:`sharding.over_participants`).
   """
-  fn = partial(_train_one, config=config, num_classes=num_classes, mesh=mesh)
+  fn = partial(_train_one, config=config, num_classes=num_classes, mesh=mesh,
+               chunk=chunk)
   return jax.vmap(fn, in_axes=(0,) + (None,) * 7)(
       keys, x, labels, mask, sigma, n, p, theta)
 
@@ -379,7 +382,8 @@ _CACHE: dict = {}
 _CACHE_SIZE = 16
 
 
-def _compiled(args, *, config: Config, num_classes: int, mesh=None):
+def _compiled(args, *, config: Config, num_classes: int, mesh=None,
+              chunk=None):
   """The compiled :func:`train` for these shapes, and its compile time.
 
   Fields that only change the host-side calibration (ε, δ, calibration,
@@ -390,12 +394,12 @@ def _compiled(args, *, config: Config, num_classes: int, mesh=None):
       config, epsilon=1.0, delta=0.5, calibration="analytic",
       budget_per_classifier=False, pca_fraction=0.5,
       neighbouring="add_remove")
-  key = (static, num_classes, mesh,
+  key = (static, num_classes, mesh, chunk,
          tuple((a.shape, str(a.dtype)) for a in args))
   if key in _CACHE:
     return _CACHE[key], 0.0
   fn = jax.jit(partial(train, config=static, num_classes=num_classes,
-                       mesh=mesh))
+                       mesh=mesh, chunk=chunk))
   start = time.perf_counter()
   compiled = fn.lower(*args).compile()
   seconds = time.perf_counter() - start
@@ -407,7 +411,8 @@ def _compiled(args, *, config: Config, num_classes: int, mesh=None):
 
 def run(key: jax.Array, participants: Participants, x_test, y_test, *,
         num_classes: int, config: Config, seeds: int = 1,
-        timing_repeats: int = 1, mesh=None) -> dict:
+        timing_repeats: int = 1, mesh=None,
+        participant_chunk: int | None = None) -> dict:
   """Checks, calibrates, trains ``seeds`` vmapped repeats, evaluates.
 
   Args:
@@ -420,6 +425,9 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
     timing_repeats: timed executions of the compiled training (median).
     mesh: optional participant mesh (:func:`sharding.participant_mesh`):
       the participant axis is split over its devices; results are the same.
+    participant_chunk: map this many participants at a time (default: all
+      at once). Peak memory then grows with the chunk, not with N; results
+      are the same up to rounding.
 
   Returns:
     A JSON-ready dict: accuracy (mean over repeats), accuracy_per_seed,
@@ -448,8 +456,12 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
                        jnp.asarray(plan.theta, jnp.float64))
     args = (sharding.place(keys, mesh, split=False),
             *(sharding.place(a, mesh) for a in per_participant))
+    if participant_chunk is not None:
+      participant_chunk = validation.check_positive_int(
+          participant_chunk, "participant_chunk")
     compiled, compile_seconds = _compiled(args, config=config,
-                                          num_classes=num_classes, mesh=mesh)
+                                          num_classes=num_classes, mesh=mesh,
+                                          chunk=participant_chunk)
     times, cpu_times = [], []
     for _ in range(validation.check_positive_int(timing_repeats,
                                                  "timing_repeats")):
@@ -484,6 +496,7 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
       "compile_seconds": compile_seconds,
       "seeds": seeds,
       "devices": 1 if mesh is None else int(mesh.size),
+      "participant_chunk": participant_chunk,
   }
   if per is not None:
     result["accuracy_per_participant"] = per.tolist()

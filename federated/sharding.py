@@ -52,13 +52,27 @@ def participant_mesh(num_participants: int,
   return Mesh(np.asarray(devices[:count]), (AXIS,))
 
 
-def over_participants(fn: Callable, mesh: Mesh | None) -> Callable:
+def over_participants(fn: Callable, mesh: Mesh | None,
+                      chunk: int | None = None) -> Callable:
   """``vmap(fn)`` over the leading participant axis of every argument.
 
   With a mesh, each device runs ``vmap(fn)`` on its block (``shard_map``;
   arguments and results are split along axis 0 over :data:`AXIS`).
+
+  With ``chunk``, participants are mapped ``chunk`` at a time
+  (``lax.map(..., batch_size=chunk)``: a loop over vmapped blocks, the last
+  one shorter if needed), so the per-participant intermediates (DP-PCA's
+  d × d matrices, its eigendecomposition) are held for ``chunk``
+  participants at once rather than all N. Results are the same up to
+  rounding; only peak memory and speed change.
   """
-  mapped = jax.vmap(fn)
+  if chunk is None:
+    mapped = jax.vmap(fn)
+  else:
+    chunk = validation.check_positive_int(chunk, "chunk")
+
+    def mapped(*args):
+      return jax.lax.map(lambda a: fn(*a), args, batch_size=chunk)
   if mesh is None or mesh.shape[AXIS] == 1:
     return mapped
   spec = PartitionSpec(AXIS)

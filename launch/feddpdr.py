@@ -90,6 +90,11 @@ _SHARD = flags.DEFINE_bool(
     "shard_participants", False,
     "split the participant axis over the local devices (single runs; the "
     "record's 'devices' says how many were used)")
+_CHUNK = flags.DEFINE_integer(
+    "participant_chunk", None,
+    "map this many participants at a time (single runs; default: all at "
+    "once). Bounds peak memory for many participants: DP-PCA holds d x d "
+    "matrices per participant mapped together", lower_bound=1)
 
 
 def main(argv):
@@ -117,7 +122,8 @@ def main(argv):
              participants=_PARTICIPANTS.value, n_per=_N_PER.value,
              n_per_explicit=_N_PER.present, sizes=_SIZES.value,
              seed=_SEED.value, seeds=_SEEDS.value, config=base,
-             out=_OUT.value, shard=_SHARD.value)
+             out=_OUT.value, shard=_SHARD.value,
+             participant_chunk=_CHUNK.value)
 
 
 if __name__ == "__main__":

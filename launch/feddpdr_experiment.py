@@ -83,11 +83,14 @@ def resolve_sizes(*, available: int, participants: int, n_per: int,
 
 def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
             config: feddpdr.Config, timing_repeats: int = 1,
-            extra: dict | None = None, shard: bool = False) -> dict:
+            extra: dict | None = None, shard: bool = False,
+            participant_chunk: int | None = None) -> dict:
   """One experiment: partition from ``seed``, train ``seeds`` repeats.
 
   ``shard`` splits the participant axis over the local devices
   (:func:`federated.sharding.participant_mesh`); the numbers are the same.
+  ``participant_chunk`` maps that many participants at a time, which bounds
+  peak memory for many participants (:func:`federated.feddpdr.run`).
   """
   key = jax.random.key(seed)
   mesh = sharding.participant_mesh(len(sizes)) if shard else None
@@ -96,7 +99,8 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   result = feddpdr.run(jax.random.fold_in(key, 1), parts, prepared.x_test,
                        prepared.y_test, num_classes=len(prepared.classes),
                        config=config, seeds=seeds,
-                       timing_repeats=timing_repeats, mesh=mesh)
+                       timing_repeats=timing_repeats, mesh=mesh,
+                       participant_chunk=participant_chunk)
   record = {
       "dataset": prepared.name,
       "mechanism": config.mechanism,
@@ -126,14 +130,16 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
 def experiment(*, dataset: str, data_dir, participants: int, n_per: int,
                n_per_explicit: bool, sizes, seed: int, seeds: int,
                config: feddpdr.Config, out: str | None,
-               shard: bool = False) -> dict:
+               shard: bool = False,
+               participant_chunk: int | None = None) -> dict:
   """One run from the flags' values: data, sizes, training, JSON record."""
   prepared = prepare_data(dataset, data_dir=data_dir, seed=seed)
   sizes = resolve_sizes(available=len(prepared.y_train),
                         participants=participants, n_per=n_per, sizes=sizes,
                         n_per_explicit=n_per_explicit)
   record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                   config=config, shard=shard)
+                   config=config, shard=shard,
+                   participant_chunk=participant_chunk)
   common.emit_record(record, out)
   return record
 
