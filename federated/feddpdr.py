@@ -334,7 +334,7 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
 
 
 def evaluate(out: TrainOutput, x_test, y_test, *, config: Config,
-             num_classes: int):
+             num_classes: int, chunk: int | None = None):
   """Test accuracy per repeat, and per participant for local mechanisms.
 
   Returns:
@@ -353,10 +353,13 @@ def evaluate(out: TrainOutput, x_test, y_test, *, config: Config,
 
   if config.mechanism in ("nonpriv", "feddpdr"):
     return jax.vmap(score)(out.global_basis, out.global_betas), None
+  # Local models: every participant's model on the whole test set, mapped
+  # ``chunk`` participants at a time when given (as in training).
+  each = partial(sharding.over_participants, mesh=None, chunk=chunk)
   if config.mechanism == "dpdr_dpml":
-    per = jax.vmap(jax.vmap(score))(out.bases, out.betas)
+    per = jax.vmap(each(score))(out.bases, out.betas)
   else:
-    per = jax.vmap(jax.vmap(lambda w: score(None, w)))(out.betas)
+    per = jax.vmap(each(lambda w: score(None, w)))(out.betas)
   return jnp.mean(per, axis=1), per
 
 
@@ -470,7 +473,8 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
       times.append(time.perf_counter() - start)
       cpu_times.append(time.process_time() - cpu_start)
     acc, per = jax.jit(partial(evaluate, config=config,
-                               num_classes=num_classes))(
+                               num_classes=num_classes,
+                               chunk=participant_chunk))(
                                    out, x_test, y_test)
     out, acc, per = jax.device_get((out, acc, per))
   grad_max = float(np.max(out.grad_norm))
