@@ -19,6 +19,11 @@ What is and is not private (read before using):
   support vectors. ``model_is_private`` is therefore always False here; a
   private release needs its own mechanism, e.g.
   :func:`mechanisms.output_perturbation.private_linear_svm`.
+* Even one selection's ε rests on the paper's sensitivity claim Δq = 1 − σ,
+  taken at face value (:data:`SELECTION_ASSUMPTION`, carried in every
+  privacy report): one row changes m, M′ and every Gₜ, and the set of
+  candidates itself depends on the data, which the textbook analysis of the
+  exponential mechanism does not cover.
 
 >>> import jax, numpy as np
 >>> rng = np.random.default_rng(0)
@@ -41,6 +46,12 @@ from dpcore import accounting, validation
 from mechanisms import kernels, smo, smo_train, wss
 
 DEFAULT_DELTA = 1e-5
+
+# Carried in every privacy report: the per-selection guarantee rests on it.
+SELECTION_ASSUMPTION = (
+    "each selection is taken to be epsilon-DP with the paper's score "
+    "sensitivity 1 - sigma; not proven here: one row changes m, M' and every "
+    "G_t, and the candidate set itself depends on the data")
 
 
 # Cap on the pair flags of all repeats of one call together (see
@@ -219,6 +230,7 @@ def privacy_report(epsilon: float, iterations: int, *,
       "note": ("epsilon_nominal is the paper's claim; epsilon/delta compose "
                "the selections (and any release) actually made. The SMO "
                "model itself is not DP."),
+      "selection_assumption": SELECTION_ASSUMPTION,
   }
 
 

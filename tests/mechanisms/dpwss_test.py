@@ -204,6 +204,8 @@ def test_privacy_report_composes_the_selections():
   assert report["epsilon_basic"] == pytest.approx(400.0)
   assert report["epsilon"] == pytest.approx(96.1, abs=0.1)  # papers README
   assert report["delta"] == 1e-5
+  # The per-selection claim it rests on travels with every report.
+  assert "1 - sigma" in report["selection_assumption"]
 
 
 def test_per_iteration_epsilon_from_a_total_target():
