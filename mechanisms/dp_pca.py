@@ -23,8 +23,11 @@ Privacy:
   xxᵀ − x'x'ᵀ, of norm up to √2 (orthogonal unit rows): pass
   ``sensitivity=math.sqrt(2)`` to :func:`pca_sigma` for that relation. With
   σ from :func:`pca_sigma` the released basis is (ε, δ)-DP (post-processing
-  of the Gaussian mechanism). The caller must enforce ‖x‖ ≤ 1 per row
-  (e.g. ``dpcore.validation.check_row_norms``).
+  of the Gaussian mechanism). :func:`noisy_second_moment` clips every row
+  to ‖x‖ ≤ 1 before it touches the data (:func:`clipped_rows`: per row,
+  data-independent, a no-op on valid rows), so the sensitivity
+  holds whatever the caller passes; host-side, :func:`check_pca_inputs`
+  refuses rows of norm > 1 outright.
 
 References:
   Dwork, Talwar, Thakurta & Zhang, Analyze Gauss: Optimal Bounds for
@@ -79,13 +82,29 @@ def second_moment(x, mask):
   return (x * mask[:, None].astype(x.dtype)).T @ x
 
 
-def noisy_second_moment(key: jax.Array, x, mask, *, sigma):
-  """XᵀX of the unmasked rows plus symmetric N(0, σ²) noise.
+def clipped_rows(x, mask):
+  """Unmasked rows scaled to norm ≤ 1; masked rows and rows whose squared
+  norm is not finite (NaN, ±inf, or overflow) become 0.
 
-  Privacy: see the module docstring (sensitivity 1 under add/remove when
-  ‖x‖ ≤ 1).
+  Per row and data-independent, and exact on valid rows (scale 1.0). One
+  pass for the norms, folded with the mask: a cheaper form of
+  ``dpcore.clipping.clip_rows`` for this hot path.
   """
-  m = second_moment(x, mask)
+  norm2 = jnp.sum(jnp.square(x), axis=-1)
+  finite = jnp.isfinite(norm2)
+  scale = jnp.minimum(1.0, jax.lax.rsqrt(jnp.maximum(norm2, 1e-30)))
+  scale = jnp.where(finite, scale, 0.0) * mask
+  return jnp.where(finite[:, None], x * scale[:, None].astype(x.dtype), 0.0)
+
+
+def noisy_second_moment(key: jax.Array, x, mask, *, sigma):
+  """XᵀX of the unmasked rows, clipped to norm ≤ 1, plus N(0, σ²) noise.
+
+  Privacy: see the module docstring (sensitivity 1 under add/remove; the
+  clipping makes ‖x‖ ≤ 1 hold for any input).
+  """
+  rows = clipped_rows(x, mask)
+  m = rows.T @ rows
   return m + dp_noise.symmetric_gaussian_noise(
       key, m.shape[0], stddev=sigma, dtype=m.dtype)
 

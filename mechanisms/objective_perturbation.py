@@ -52,8 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpcore import clipping, validation
 from dpcore import noise as dp_noise
-from dpcore import validation
 
 LOSSES = ("huber", "logistic")
 HUBER_H = 0.5
@@ -256,10 +256,13 @@ def objective_perturbation(key: jax.Array, x, y, mask, *, n, p, theta, lam,
 
   Privacy:
     ε-DP under replacement of one row, for the ε that produced (p, θ),
-    given ‖x‖ ≤ 1, λ > 0 and convergence (see the module docstring).
+    given λ > 0 and convergence (see the module docstring). Rows are
+    clipped to ‖x‖ ≤ 1 first (per row, a no-op on valid rows), so the
+    bound the proof needs holds for any input.
   """
   dim = x.shape[-1]
   if private:
+    x = clipping.clip_rows(x)
     b = perturbation_noise(key, dim, p=p, dtype=x.dtype)
   else:
     b = jnp.zeros(dim, x.dtype)

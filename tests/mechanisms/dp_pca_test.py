@@ -132,3 +132,22 @@ def test_bad_input(bad, match):
     dp_pca.pca_sigma(epsilon=0.0, delta=1e-5)
   with pytest.raises(ValueError, match="delta"):
     dp_pca.pca_sigma(epsilon=1.0, delta=1.0)
+
+
+def test_rows_over_norm_one_are_clipped_inside_the_mechanism():
+  # The sensitivity needs ‖x‖ ≤ 1; the jitted mechanism enforces it itself,
+  # so a row of norm 5 counts exactly as that row scaled to norm 1.
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(50, 6)).astype(np.float32)
+  x /= 2 * np.linalg.norm(x, axis=1, keepdims=True)  # norms 0.5
+  big = x.copy()
+  big[:5] *= 10.0                                     # norms 5
+  clipped = x.copy()
+  clipped[:5] *= 2.0                                  # norms 1
+  mask = np.ones(50, np.float32)
+  key = jax.random.key(0)
+  noisy = lambda rows: dp_pca.noisy_second_moment(  # noqa: E731
+      key, jnp.asarray(rows), mask, sigma=0.1)
+  np.testing.assert_allclose(noisy(big), noisy(clipped), rtol=1e-5,
+                             atol=1e-5)
+  assert not np.allclose(noisy(big), noisy(x), atol=1e-3)

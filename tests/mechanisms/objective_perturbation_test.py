@@ -165,3 +165,22 @@ def test_fit_rejects_bad_input(bad, match):
     kwargs["loss"] = "hinge"
   with pytest.raises(ValueError, match=match):
     op.fit(jax.random.key(0), x, y, **kwargs)
+
+
+def test_private_fit_clips_rows_to_norm_one():
+  # Rows of norm 3 are fitted as the same rows scaled to norm 1: the proof's
+  # ‖x‖ ≤ 1 is enforced inside the jitted mechanism, not assumed.
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(200, 4))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = np.where(x[:, 0] > 0, 1.0, -1.0)
+  mask = np.ones(200)
+  with jax.enable_x64(True):
+    def fit(rows):
+      return op.objective_perturbation(
+          jax.random.key(1), jnp.asarray(rows), jnp.asarray(y),
+          jnp.asarray(mask), n=200.0, p=1.0, theta=0.0, lam=0.05)
+    unit, tripled = fit(x), fit(3.0 * x)
+  np.testing.assert_allclose(np.asarray(tripled.beta),
+                             np.asarray(unit.beta), atol=1e-7)
+  assert bool(tripled.converged)
