@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import calibration, noise, validation
+from dpcore import calibration, clipping, noise, validation
 from dpcore.accounting import PrivacyLedger
 
 BOX_TOLERANCE = 1e-5
@@ -94,7 +94,8 @@ def private_prototypes(key: jax.Array, x, y, *, num_classes: int, epsilon,
 
   Args:
     key: PRNG key (consumed).
-    x: (n, d) data in [−1, 1]^d (checked by the caller, see :func:`check_box`).
+    x: (n, d) data in [−1, 1]^d (checked host-side by :func:`check_box`;
+      clipped to the box here too, so the sensitivity holds for any input).
     y: (n,) class indices in 0..k−1.
     num_classes: k (public).
     epsilon: ε₁ of the whole initialisation (may be traced).
@@ -115,6 +116,7 @@ def private_prototypes(key: jax.Array, x, y, *, num_classes: int, epsilon,
   clipping are post-processing. Record with :func:`record_private_init`.
   """
   d = x.shape[1]
+  x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
   one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
   counts = jnp.sum(one_hot, axis=0)
@@ -143,7 +145,7 @@ def gaussian_private_prototypes(key: jax.Array, x, y, *, num_classes: int,
 
   Args:
     key: PRNG key (consumed).
-    x: (n, d) data in [−1, 1]^d.
+    x: (n, d) data in [−1, 1]^d (clipped to the box here).
     y: (n,) class indices.
     num_classes: k.
     noise_multiplier: σ_init, the noise std per unit of L2 sensitivity.
@@ -156,6 +158,7 @@ def gaussian_private_prototypes(key: jax.Array, x, y, *, num_classes: int,
   :func:`record_gaussian_init`.
   """
   d = x.shape[1]
+  x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
   one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
   counts = jnp.sum(one_hot, axis=0)

@@ -286,3 +286,25 @@ def test_gaussian_init_noise_scale_and_plan():
   g = plan.ledger.guarantee(1e-5)
   assert g.basic_delta == pytest.approx(1e-5)
   assert g.epsilon <= 1.0 + 1e-6
+
+
+@pytest.mark.parametrize("init", ["laplace", "gaussian"])
+def test_private_init_clips_data_to_the_box(init):
+  # The sums' sensitivity needs x ∈ [−1, 1]^d: the jitted initialisation
+  # clips itself, so out-of-box rows count as their clipped versions.
+  rng = np.random.default_rng(2)
+  x = rng.uniform(-1, 1, size=(60, 5)).astype(np.float32)
+  y = np.arange(60) % 3
+  wild = x.copy()
+  wild[:4] *= 40.0
+  key = jax.random.key(7)
+  if init == "laplace":
+    run = lambda rows: lvq_init.private_prototypes(  # noqa: E731
+        key, jnp.asarray(rows), jnp.asarray(y), num_classes=3, epsilon=50.0)
+  else:
+    run = lambda rows: lvq_init.gaussian_private_prototypes(  # noqa: E731
+        key, jnp.asarray(rows), jnp.asarray(y), num_classes=3,
+        noise_multiplier=0.01)
+  np.testing.assert_allclose(run(wild), run(np.clip(wild, -1, 1)),
+                             rtol=1e-6, atol=1e-6)
+  assert not np.allclose(run(wild), run(x), atol=1e-3)
