@@ -236,17 +236,28 @@ def test_bad_labels_are_refused():
     dpwss.dpwss_train(jax.random.key(0), x, y + 1, epsilon=1.0, sigma=0.5)
 
 
+def heart_problem(rows):
+  """(spec, float64 problem with Q cached) of the first ``rows`` of heart.
+
+  Call under ``jax.enable_x64(True)``.
+  """
+  x, y = heart()
+  spec = kernels.KernelSpec("rbf").resolve(13)
+  return spec, smo.make_problem(spec, x[:rows], y[:rows], dtype="float64",
+                                precompute=True, row_dtype="float32")
+
+
+def dpwss_params(max_iter):
+  return smo.SolverParams(
+      jnp.asarray(1.0), jnp.asarray(1e-3), jnp.asarray(max_iter, jnp.int32),
+      wss.DPWSSParams(jnp.asarray(1.0), jnp.asarray(0.2)))
+
+
 def test_batched_loop_equals_separate_runs():
   # solve_repeats (one loop, vmapped step) must give each run's own result.
-  x, y = heart()
-  x, y = x[:100], y[:100]
   with jax.enable_x64(True):
-    spec = kernels.KernelSpec("rbf").resolve(13)
-    problem = smo.make_problem(spec, x, y, dtype="float64", precompute=True,
-                               row_dtype="float32")
-    params = smo.SolverParams(
-        jnp.asarray(1.0), jnp.asarray(1e-3), jnp.asarray(2000, jnp.int32),
-        wss.DPWSSParams(jnp.asarray(1.0), jnp.asarray(0.2)))
+    spec, problem = heart_problem(100)
+    params = dpwss_params(2000)
     config = smo.SolverConfig(kernel=spec, shrinking=True)
     rule = wss.DPWSS(buffer_rows=2000)
     keys = jax.random.split(jax.random.key(4), 3)
@@ -266,18 +277,11 @@ def test_unrolled_loop_gives_the_same_runs(shrinking):
   # Several SMO steps per while-loop trip: a step of an exited run changes
   # nothing, so iterations, α, pairs and exits are those of unroll = 1,
   # also when max_iter is not a multiple of the unroll.
-  x, y = heart()
-  x, y = x[:120], y[:120]
   with jax.enable_x64(True):
-    spec = kernels.KernelSpec("rbf").resolve(13)
-    problem = smo.make_problem(spec, x, y, dtype="float64", precompute=True,
-                               row_dtype="float32")
+    spec, problem = heart_problem(120)
     keys = jax.random.split(jax.random.key(9), 3)
     for max_iter in (2000, 31):
-      params = smo.SolverParams(
-          jnp.asarray(1.0), jnp.asarray(1e-3),
-          jnp.asarray(max_iter, jnp.int32),
-          wss.DPWSSParams(jnp.asarray(1.0), jnp.asarray(0.2)))
+      params = dpwss_params(max_iter)
       runs = {}
       for unroll in (1, 3):
         config = smo.SolverConfig(kernel=spec, shrinking=shrinking,
