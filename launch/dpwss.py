@@ -24,11 +24,13 @@ settings.
 
 Scaling (``--scaling``): ``auto`` maps public bounds to [−1, 1] (``box``:
 heart's published [−1, 1], digits' pixel range 0..16), keeps other LIBSVM
-files as published (``none``) and applies ``minmax`` to tabular sets
-without public bounds (breast_cancer) — per-feature min/max of the
-training data to [−1, 1], what LIBSVM's ``svm-scale`` did to the paper's
-datasets; that reads the data and is outside any guarantee. ``unit_rows``
-(per-row norm 1) and ``unit_ball`` (x/max(1, ‖x‖)) are data-independent.
+files as published (``none``) and refuses tabular sets without public
+bounds (breast_cancer). ``auto_minmax`` does the same but applies
+``minmax`` to those sets: per-feature min/max of the training data to
+[−1, 1], what LIBSVM's ``svm-scale`` did to the paper's datasets. That reads
+the data and is outside any guarantee, so it has to be asked for by name.
+``unit_rows`` (per-row norm 1) and ``unit_ball`` (x/max(1, ‖x‖)) are
+data-independent.
 ``--release=output_perturbation`` requires a data-independent scaling and
 projects rows onto the unit ball.
 
@@ -60,7 +62,8 @@ _CLASSES = flags.DEFINE_string(
     "classes", None, "For multi-class sets: 'POS,NEG' class ids (e.g. 3,8).")
 _SCALING = flags.DEFINE_enum(
     "scaling", "auto",
-    ["auto", "none", "box", "minmax", "unit_rows", "unit_ball"],
+    ["auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
+     "unit_ball"],
     "Feature scaling (see module docstring).")
 _WSS = flags.DEFINE_enum("wss", "dpwss", ["wss2", "dpwss"], "Selection.")
 _EPSILON = flags.DEFINE_float("epsilon", 1.0, "ε per selection (paper's ε).")

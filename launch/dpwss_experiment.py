@@ -61,13 +61,20 @@ def _scale(x, ds, scaling, fit_rows):
 def prepare(name, *, data_dir, classes, scaling, evaluate, release):
   """Loads a dataset as float64 ±1 train/eval arrays and the scaling used."""
   ds = data.load_dataset(name, data_dir=data_dir)
-  if scaling == "auto":
+  if scaling in ("auto", "auto_minmax"):
     if ds.bounds is not None:
       scaling = "box"
     elif name.startswith("svmlight:"):
       scaling = "none"
-    else:
+    elif scaling == "auto_minmax":
       scaling = "minmax"
+    else:
+      raise ValueError(
+          f"{name!r} has no public feature bounds, and min/max scaling reads "
+          f"the data, outside any guarantee. Pass --scaling=auto_minmax to "
+          f"min/max-scale such sets as LIBSVM's svm-scale did for the "
+          f"paper (labelled 'minmax' in the record), or a data-independent "
+          f"--scaling=unit_rows, unit_ball or none.")
   if release != "none":
     if scaling == "minmax":
       raise ValueError("--release=output_perturbation needs data-independent "

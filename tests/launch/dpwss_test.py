@@ -110,3 +110,21 @@ def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
   assert rec["privacy"]["epsilon"] <= 3.0 * (1 + 1e-6)
   with pytest.raises(ValueError, match="needs --max_iter"):
     launch_dpwss.run_setting(dataset=small_svmlight, total_epsilon=3.0)
+
+
+def test_data_read_scaling_must_be_asked_for():
+  # WDBC has no public bounds: 'auto' refuses; 'auto_minmax' min/max-scales
+  # it (LIBSVM's svm-scale) and the record says so; heart keeps its box.
+  # heart from the tests' own copy: CI has no liblinear-tools.
+  here = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+  prepare = lambda name, scaling: launch_dpwss.prepare(  # noqa: E731
+      name, data_dir=here if name == "heart" else None, classes=None,
+      scaling=scaling, evaluate="train", release="none")
+  with pytest.raises(ValueError, match="no public feature bounds"):
+    prepare("breast_cancer", "auto")
+  x, _, _, _, scaling = prepare("breast_cancer", "auto_minmax")
+  assert scaling == "minmax"
+  np.testing.assert_allclose(x.min(axis=0), -1.0)
+  np.testing.assert_allclose(x.max(axis=0), 1.0)
+  assert prepare("heart", "auto")[4] == prepare("heart", "auto_minmax")[4]
+  assert prepare("heart", "auto")[4] == "box"
