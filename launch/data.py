@@ -37,8 +37,9 @@ Names and where they are read from (first match wins):
 * ``digits`` (8x8 images, pixels 0..16, bounds (0, 16)) and ``breast_cancer``
   (WDBC, 569 x 30, labels 0/1, no public bounds): bundled with scikit-learn.
 * ``heart``: LIBSVM's ``heart_scale`` (270 x 13, labels ±1) from ``data_dir``,
-  ``$DPJAX_DATA_DIR`` or ``/usr/share/doc/liblinear-tools/examples/`` (Debian
-  ``liblinear-tools``). Bounds (-1, 1).
+  ``$DPJAX_DATA_DIR``, ``/usr/share/doc/liblinear-tools/examples/`` (Debian
+  ``liblinear-tools``) or, failing those, the copy bundled with this package
+  (``launch/datasets/``, BSD-3-Clause, licence beside it). Bounds (-1, 1).
 * ``segment``: UCI Image Segmentation, 2,310 x 19, 7 classes, from WEKA's
   ``segment-challenge.arff`` + ``segment-test.arff`` (plain or ``.gz``),
   concatenated with no test split (the papers cross-validate). Looked for in
@@ -98,7 +99,8 @@ from launch.formats import (
 )
 
 __all__ = [
-    "ENV_DATA_DIR", "Bounds", "Dataset", "load_dataset", "describe_sources",
+    "BUNDLED_DIR", "ENV_DATA_DIR", "Bounds", "Dataset", "load_dataset",
+    "describe_sources",
     "unit_rows", "scale_to_box",
     # File-format readers, re-exported from launch.formats.
     "read_arff", "read_cifar_batch", "read_har_split", "read_idx",
@@ -108,6 +110,9 @@ __all__ = [
 ENV_DATA_DIR = "DPJAX_DATA_DIR"
 _FASHION_DEBIAN = "/usr/share/datasets/fashion-mnist"
 _HEART_DEBIAN = "/usr/share/doc/liblinear-tools/examples"
+# Small public files shipped with the package (licences beside them).
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "datasets")
 _WEKA_EXAMPLES = os.path.join("usr", "share", "doc", "weka", "examples")
 
 Bounds = tuple  # (low, high): scalars or per-feature arrays
@@ -229,7 +234,7 @@ _SOURCES = {
         ("heart_scale",), ("", "heart"),
         "Here: apt-get install liblinear-tools (Debian). Elsewhere: "
         "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/"
-        "heart_scale", known=(_HEART_DEBIAN,)),
+        "heart_scale", known=(_HEART_DEBIAN, BUNDLED_DIR)),
     "segment": _Source(
         ("segment-challenge.arff", "segment-test.arff"),
         ("", "segment", _WEKA_EXAMPLES),

@@ -2,7 +2,7 @@ r"""DPWSS against LIBSVM's WSS2 (PeerJ CS 7:e799, 2021).
 
 One setting (5 vmapped repeats, the paper's protocol)::
 
-  python -m launch.dpwss                       # breast_cancer, DPWSS
+  python -m launch.dpwss                       # heart (bundled), DPWSS
   python -m launch.dpwss --dataset=heart --wss=dpwss --epsilon=1 \
       --sigma=0.7 --shrinking
 
@@ -12,7 +12,8 @@ off — on every dataset given (comma-separated), as JSON lines plus a
 Markdown table shaped like the paper's (``--table_md``)::
 
   python -m launch.dpwss --table --dataset=heart,breast_cancer \
-      --out=results/dpwss_table3.jsonl --table_md=results/dpwss_table3.md
+      --scaling=auto_minmax --out=results/dpwss_table3.jsonl \
+      --table_md=results/dpwss_table3.md
 
 Protocol. The paper trains with LIBSVM's defaults (C = 1, RBF, γ = 1/d,
 eps = 1e-3) and, judging from its confusion counts (e.g. heart: recall
@@ -54,7 +55,7 @@ from launch.dpwss_experiment import run_setting, run_table
 from mechanisms import dpwss, kernels
 
 _DATASET = flags.DEFINE_string(
-    "dataset", "breast_cancer", "Name(s) for launch.data.load_dataset "
+    "dataset", "heart", "Name(s) for launch.data.load_dataset "
     "(heart, breast_cancer, digits, svmlight:PATH, ...); comma-separated in "
     "--table mode.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")

@@ -411,3 +411,16 @@ def test_built_tfds_copy_equals_raw_files(name, monkeypatch):
   assert from_tfds.classes == from_raw.classes
   assert from_tfds.image_shape == from_raw.image_shape
   assert from_tfds.bounds == from_raw.bounds
+
+
+def test_bundled_heart_is_the_last_resort(monkeypatch):
+  # No data_dir, no $DPJAX_DATA_DIR, no Debian copy: the package's own
+  # heart_scale is found, so the DPWSS default runs offline anywhere.
+  monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
+  dirs = data._search_dirs("heart", None)
+  assert os.path.normpath(data.BUNDLED_DIR) == dirs[-1]
+  monkeypatch.setattr(data, "_search_dirs",
+                      lambda name, data_dir: [data.BUNDLED_DIR])
+  heart = data.load_dataset("heart")
+  assert heart.x_train.shape == (270, 13) and heart.classes == (-1, 1)
+  assert heart.bounds == (-1, 1) and np.abs(heart.x_train).max() <= 1

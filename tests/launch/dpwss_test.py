@@ -10,12 +10,13 @@ import pytest
 from sklearn import datasets
 
 from launch import common
+from launch import data as launch_data
 from launch import dpwss_experiment as launch_dpwss
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
 FIELDS = ("dataset", "wss", "epsilon", "sigma", "kernel", "c", "gamma",
           "shrinking", "obj", "iterations", "auc", "accuracy", "precision",
           "recall", "f1", "mcc", "per_repeat", "exit_reason", "seconds",
@@ -25,7 +26,7 @@ FIELDS = ("dataset", "wss", "epsilon", "sigma", "kernel", "c", "gamma",
 @pytest.fixture(scope="module")
 def small_svmlight(tmp_path_factory):
   """The first 90 rows of heart_scale as an svmlight file."""
-  x, y = datasets.load_svmlight_file(os.path.join(DATA, "heart_scale"),
+  x, y = datasets.load_svmlight_file(HEART,
                                      n_features=13)
   path = tmp_path_factory.mktemp("svm") / "small"
   datasets.dump_svmlight_file(x[:90], y[:90], str(path))
@@ -115,11 +116,9 @@ def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
 def test_data_read_scaling_must_be_asked_for():
   # WDBC has no public bounds: 'auto' refuses; 'auto_minmax' min/max-scales
   # it (LIBSVM's svm-scale) and the record says so; heart keeps its box.
-  # heart from the tests' own copy: CI has no liblinear-tools.
-  here = os.path.join(os.path.dirname(__file__), os.pardir, "data")
   prepare = lambda name, scaling: launch_dpwss.prepare(  # noqa: E731
-      name, data_dir=here if name == "heart" else None, classes=None,
-      scaling=scaling, evaluate="train", release="none")
+      name, data_dir=None, classes=None, scaling=scaling, evaluate="train",
+      release="none")
   with pytest.raises(ValueError, match="no public feature bounds"):
     prepare("breast_cancer", "auto")
   x, _, _, _, scaling = prepare("breast_cancer", "auto_minmax")

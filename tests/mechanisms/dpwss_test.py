@@ -10,13 +10,14 @@ from scipy import stats
 from sklearn import datasets
 
 from dpcore import exponential
+from launch import data as launch_data
 from mechanisms import dpwss, kernels, smo, smo_train, wss
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
 
 
 def heart():
-  x, y = datasets.load_svmlight_file(os.path.join(DATA, "heart_scale"),
+  x, y = datasets.load_svmlight_file(HEART,
                                      n_features=13)
   return x.toarray(), y.astype(np.float64)
 

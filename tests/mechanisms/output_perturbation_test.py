@@ -9,13 +9,14 @@ import pytest
 from scipy import stats
 from sklearn import datasets, svm
 
+from launch import data as launch_data
 from mechanisms import output_perturbation as op
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
 
 
 def heart_unit():
-  x, y = datasets.load_svmlight_file(os.path.join(DATA, "heart_scale"),
+  x, y = datasets.load_svmlight_file(HEART,
                                      n_features=13)
   x = x.toarray()
   # Per-row projection onto the unit ball (data-independent).

@@ -16,9 +16,10 @@ from libsvm import svm as libsvm_svm
 from libsvm import svmutil
 from sklearn import datasets
 
+from launch import data as launch_data
 from mechanisms import kernels, smo_train
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data")
+HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
 
 
 def libsvm_fit(x, y, options):
@@ -52,7 +53,7 @@ def libsvm_support(model, y):
 
 
 def heart():
-  x, y = datasets.load_svmlight_file(os.path.join(DATA, "heart_scale"),
+  x, y = datasets.load_svmlight_file(HEART,
                                      n_features=13)
   return x.toarray(), y.astype(np.float64)
 
