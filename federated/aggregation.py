@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from mechanisms import linalg
+
 
 def size_weights(sizes):
   """wᵢ = nᵢ / Σ n."""
@@ -50,7 +52,7 @@ def subspace_aggregate(components, weights):
   scaled = components * jnp.sqrt(weights).astype(components.dtype)[
       :, None, None]
   stacked = jnp.transpose(scaled, (1, 0, 2)).reshape(d, n * k)
-  left, _, _ = jnp.linalg.svd(stacked, full_matrices=False)
+  left, _, _ = linalg.thin_svd(stacked)
   return left[:, :k]
 
 

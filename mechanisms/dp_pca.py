@@ -46,6 +46,7 @@ import jax.numpy as jnp
 from dpcore import calibration as dp_calibration
 from dpcore import noise as dp_noise
 from dpcore import validation
+from mechanisms import linalg
 
 CALIBRATIONS = ("analytic", "classic")
 
@@ -115,7 +116,7 @@ def top_k_eigenvectors(m, k: int) -> PcaResult:
   ``eigh`` returns the eigenvalues in ascending order, so the top k are its
   last k columns, reversed; no sort is needed.
   """
-  values, vectors = jnp.linalg.eigh(m)
+  values, vectors = linalg.eigh(m)
   return PcaResult(vectors[:, ::-1][:, :k], values[::-1][:k])
 
 
