@@ -184,3 +184,49 @@ def test_private_fit_clips_rows_to_norm_one():
   np.testing.assert_allclose(np.asarray(tripled.beta),
                              np.asarray(unit.beta), atol=1e-7)
   assert bool(tripled.converged)
+
+
+def _line_search_steps(atol):
+  """Backtracking steps of each L-BFGS iteration on a perturbed Huber fit,
+  with the Armijo slack ``atol`` (the library's, or optax's default 0)."""
+  import optax
+  x, y = _data(n=2000, d=20, seed=3)
+  b = np.random.default_rng(4).normal(size=20) * 2000.0  # |J| ≈ 20, as at
+  # a small ε on MNIST
+  with jax.enable_x64(True):
+    xx, yy, bb = jnp.asarray(x), jnp.asarray(y), jnp.asarray(b)
+    fun = lambda beta: op.objective(  # noqa: E731
+        beta, xx, yy, jnp.ones(2000), n=2000.0, lam=0.01, theta=0.07, b=bb,
+        loss="huber")
+    if atol is None:
+      solver = op._lbfgs(jnp.float64)
+    else:
+      solver = optax.lbfgs(linesearch=optax.scale_by_backtracking_linesearch(
+          max_backtracking_steps=40, store_grad=False, increase_factor=1e9,
+          max_learning_rate=1.0, atol=atol))
+
+    @jax.jit
+    def step(beta, state):
+      value, grad = jax.value_and_grad(fun)(beta)
+      updates, state = solver.update(grad, state, beta, value=value,
+                                     grad=grad, value_fn=fun)
+      info = optax.tree_utils.tree_get(state, "info")
+      return beta + updates, state, info.num_linesearch_steps, value
+
+    beta = jnp.zeros(20)
+    state = solver.init(beta)
+    steps = []
+    for _ in range(20):
+      beta, state, count, value = step(beta, state)
+      steps.append(int(count))
+    assert abs(float(value)) > 5.0  # the rounding of J is ~1e-15
+  return steps
+
+
+def test_line_search_does_not_stall_at_the_rounding_of_j():
+  # Near the minimiser the Armijo decrease falls below J's rounding. The
+  # library's slack keeps every step a single trial there; optax's default
+  # (no slack) exhausts all 40 backtracking steps, which under vmap every
+  # batched fit waited for.
+  assert max(_line_search_steps(None)) <= 3
+  assert max(_line_search_steps(0.0)) == 41
