@@ -75,9 +75,9 @@ def sklearn_in_subprocess(x, y, x_test, y_test, *, k, repeats):
   """:func:`sklearn_pipeline` timed in a fresh Python process.
 
   In the benchmark's own process, after the JAX runs, scikit-learn took
-  0.9 s → 1.65 s on the 2-core machine (XLA's worker threads compete with
-  OpenBLAS's), which would flatter our ratio. The rows travel in a
-  temporary ``.npz``.
+  1.65 s against 0.90 s in a fresh process on the 2-core machine (we did
+  not find out why; LIBSVM showed no such effect), which would flatter our
+  ratio. The rows travel in a temporary ``.npz``.
   """
   import json
   import subprocess

@@ -183,14 +183,15 @@ def _lbfgs(dtype) -> optax.GradientTransformationExtraArgs:
   step satisfies the curvature condition sᵀy ≥ (λ+θ)‖s‖² > 0 that L-BFGS
   needs, and Armijo backtracking from the unit step suffices.
 
-  Near the minimiser the decrease the Armijo test asks for (about ‖∇J‖²/μ,
-  ~1e-15 at ‖∇J‖ = 1e-8) falls below the rounding of J itself, so the
-  test fails at every trial step and the search used to run all 40
-  backtracking steps, and leave β almost unmoved, for iterations on end:
-  under ``vmap`` every fit paid for the slowest. The test therefore allows
-  an increase of ``atol`` (``_ARMIJO_ATOL``: a few hundred ulps of J in
-  float64), far below any decrease that matters away from the minimiser.
-  Convergence is still judged by ‖∇J‖ ≤ tol at the point returned.
+  Near the minimiser the decrease the Armijo test asks for (of the order
+  of ‖∇J‖²/(λ+θ), ~1e-14 at ‖∇J‖ = 1e-8) falls below the rounding of J
+  itself, so the test can fail at every trial step: the search then ran
+  all 40 backtracking steps (40 more evaluations of J) in iteration after
+  iteration, and under ``vmap`` every fit waited for the slowest. The test
+  therefore allows an increase of ``_ARMIJO_ATOL`` (1e-11 in float64: well
+  above J's rounding for |J| up to ~1e3, well below any decrease that
+  matters away from the minimiser). Convergence is still judged by
+  ‖∇J‖ ≤ tol at the point returned.
   """
   linesearch = optax.scale_by_backtracking_linesearch(
       max_backtracking_steps=40, store_grad=False, increase_factor=1e9,
