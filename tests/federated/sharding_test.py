@@ -20,12 +20,14 @@ from federated import sharding
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
-_SCRIPT = textwrap.dedent("""
+# Data and participants shared by the subprocess scripts; DEVICES is the
+# forced host device count each script asserts.
+_SETUP = textwrap.dedent("""
     import json
     import jax, numpy as np
     from federated import feddpdr, partition, sharding
 
-    assert len(jax.devices()) == 4, jax.devices()
+    assert len(jax.devices()) == DEVICES, jax.devices()
     rng = np.random.default_rng(0)
     centres = np.linalg.qr(rng.normal(size=(20, 3)))[0].T
     labels = rng.integers(0, 3, 700)
@@ -33,6 +35,9 @@ _SCRIPT = textwrap.dedent("""
     x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
     parts = partition.partition(jax.random.key(1), x[:500], labels[:500],
                                 sizes=[100, 80, 120, 90, 60, 50])
+""")
+
+_SCRIPT = _SETUP.replace("DEVICES", "4") + textwrap.dedent("""
     mesh = sharding.participant_mesh(6)  # 6 participants on 3 devices
     assert mesh.size == 3, mesh
     out = {}
@@ -81,19 +86,7 @@ def test_sharded_participants_give_the_same_runs():
   assert len(seeds) == 2
 
 
-_TWO_DEVICE_SCRIPT = textwrap.dedent("""
-    import json
-    import jax, numpy as np
-    from federated import feddpdr, partition, sharding
-
-    assert len(jax.devices()) == 2, jax.devices()
-    rng = np.random.default_rng(0)
-    centres = np.linalg.qr(rng.normal(size=(20, 3)))[0].T
-    labels = rng.integers(0, 3, 700)
-    x = centres[labels] + 0.2 * rng.normal(size=(700, 20))
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-    parts = partition.partition(jax.random.key(1), x[:500], labels[:500],
-                                sizes=[100, 80, 120, 90, 60, 50])
+_TWO_DEVICE_SCRIPT = _SETUP.replace("DEVICES", "2") + textwrap.dedent("""
     mesh = sharding.participant_mesh(6)
     out = {}
     for mech in ("dpdr_dpml", "feddpdr"):
