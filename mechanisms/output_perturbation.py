@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from dpcore import noise as dp_noise
 from dpcore import validation
 
 BIAS_SCALE = 1.0 / math.sqrt(2.0)
@@ -60,13 +61,12 @@ def sensitivity(c: float) -> float:
 def sample_norm_noise(key: jax.Array, dim: int, *, scale) -> jax.Array:
   """b ∈ R^dim with density ∝ exp(−‖b‖/scale).
 
-  ‖b‖ ~ Gamma(dim, scale) and b/‖b‖ uniform on the sphere.
+  ‖b‖ ~ Gamma(dim, scale) and b/‖b‖ uniform on the sphere: the law of
+  :func:`dpcore.noise.objective_perturbation_noise` with β = 1/scale, drawn
+  by it (tail-safe, cut-off ≤ 2·dim·2⁻¹²³; see ``dpcore.noise``).
   """
-  key_norm, key_dir = jax.random.split(key)
-  radius = jax.random.gamma(key_norm, float(dim)) * scale
-  direction = jax.random.normal(key_dir, (dim,))
-  direction = direction / jnp.linalg.norm(direction)
-  return radius * direction
+  return dp_noise.objective_perturbation_noise(
+      key, dim, beta=1.0 / scale, dtype=jnp.result_type(float))
 
 
 def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,

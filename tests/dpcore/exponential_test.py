@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpcore import exponential
+from dpcore import exponential, noise
 
 DRAWS = 200_000
 SCORES = np.array([0.0, 1.0, 2.5, 3.0, 0.5, 2.0], np.float32)
@@ -161,3 +161,31 @@ def test_float64_scores_under_x64():
         jax.random.key(7), scores, epsilon=1e3, sensitivity=1.0)
     assert bool(ok) and int(idx) == int(np.argmax(SCORES))
     assert idx.dtype == jnp.int32
+
+
+def test_a_far_worse_candidate_can_still_win(monkeypatch):
+  # The law gives candidate 1 probability ≈ e^(−80) > 0, so some Gumbel
+  # draw must let it win: the right tail reaches 86.6 (float32
+  # jax.random.gumbel stops near 16, so a gap above ~20 could never be
+  # overcome and ε-DP would fail outright for such score vectors).
+  hi = jnp.array([2**31, 0], jnp.uint32)  # candidate 0: U = ¼, G ≈ −0.33
+  lo = jnp.array([0, 2**31], jnp.uint32)  # candidate 1: U → 1, G = 86.6
+
+  def fake_words(key, num, *, block=0):
+    del key
+    if block == 1:
+      return jnp.zeros((num,), jnp.uint32), jnp.zeros((num,), jnp.uint32)
+    return hi[:num], lo[:num]
+
+  monkeypatch.setattr(noise, "random_words", fake_words)
+  eps, sens = 1.0, 1.0
+  scores = jnp.array([0.0, -80.0 * 2.0 * sens / eps])  # log-weights 0, −80
+  idx, ok = exponential.exponential_mechanism(
+      jax.random.key(0), scores, epsilon=eps, sensitivity=sens)
+  assert bool(ok) and int(idx) == 1
+  # With a gap of 90 (beyond the reach) the best candidate wins, as the
+  # documented cut-off (≤ 2⁻¹²³ per draw) says it may.
+  idx, _ = exponential.exponential_mechanism(
+      jax.random.key(0), scores * 90.0 / 80.0, epsilon=eps,
+      sensitivity=sens)
+  assert int(idx) == 0
