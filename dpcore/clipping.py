@@ -62,6 +62,19 @@ def clip_to_norm(tree, clip_norm):
       lambda g: jnp.where(finite, g * scale.astype(g.dtype), 0.0), tree)
 
 
+def clip_weights(weights) -> jax.Array:
+  """Per-example weights (masks) bounded to [0, 1]; NaN becomes 0.
+
+  A mask is documented as 0/1, but inside jit nothing can check it; a
+  weight of 5 would count its row five times and multiply the row's
+  contribution (and so the sensitivity) by five. Like :func:`clip_rows`
+  this is per example and data-independent, and a no-op on valid masks.
+  Integer or boolean masks become floating point.
+  """
+  weights = _as_float(weights)
+  return jnp.clip(jnp.where(jnp.isnan(weights), 0.0, weights), 0.0, 1.0)
+
+
 def clipped_sum(per_example_tree, clip_norm, *, weights=None):
   """Clip every example's gradient to ``clip_norm``, then sum over examples.
 
@@ -69,18 +82,21 @@ def clipped_sum(per_example_tree, clip_norm, *, weights=None):
     per_example_tree: pytree whose leaves have a leading example axis.
     clip_norm: C > 0.
     weights: optional 0/1 (or [0, 1]) per-example mask, e.g. for Poisson
-      batches padded to a fixed size.
+      batches padded to a fixed size. Values are bounded to [0, 1] first
+      (:func:`clip_weights`: NaN → 0), so no example weighs more than one.
 
   Returns:
     ``(summed_tree, norms)``: the clipped sum and the pre-clipping norms.
 
   Privacy: adding or removing one example changes the sum by at most C in
-  L2 norm (sensitivity C under add/remove-one; 2C under replace-one).
+  L2 norm (sensitivity C under add/remove-one; 2C under replace-one),
+  whatever the weights, since each is bounded to [0, 1] here.
   """
   norms = jax.vmap(global_norm)(per_example_tree)
   clipped = jax.vmap(clip_to_norm, in_axes=(0, None))(per_example_tree,
                                                       clip_norm)
   if weights is not None:
+    weights = clip_weights(weights)
     clipped = jax.tree.map(
         lambda g: g * weights.reshape((-1,) + (1,) * (g.ndim - 1)).astype(
             g.dtype), clipped)

@@ -7,11 +7,15 @@
 * :func:`dp_aggregate` is an optax ``GradientTransformation`` that clips
   per-example gradients jointly to L2 norm C, sums them, adds N(0, σ²C²) to
   every coordinate and divides by the expected batch size qN. Its PRNG key
-  lives in its state, so it chains with any optax optimiser::
+  lives in its state, so it chains with any optax optimiser, and its
+  ``update`` requires the batch's mask (padding slots repeat row 0, so a
+  forgotten mask would let them into the sum)::
 
     tx = optax.chain(dp_aggregate(key, clip_norm=0.5, noise_multiplier=1.1,
                                   expected_batch_size=140.0),
                      optax.sgd(0.1))
+    updates, state = tx.update(per_example_grads, state, params,
+                               mask=batch.mask)
 
 The accounting (:func:`dpcore.accounting.calibrate_dpsgd_noise`,
 ``PrivacyLedger.record_subsampled_gaussian``) assumes exactly this Poisson
@@ -116,6 +120,27 @@ class DPAggregateState(NamedTuple):
   count: jax.Array
 
 
+def _missing_mask_error() -> ValueError:
+  return ValueError(
+      "dp_aggregate's update needs mask=: the (batch,) 0/1 mask of the "
+      "padded batch, e.g. tx.update(grads, state, params, mask=batch.mask) "
+      "for batch = poisson_batch(...), or mask=jnp.ones(n) for a batch "
+      "without padding. Without it the padding slots, which repeat row 0, "
+      "would enter the sum and the accounted guarantee would not hold.")
+
+
+def _check_mask(mask, tree) -> None:
+  """Trace-time shape check: one mask entry per example of every leaf."""
+  shape = jnp.shape(mask)
+  for leaf in jax.tree.leaves(tree):
+    if len(shape) != 1 or jnp.ndim(leaf) < 1 or (
+        jnp.shape(leaf)[0] != shape[0]):
+      raise ValueError(
+          f"mask must have shape (batch,) matching the leading example "
+          f"axis of the per-example gradients, got mask shape {shape} and "
+          f"a gradient leaf of shape {jnp.shape(leaf)}.")
+
+
 def dp_aggregate(key: jax.Array, *, clip_norm: float,
                  noise_multiplier: float, expected_batch_size: float,
                  presummed: bool = False
@@ -129,20 +154,28 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
       switches the noise off, for testing only: no privacy).
     expected_batch_size: qN, the divisor of the noisy sum (a public
       constant, unlike the realised batch size).
-    presummed: if True, ``update`` receives an already clipped sum (e.g.
-      from a closed-form clipping such as
-      :func:`mechanisms.lvq_clip.clipped_gradient_sum`) and only adds noise
-      and divides; the caller is then responsible for the clipping.
+    presummed: if True, ``update`` receives an already clipped and masked
+      sum (e.g. from a closed-form clipping such as
+      :func:`mechanisms.lvq_clip.clipped_gradient_sum`, whose ``mask`` is
+      required) and only adds noise and divides; the caller is then
+      responsible for the clipping and for applying the mask, and
+      ``update`` refuses a ``mask`` (a sum has no example axis to mask).
 
   Returns:
     A transformation whose ``update(updates, state, params=None, *,
-    mask=None)`` takes per-example gradients (leaves with a leading example
-    axis) and an optional 0/1 ``mask`` of padded batch slots.
+    mask)`` takes per-example gradients (leaves with a leading example
+    axis) and the (batch,) 0/1 ``mask`` of the padded batch slots
+    (:attr:`PoissonBatch.mask`; ``jnp.ones(batch)`` when nothing is
+    padded). ``mask`` is required unless ``presummed``: calling ``update``
+    without it raises ``ValueError`` when traced. Mask values are bounded
+    to [0, 1] (NaN → 0) before use.
 
-  Privacy: with Poisson sampling at rate q, the clipped sum has L2
+  Privacy: with Poisson sampling at rate q, the clipped, masked sum has L2
   sensitivity C under add/remove-one, so each step is the sampled Gaussian
   mechanism with noise multiplier σ; T steps are accounted by
-  :func:`dpcore.accounting.dpsgd_epsilon` (RDP).
+  :func:`dpcore.accounting.dpsgd_epsilon` (RDP). The mask is what keeps
+  the padding slots (copies of row 0) out of the sum; with ``presummed``
+  the caller's clipped sum must carry the same bound.
   """
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
   if not noise_multiplier >= 0:
@@ -159,8 +192,17 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
   def update_fn(updates, state, params=None, *, mask=None, **extra):
     del params, extra
     if presummed:
+      if mask is not None:
+        raise ValueError(
+            "dp_aggregate(presummed=True) takes an already clipped sum: "
+            "apply the mask where the sum is formed (e.g. "
+            "lvq_clip.clipped_gradient_sum(..., mask=batch.mask)) and call "
+            "update without mask=.")
       summed = updates
     else:
+      if mask is None:
+        raise _missing_mask_error()
+      _check_mask(mask, updates)
       summed, _ = clipping.clipped_sum(updates, clip_norm, weights=mask)
     step_key = jax.random.fold_in(state.key, state.count)
     leaves, treedef = jax.tree.flatten(summed)

@@ -46,14 +46,14 @@ def subspace_aggregate(components, weights):
 
   Returns:
     (d, k) orthonormal basis, in descending order of the aggregate's
-    eigenvalues.
+    eigenvalues, signs fixed by :func:`mechanisms.linalg.canonical_signs`.
   """
   n, d, k = components.shape
   scaled = components * jnp.sqrt(weights).astype(components.dtype)[
       :, None, None]
   stacked = jnp.transpose(scaled, (1, 0, 2)).reshape(d, n * k)
   left, _, _ = linalg.thin_svd(stacked)
-  return left[:, :k]
+  return linalg.canonical_signs(left[:, :k])
 
 
 def paper_aggregate(components, weights):

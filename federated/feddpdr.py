@@ -78,8 +78,8 @@ MODEL_AGGREGATIONS = ("weighted", "paper")
 NEIGHBOURING = ("add_remove", "replace")
 
 
-class ConvergenceError(RuntimeError):
-  """A fit stopped at its iteration cap: the privacy proof does not apply."""
+# Defined next to the fits it is about; re-exported here, the same class.
+ConvergenceError = op.ConvergenceError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,6 +381,32 @@ def check_data(participants: Participants, x_test, y_test, *,
                           n_rows=np.asarray(x_test).shape[0])
 
 
+def train_arguments(key: jax.Array, participants: Participants, plan: Plan,
+                    *, seeds: int, mesh=None) -> tuple:
+  """The positional arguments of :func:`train`, typed and placed.
+
+  Call under ``jax.enable_x64(True)`` (the fits' arrays are float64).
+
+  Args:
+    key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
+    participants: padded data (:mod:`federated.partition`).
+    plan: :func:`prepare`'s calibration for these participants.
+    seeds: number of repeats.
+    mesh: optional participant mesh; per-participant arrays are split
+      over it, the keys replicated.
+  """
+  keys = jax.random.split(key, seeds)
+  per_participant = (jnp.asarray(participants.x, jnp.float32),
+                     jnp.asarray(participants.y, jnp.int32),
+                     jnp.asarray(participants.mask, jnp.float32),
+                     jnp.asarray(plan.sigma, jnp.float32),
+                     jnp.asarray(plan.n, jnp.float64),
+                     jnp.asarray(plan.p, jnp.float64),
+                     jnp.asarray(plan.theta, jnp.float64))
+  return (sharding.place(keys, mesh, split=False),
+          *(sharding.place(a, mesh) for a in per_participant))
+
+
 _CACHE: dict = {}
 _CACHE_SIZE = 16
 
@@ -448,17 +474,8 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
   plan = prepare(participants.sizes, d=d, num_classes=num_classes,
                  config=config)
   check_data(participants, x_test, y_test, num_classes=num_classes)
-  keys = jax.random.split(key, seeds)
   with jax.enable_x64(True):
-    per_participant = (jnp.asarray(participants.x, jnp.float32),
-                       jnp.asarray(participants.y, jnp.int32),
-                       jnp.asarray(participants.mask, jnp.float32),
-                       jnp.asarray(plan.sigma, jnp.float32),
-                       jnp.asarray(plan.n, jnp.float64),
-                       jnp.asarray(plan.p, jnp.float64),
-                       jnp.asarray(plan.theta, jnp.float64))
-    args = (sharding.place(keys, mesh, split=False),
-            *(sharding.place(a, mesh) for a in per_participant))
+    args = train_arguments(key, participants, plan, seeds=seeds, mesh=mesh)
     if participant_chunk is not None:
       participant_chunk = validation.check_positive_int(
           participant_chunk, "participant_chunk")

@@ -21,6 +21,13 @@ faster (fifty 20 × 20: 0.7 ms against 1.3 ms), a cost too small to matter
 here.
 
 The results are the same decompositions; only the schedule differs.
+
+Eigenvectors and singular vectors are defined only up to sign, and LAPACK's
+choice can flip under a perturbation as small as rounding.
+:func:`canonical_signs` fixes one choice (the entry of largest magnitude in
+each column is positive, as scikit-learn's ``svd_flip`` does), so a basis
+whose eigenvalues are separated is a well-defined function of its matrix:
+the same whether it was computed alone, in a batch, chunked or sharded.
 """
 
 from __future__ import annotations
@@ -58,3 +65,16 @@ def thin_svd(a):
   """
   return jax.lax.platform_dependent(a, cpu=_thin_svd_in_turn,
                                     default=_thin_svd)
+
+
+def canonical_signs(vectors):
+  """Flips each column of ``vectors`` (..., d, k) so that its entry of
+  largest magnitude is positive (the first such entry on ties).
+
+  A column whose largest entries are tied in magnitude with opposite signs
+  stays ambiguous; for a generic column the choice is stable under small
+  perturbations of the matrix it came from.
+  """
+  top = jnp.argmax(jnp.abs(vectors), axis=-2, keepdims=True)
+  lead = jnp.take_along_axis(vectors, top, axis=-2)
+  return vectors * jnp.where(lead < 0, -1, 1).astype(vectors.dtype)

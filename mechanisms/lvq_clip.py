@@ -41,6 +41,15 @@ def per_example_gradients(params, x, y, prototype_labels, *,
   return jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(params, x, y)
 
 
+def _require_mask(mask) -> None:
+  if mask is None:
+    raise ValueError(
+        "mask is required: pass the (n,) 0/1 mask of the padded batch "
+        "(mask=batch.mask for a dpsgd.poisson_batch), or mask=jnp.ones(n) "
+        "when nothing is padded; padding slots repeat row 0 and would "
+        "otherwise enter the private sum.")
+
+
 def _distance_coefficients(d_plus, d_minus, phi_kind):
   """(a⁺, a⁻) = (∂Φ(μ)/∂d⁺, ∂Φ(μ)/∂d⁻) per example."""
 
@@ -61,7 +70,10 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
     y: (n,) class indices.
     prototype_labels: (m,) class index of each prototype.
     clip_norm: C > 0 (may be traced).
-    mask: optional (n,) 0/1 weights (padding of a Poisson batch).
+    mask: (n,) 0/1 weights, required: the padding of a Poisson batch
+      (``PoissonBatch.mask``; ``jnp.ones(n)`` when nothing is padded).
+      Bounded to [0, 1] (NaN → 0) here, so no example counts more than
+      once.
     phi_kind: ``"identity"`` or ``"sigmoid"``.
 
   Returns:
@@ -70,8 +82,11 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
 
   Privacy: every example's contribution is its gradient scaled by
   min(1, C/‖∇ℓᵢ‖), so adding or removing one example changes the sum by at
-  most C in L2 norm, over all parameters jointly (add/remove-one).
+  most C in L2 norm, over all parameters jointly (add/remove-one). This is
+  the sum :func:`dpcore.dpsgd.dp_aggregate` takes with ``presummed=True``,
+  so the mask is required here rather than there.
   """
+  _require_mask(mask)
   w = params["prototypes"]
   m = w.shape[0]
   fw = lvq.forward(params, x, y, prototype_labels)
@@ -102,8 +117,7 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
   finite = jnp.isfinite(norms)
   scale = jnp.where(finite, jnp.minimum(
       1.0, clip_norm / jnp.maximum(norms, 1e-30)), 0.0)
-  if mask is not None:
-    scale = scale * mask.astype(scale.dtype)
+  scale = scale * clipping.clip_weights(mask).astype(scale.dtype)
   b_plus = jnp.where(finite, scale * a_plus, 0.0)
   b_minus = jnp.where(finite, scale * a_minus, 0.0)
   keep = finite[:, None]
@@ -128,8 +142,10 @@ def clipped_gradient_sum_vmap(params, x, y, prototype_labels, *, clip_norm,
                               mask=None, phi_kind: str = "identity"):
   """The same clipped sum by materialising per-example gradients.
 
-  Reference path (``vmap(grad)`` + :func:`dpcore.clipping.clipped_sum`).
+  Reference path (``vmap(grad)`` + :func:`dpcore.clipping.clipped_sum`);
+  ``mask`` is required as in :func:`clipped_gradient_sum`.
   """
+  _require_mask(mask)
   per_example = per_example_gradients(params, x, y, prototype_labels,
                                       phi_kind=phi_kind)
   return clipping.clipped_sum(per_example, clip_norm, weights=mask)

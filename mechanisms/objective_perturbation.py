@@ -19,7 +19,8 @@ L2 norm. Run the solver in float64 (``with jax.enable_x64(True):``
 around tracing *and* calling, as :func:`fit` does); float32 cannot reach
 1e-8 reliably. A fit that reaches ``max_iter`` is reported through
 ``converged = False``; callers must treat it as an error, because the
-privacy proof assumes the exact minimiser.
+privacy proof assumes the exact minimiser. The checked entry points do:
+:func:`fit` (and ``federated.feddpdr.run``) raise :class:`ConvergenceError`.
 
 Multi-class problems are one-vs-rest (:func:`one_vs_rest`): the K binary
 fits are one ``vmap`` with independent noise keys. Each fit reads all rows,
@@ -57,6 +58,10 @@ from dpcore import noise as dp_noise
 
 LOSSES = ("huber", "logistic")
 HUBER_H = 0.5
+
+
+class ConvergenceError(RuntimeError):
+  """A fit stopped at its iteration cap: the privacy proof does not apply."""
 
 
 def huber_loss(z, *, h: float = HUBER_H):
@@ -265,18 +270,30 @@ def objective_perturbation(key: jax.Array, x, y, mask, *, n, p, theta, lam,
                            private: bool = True) -> FitResult:
   """One private binary fit: draws b, then minimises J.
 
+  A raw, jit/vmap-friendly kernel: it validates nothing and never raises.
+  The checked entry points are :func:`fit` (one data set) and
+  ``federated.feddpdr.run`` (participants); whoever calls this kernel
+  directly must validate the arguments host-side and check
+  ``converged`` before releasing ``beta``: a fit that did not converge
+  carries no privacy guarantee.
+
   ``p`` and ``theta`` come from :func:`perturbation_params` (host-side) and
   may be traced. ``private=False`` gives the non-private fit (b = 0, θ = 0).
+
+  Returns:
+    A :class:`FitResult`; release ``beta`` only when ``converged``.
 
   Privacy:
     ε-DP under replacement of one row, for the ε that produced (p, θ),
     given λ > 0 and convergence (see the module docstring). Rows are
-    clipped to ‖x‖ ≤ 1 first (per row, a no-op on valid rows), so the
-    bound the proof needs holds for any input.
+    clipped to ‖x‖ ≤ 1 and the mask to [0, 1] (NaN → 0) first (per row,
+    no-ops on valid input), so every row enters the loss at most once with
+    the bound the proof needs, whatever the input.
   """
   dim = x.shape[-1]
   if private:
     x = clipping.clip_rows(x)
+    mask = clipping.clip_weights(mask)
     b = perturbation_noise(key, dim, p=p, dtype=x.dtype)
   else:
     b = jnp.zeros(dim, x.dtype)
@@ -291,6 +308,11 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
                 private: bool = True) -> FitResult:
   """K one-vs-rest fits as one ``vmap`` (a single fit when K = 2).
 
+  A raw kernel like :func:`objective_perturbation`: no validation, no
+  raising inside jit. ``federated.feddpdr.run`` is its checked entry
+  point; a direct caller must check every ``converged`` before releasing
+  the models.
+
   Args:
     key: PRNG key; class c uses ``fold_in(key, c)``.
     x: (n_max, k) rows with ‖x‖ ≤ 1.
@@ -303,6 +325,11 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
 
   Returns:
     FitResult with a leading axis of size K (or 1 when K = 2).
+
+  Privacy:
+    Each fit is as in :func:`objective_perturbation` (ε-DP under
+    replacement of one row, given convergence); the K fits read the same
+    rows, so together they are K·ε-DP (sequential composition).
   """
   fits = 1 if num_classes == 2 else num_classes
   targets = jnp.arange(fits) + (1 if num_classes == 2 else 0)
@@ -330,23 +357,47 @@ def fit(key: jax.Array, x, y, *, epsilon: float | None, lam: float,
         max_iter: int = 500) -> tuple[FitResult, PerturbationParams | None]:
   """Checked, float64, single-data-set binary fit (labels ±1).
 
-  Validates inputs, refuses rows of norm > 1, computes (p, θ), and runs
-  :func:`objective_perturbation` under float64. ``epsilon=None`` gives the
-  non-private fit.
+  Validates inputs before tracing, refuses rows of norm > 1, computes
+  (p, θ), runs :func:`objective_perturbation` under float64, and raises
+  :class:`ConvergenceError` unless the fit converged (‖∇J‖ ≤ ``tol``), so
+  a returned fit is always one the guarantee covers. ``epsilon=None``
+  gives the non-private fit (held to the same convergence test).
+
+  Args:
+    key: PRNG key (consumed).
+    x: (n, d) data, every row of L2 norm ≤ 1.
+    y: (n,) labels in {−1, +1}.
+    epsilon: ε > 0 of the fit, or None for the non-private fit.
+    lam: λ > 0.
+    loss: ``"huber"`` or ``"logistic"``.
+    h: Huber width > 0.
+    tol: gradient-norm tolerance, finite and > 0.
+    max_iter: L-BFGS iteration cap, a positive integer.
 
   Returns:
     ``(FitResult, PerturbationParams or None)``.
+
+  Raises:
+    ValueError: an invalid argument (named in the message).
+    ConvergenceError: the fit stopped at ``max_iter`` (or went non-finite)
+      before ‖∇J‖ ≤ ``tol``.
+
+  Privacy:
+    ε-DP under replacement of one row (module docstring); the release is
+    refused when the minimiser was not reached.
   """
   if loss not in LOSSES:
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+  c = curvature_bound(loss, h=h)  # also checks h > 0
+  tol = validation.check_positive(tol, "tol")
+  max_iter = validation.check_positive_int(max_iter, "max_iter")
   x = validation.check_row_norms(x, "x")
   y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
   lam = validation.check_positive(lam, "lam")
   n = x.shape[0]
   params = None
   if epsilon is not None:
-    params = perturbation_params(epsilon=epsilon, n=n, lam=lam,
-                                 c=curvature_bound(loss, h=h))
+    params = perturbation_params(epsilon=epsilon, n=n, lam=lam, c=c)
   with jax.enable_x64(True):
     xd = jnp.asarray(np.asarray(x, np.float64))
     result = jax.jit(
@@ -356,4 +407,14 @@ def fit(key: jax.Array, x, y, *, epsilon: float | None, lam: float,
             n=float(n), p=params.p if params else 1.0,
             theta=params.theta if params else 0.0, lam=lam, loss=loss, h=h,
             tol=tol, max_iter=max_iter, private=params is not None)
-    return jax.device_get(result), params
+    result = jax.device_get(result)
+  if not bool(result.converged):
+    raise ConvergenceError(
+        f"the {'private' if params else 'non-private'} fit did not "
+        f"converge: ‖∇J‖ = {float(result.grad_norm):.3g} > tol={tol:g} "
+        f"after {int(result.iterations)} of max_iter={max_iter} "
+        f"iterations. The privacy proof assumes the exact minimiser, so "
+        f"the model is not released. Raise max_iter; at a very small "
+        f"epsilon the noise b and the extra ridge θ are huge and the "
+        f"solver may not reach tol at all.")
+  return result, params

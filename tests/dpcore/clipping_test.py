@@ -127,6 +127,24 @@ def test_clipped_sum_weights_select_examples():
                got, want)
 
 
+def test_weights_outside_zero_one_are_bounded():
+  # Masks are documented 0/1; the jitted sum enforces it: a weight of 5
+  # counts once (not 5C), NaN and negative weights count zero.
+  per = {"g": jnp.array([[3.0, 4.0], [0.0, 2.0], [1.0, 0.0]])}
+  got, _ = clipped_sum(per, C, weights=jnp.array([5.0, jnp.nan, -1.0]))
+  want, _ = clipped_sum(per, C, weights=jnp.array([1.0, 0.0, 0.0]))
+  np.testing.assert_allclose(got["g"], want["g"], rtol=RTOL)
+  np.testing.assert_allclose(got["g"], [0.6 * C, 0.8 * C], rtol=RTOL)
+  assert _norm(got) <= C * (1 + RTOL)
+  np.testing.assert_array_equal(
+      clipping.clip_weights(jnp.array([0.0, 0.25, 1.0, 5.0, -1.0, jnp.nan,
+                                       jnp.inf])),
+      np.array([0.0, 0.25, 1.0, 1.0, 0.0, 0.0, 1.0], np.float32))
+  # Integer and boolean masks become floating point.
+  assert clipping.clip_weights(jnp.array([2, 0])).dtype == jnp.float32
+  assert clipping.clip_weights(jnp.array([True])).dtype == jnp.float32
+
+
 def test_clipped_sum_jit_matches_eager():
   per = _adversarial_batch()
   eager = clipping.clipped_sum(per, C)

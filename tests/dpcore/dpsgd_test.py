@@ -85,7 +85,7 @@ def _aggregate_noise(sigma, clip, n_draws=20000, seed=3):
   tx = dpsgd.dp_aggregate(jax.random.key(seed), clip_norm=clip,
                           noise_multiplier=sigma, expected_batch_size=1.0)
   zeros = {"a": jnp.zeros((4, n_draws // 2)), "b": jnp.zeros((4, 2, 5))}
-  out, _ = tx.update(zeros, tx.init(None))
+  out, _ = tx.update(zeros, tx.init(None), mask=jnp.ones(4))
   return np.concatenate([np.ravel(out["a"])])
 
 
@@ -139,12 +139,73 @@ def test_chains_with_optax_optimisers_under_jit():
 
   @jax.jit
   def step(params, state, per_example):
-    updates, state = tx.update(per_example, state, params)
+    updates, state = tx.update(per_example, state, params,
+                               mask=jnp.ones(4))
     return optax.apply_updates(params, updates), state
 
   params, state = step(params, state, {"w": jnp.ones((4, 3))})
   assert params["w"].shape == (3,)
   assert np.all(np.isfinite(params["w"]))
+
+
+def _zero_noise_aggregate(**kwargs):
+  return dpsgd.dp_aggregate(jax.random.key(0), clip_norm=1.0,
+                            noise_multiplier=0.0, expected_batch_size=1.0,
+                            **kwargs)
+
+
+def test_forgetting_the_mask_is_an_error_not_a_leak():
+  # Padding slots of a Poisson batch point at row 0; without the mask they
+  # would enter the sum. The update refuses to run without it, eagerly,
+  # under jit and inside optax.chain.
+  grads = {"w": jnp.ones((6, 3))}
+  tx = _zero_noise_aggregate()
+  with pytest.raises(ValueError, match="mask=batch.mask"):
+    tx.update(grads, tx.init(None))
+  with pytest.raises(ValueError, match="needs mask="):
+    jax.jit(lambda g, s: tx.update(g, s))(grads, tx.init(None))
+  chained = optax.chain(_zero_noise_aggregate(), optax.sgd(0.1))
+  w = jnp.zeros(3)
+  with pytest.raises(ValueError, match="needs mask="):
+    chained.update(grads, chained.init(w), w)
+  # A mask of the wrong shape is refused too.
+  with pytest.raises(ValueError, match="leading example axis"):
+    tx.update(grads, tx.init(None), mask=jnp.ones(5))
+
+
+def test_presummed_refuses_a_mask_it_could_not_apply():
+  tx = _zero_noise_aggregate(presummed=True)
+  with pytest.raises(ValueError, match="presummed"):
+    tx.update({"w": jnp.ones(3)}, tx.init(None), mask=jnp.ones(3))
+
+
+def test_padding_slots_of_a_poisson_batch_are_left_out():
+  # Row 0 has a gradient far from every other row's; the padding slots of
+  # the batch repeat it. With the batch's mask the aggregate equals the
+  # clipped sum over the sampled rows alone.
+  n = 50
+  grads_all = jnp.concatenate([jnp.full((1, 2), 10.0),
+                               jnp.tile(jnp.array([[0.0, 0.1]]), (n - 1, 1))])
+  batch = dpsgd.poisson_batch(jax.random.key(2), n, sampling_rate=0.1,
+                              max_batch=20)
+  size = int(batch.size)
+  assert 0 < size < 20 and 0 not in np.asarray(batch.indices[:size])
+  tx = _zero_noise_aggregate()
+  out, _ = tx.update({"g": grads_all[batch.indices]}, tx.init(None),
+                     mask=batch.mask)
+  np.testing.assert_allclose(out["g"], [0.0, 0.1 * size], rtol=1e-6)
+
+
+def test_mask_values_are_bounded_to_zero_one():
+  grads = {"w": jnp.ones((3, 2))}
+  tx = _zero_noise_aggregate()
+  # A mask entry of 5 counts once; NaN and negative entries count zero.
+  out, _ = tx.update(grads, tx.init(None),
+                     mask=jnp.array([5.0, jnp.nan, -2.0]))
+  ref, _ = tx.update(grads, tx.init(None), mask=jnp.array([1.0, 0.0, 0.0]))
+  # Clipped to norm 1: each unit-entry row of norm √2 becomes 1/√2 each.
+  np.testing.assert_allclose(out["w"], ref["w"])
+  np.testing.assert_allclose(out["w"], [2**-0.5] * 2, rtol=1e-6)
 
 
 def test_paper_noise_multiplier_formula():

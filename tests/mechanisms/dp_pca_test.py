@@ -40,8 +40,10 @@ def test_dp_pca_without_noise_is_exact_pca():
   x = jnp.asarray(_unit_rows(300, 12, 1))
   mask = jnp.ones(300)
   exact = dp_pca.pca(x, mask, k=3)
-  # ε → ∞ means σ → 0.
-  noisy = dp_pca.dp_pca(jax.random.key(0), x, mask, k=3, sigma=0.0)
+  # ε → ∞ means σ → 0: the noise-free second moment gives the exact basis
+  # (dp_pca itself refuses σ = 0, see test_sigma_must_be_positive).
+  noisy = dp_pca.top_k_eigenvectors(dp_pca.noisy_second_moment(
+      jax.random.key(0), x, mask, sigma=0.0), 3)
   _same_subspace_up_to_sign(noisy.components, exact.components, atol=1e-6)
   sigma = dp_pca.pca_sigma(epsilon=1e6, delta=1e-5)
   assert sigma < 1e-2
@@ -151,3 +153,100 @@ def test_rows_over_norm_one_are_clipped_inside_the_mechanism():
   np.testing.assert_allclose(noisy(big), noisy(clipped), rtol=1e-5,
                              atol=1e-5)
   assert not np.allclose(noisy(big), noisy(x), atol=1e-3)
+
+
+def test_mask_values_are_bounded_to_zero_one():
+  # A unit row with mask 5 would add 25 to XᵀX; it counts once. NaN and
+  # negative mask entries count zero.
+  key = jax.random.key(0)
+  one = dp_pca.noisy_second_moment(key, jnp.array([[1.0, 0.0, 0.0]]),
+                                   jnp.array([5.0]), sigma=0.0)
+  np.testing.assert_allclose(one, np.diag([1.0, 0.0, 0.0]))
+  x = jnp.asarray(_unit_rows(4, 3, 5))
+  odd = dp_pca.noisy_second_moment(key, x, jnp.array(
+      [5.0, jnp.nan, -3.0, 1.0]), sigma=0.0)
+  ref = dp_pca.second_moment(x, jnp.array([1.0, 0.0, 0.0, 1.0]))
+  np.testing.assert_allclose(odd, ref, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("k", [0, -1, 7, 2.0])
+def test_k_outside_one_to_d_is_refused(k):
+  x = jnp.asarray(_unit_rows(20, 6, 6))
+  mask = jnp.ones(20)
+  with pytest.raises(ValueError, match="k"):
+    dp_pca.dp_pca(jax.random.key(0), x, mask, k=k, sigma=1.0)
+  with pytest.raises(ValueError, match="k"):
+    jax.jit(dp_pca.dp_pca, static_argnames="k")(
+        jax.random.key(0), x, mask, k=k, sigma=1.0)
+  # k = d is the largest allowed.
+  assert dp_pca.dp_pca(jax.random.key(0), x, mask, k=6,
+                       sigma=1.0).components.shape == (6, 6)
+
+
+@pytest.mark.parametrize("sigma", [0.0, -1.0, float("nan"), float("inf"),
+                                   np.float32(0.0), jnp.asarray(0.0)])
+def test_sigma_must_be_positive(sigma):
+  x = jnp.asarray(_unit_rows(20, 6, 7))
+  with pytest.raises(ValueError, match="dp_pca.pca"):
+    dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(20), k=2, sigma=sigma)
+
+
+def test_traced_sigma_is_left_to_the_caller():
+  # Under jit/vmap σ is a tracer (one per participant in feddpdr): no check.
+  x = jnp.asarray(_unit_rows(20, 6, 8))
+  out = jax.jit(lambda s: dp_pca.dp_pca(
+      jax.random.key(0), x, jnp.ones(20), k=2, sigma=s))(0.5)
+  assert out.components.shape == (6, 2)
+
+
+def test_private_basis_calibrates_and_equals_the_kernel():
+  x = _unit_rows(200, 8, 9)
+  key = jax.random.key(4)
+  for relation, sens in (("add_remove", 1.0), ("replace", np.sqrt(2))):
+    result, sigma = dp_pca.private_basis(key, x, k=3, epsilon=0.7,
+                                         delta=1e-5, neighbouring=relation)
+    assert sigma == pytest.approx(dp_pca.pca_sigma(
+        epsilon=0.7, delta=1e-5, sensitivity=sens), rel=1e-12)
+    kernel = dp_pca.dp_pca(key, jnp.asarray(x), jnp.ones(200), k=3,
+                           sigma=sigma)
+    np.testing.assert_allclose(result.eigenvalues, kernel.eigenvalues,
+                               rtol=1e-5, atol=1e-5)
+    _same_subspace_up_to_sign(result.components, kernel.components,
+                              atol=1e-4)
+  classic, sigma = dp_pca.private_basis(key, x, k=3, epsilon=0.7,
+                                        delta=1e-5, calibration="classic")
+  assert sigma == pytest.approx(np.sqrt(2 * np.log(1.25e5)) / 0.7)
+  assert classic.components.shape == (8, 3)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("empty", "0 rows"),
+    ("all_nan", "NaN"),
+    ("norm", "norm"),
+    ("k", "exceeds the data dimension"),
+    ("k0", "k must be"),
+    ("neighbouring", "neighbouring"),
+    ("epsilon", "epsilon"),
+    ("delta", "delta"),
+])
+def test_private_basis_validates_before_tracing(bad, match):
+  x = _unit_rows(20, 5, 10)
+  kwargs = dict(k=2, epsilon=1.0, delta=1e-5)
+  if bad == "empty":
+    x = x[:0]
+  elif bad == "all_nan":
+    x = np.full_like(x, np.nan)
+  elif bad == "norm":
+    x[0] *= 2.0
+  elif bad == "k":
+    kwargs["k"] = 6
+  elif bad == "k0":
+    kwargs["k"] = 0
+  elif bad == "neighbouring":
+    kwargs["neighbouring"] = "replace_one"
+  elif bad == "epsilon":
+    kwargs["epsilon"] = 0.0
+  else:
+    kwargs["delta"] = 0.0
+  with pytest.raises(ValueError, match=match):
+    dp_pca.private_basis(jax.random.key(0), x, **kwargs)

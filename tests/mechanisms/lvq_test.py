@@ -123,6 +123,23 @@ def test_each_example_contribution_is_bounded(model, rank):
     assert change <= clip * (1 + 1e-4)
 
 
+def test_clipped_sums_require_the_mask_and_bound_it():
+  # These sums feed dp_aggregate(presummed=True), which cannot mask a sum:
+  # the mask is required here, and a weight of 5 counts once.
+  params, x, y, labels = _problem(6, model="gmlvq")
+  for fn in (lvq_clip.clipped_gradient_sum,
+             lvq_clip.clipped_gradient_sum_vmap):
+    with pytest.raises(ValueError, match="mask is required"):
+      fn(params, x, y, labels, clip_norm=0.1)
+  odd = jnp.ones(N).at[0].set(5.0).at[1].set(jnp.nan).at[2].set(-1.0)
+  ref = jnp.ones(N).at[1].set(0.0).at[2].set(0.0)
+  for fn in (_ghost, _plain):
+    got, _ = fn(params, x, y, labels, clip_norm=0.1, mask=odd)
+    want, _ = fn(params, x, y, labels, clip_norm=0.1, mask=ref)
+    for k in params:
+      np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
 def test_private_init_noise_scales_and_ledger():
   x = jnp.zeros((1000, 4))
   y = jnp.repeat(jnp.arange(2), 500)

@@ -186,6 +186,69 @@ def test_private_fit_clips_rows_to_norm_one():
   assert bool(tripled.converged)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_iter": 0}, "max_iter"),
+    ({"max_iter": -3}, "max_iter"),
+    ({"max_iter": 2.5}, "max_iter"),
+    ({"max_iter": True}, "max_iter"),
+    ({"tol": -1.0}, "tol"),
+    ({"tol": 0.0}, "tol"),
+    ({"tol": float("nan")}, "tol"),
+    ({"tol": float("inf")}, "tol"),
+    ({"h": 0.0}, "h"),
+])
+def test_fit_rejects_bad_solver_settings(kwargs, match):
+  x, y = _data(n=30)
+  with pytest.raises(ValueError, match=match):
+    op.fit(jax.random.key(0), x, y, epsilon=1.0, lam=0.01, **kwargs)
+
+
+@pytest.mark.parametrize("epsilon, max_iter", [(1.0, 2), (1e-9, 40)])
+def test_fit_raises_when_the_private_fit_did_not_converge(epsilon, max_iter):
+  # The guarantee assumes the exact minimiser: a capped fit is not
+  # returned. (At ε = 1e-9 even the default 500 iterations stop at
+  # ‖∇J‖ ≈ 0.03.)
+  x, y = _data(n=30)
+  with pytest.raises(op.ConvergenceError, match="did not converge"):
+    op.fit(jax.random.key(0), x, y, epsilon=epsilon, lam=0.01,
+           max_iter=max_iter)
+
+
+def test_convergence_error_is_the_one_feddpdr_raises():
+  from federated import feddpdr  # the re-export, not a second class
+  assert feddpdr.ConvergenceError is op.ConvergenceError
+  assert issubclass(op.ConvergenceError, RuntimeError)
+
+
+def test_private_fit_bounds_the_mask_to_zero_one():
+  # A mask of 5 would count its row five times in the loss sum; on the
+  # private path it counts once, and NaN / negative entries count zero.
+  # The odd entries go on rows inside the loss's active region (margin
+  # < 1 + h at the plain fit), where a row's weight changes the minimiser,
+  # so the comparison cannot pass vacuously.
+  x, y = _data(n=60, d=4, seed=6)
+  with jax.enable_x64(True):
+    run = jax.jit(lambda m: op.objective_perturbation(
+        jax.random.key(2), jnp.asarray(x), jnp.asarray(y), m, n=60.0,
+        p=1.0, theta=0.0, lam=0.05))
+    ones = np.ones(60)
+    plain = run(jnp.asarray(ones))
+    margins = y * (x @ np.asarray(plain.beta))
+    active = np.flatnonzero(margins < 1.0 + op.HUBER_H)[:5]
+    assert active.size == 5, margins
+    odd = ones.copy()
+    odd[active[:3]] = 5.0
+    odd[active[3]], odd[active[4]] = np.nan, -2.0
+    ref = ones.copy()
+    ref[active[3:]] = 0.0
+    got, want = run(jnp.asarray(odd)), run(jnp.asarray(ref))
+  assert bool(got.converged)
+  np.testing.assert_allclose(np.asarray(got.beta), np.asarray(want.beta),
+                             atol=1e-9)
+  assert not np.allclose(np.asarray(got.beta), np.asarray(plain.beta),
+                         atol=1e-4)
+
+
 def _line_search_steps(atol):
   """Backtracking steps of each L-BFGS iteration on a perturbed Huber fit,
   with the Armijo slack ``atol`` (the library's, or optax's default 0)."""
