@@ -30,7 +30,7 @@ def _run(*args):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   proc = subprocess.run(
       [sys.executable, "-m", "launch.dplvq", *args], cwd=ROOT, env=env,
-      capture_output=True, text=True, timeout=300, check=False)
+      capture_output=True, text=True, timeout=1800, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
 

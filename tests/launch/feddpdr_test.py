@@ -23,7 +23,7 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
          "--mechanism=feddpdr", "--k=5", "--participants=3",
          "--n_per_participant=100", "--epsilon=1.0", f"--out={out}"]
   proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True,
-                        timeout=300, env={**os.environ,
+                        timeout=1800, env={**os.environ,
                                           "JAX_PLATFORMS": "cpu"})
   assert proc.returncode == 0, proc.stderr[-2000:]
   record = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -49,3 +49,22 @@ def test_a_wrong_decomposition_is_caught():
   rebuilt = (vectors * (values * 1.01)) @ vectors.T
   with pytest.raises(AssertionError):
     np.testing.assert_allclose(rebuilt, m, atol=1e-4)
+
+
+def test_canonical_signs_make_the_basis_independent_of_lapack_signs():
+  rng = np.random.default_rng(3)
+  q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+  m = q @ np.diag([6.0, 5.0, 4.0, 3.0, 2.0, 1.0]) @ q.T
+  _, vectors = np.linalg.eigh(m)
+  fixed = np.asarray(linalg.canonical_signs(jnp.asarray(vectors)))
+  flipped = np.asarray(linalg.canonical_signs(jnp.asarray(-vectors)))
+  np.testing.assert_array_equal(fixed, flipped)
+  lead = fixed[np.argmax(np.abs(fixed), axis=0), np.arange(6)]
+  assert np.all(lead > 0)
+  # Same column up to sign: the span is unchanged.
+  np.testing.assert_allclose(np.abs(fixed), np.abs(vectors))
+  # Batched (leading axes) like the vmapped participants.
+  batch = np.stack([vectors, -vectors])
+  np.testing.assert_array_equal(
+      np.asarray(linalg.canonical_signs(jnp.asarray(batch))),
+      np.stack([fixed, fixed]))
