@@ -15,6 +15,20 @@ Markdown table shaped like the paper's (``--table_md``)::
       --scaling=auto_minmax --out=results/dpwss_table3.jsonl \
       --table_md=results/dpwss_table3.md
 
+The private selection (both indices drawn by the exponential mechanism,
+exactly ``--max_iter`` iterations; ``--total_epsilon`` is then a real
+budget, split evenly over the 2·max_iter draws)::
+
+  python -m launch.dpwss --selection=private --total_epsilon=10 \
+      --max_iter=2000 --sigma=0.5
+
+Selection mode: WSS2, the paper's selection and the private one, side by
+side (``results/dpwss_private_selection.jsonl`` in the README)::
+
+  python -m launch.dpwss --selection_table --dataset=heart,breast_cancer \
+      --scaling=auto_minmax --out=results/dpwss_private_selection.jsonl \
+      --table_md=results/dpwss_private_selection.md
+
 Protocol. The paper trains with LIBSVM's defaults (C = 1, RBF, γ = 1/d,
 eps = 1e-3) and, judging from its confusion counts (e.g. heart: recall
 98/120 on 270 rows), evaluates on the training set; ``--eval=train`` does
@@ -35,15 +49,19 @@ data-independent.
 ``--release=output_perturbation`` requires a data-independent scaling and
 projects rows onto the unit ball.
 
-Privacy, plainly: DPWSS randomises only which pair is selected. The record's
-``privacy`` block composes the T selections a run made (basic T·ε and the
-zCDP/RDP ε at ``--delta``; the paper's ε is ``epsilon_nominal``). The
-trained SMO model is NOT differentially private (``model_is_private`` is
-false) unless ``--release=output_perturbation`` (linear kernel only), in
-which case the released noisy (w, b) — reported under ``release`` — is
-ε_release-DP and that release is one more entry in the same ledger. The SMO
-model's own metrics, objective and iteration counts in the record are
-diagnostics computed on non-private outputs.
+Privacy, plainly. ``--selection=paper`` (default, the paper's algorithm)
+has no DP guarantee: the record's ``privacy.epsilon`` is null, and the
+paper's figure is ``privacy.epsilon_nominal`` (with
+``epsilon_nominal_basic``/``_composed``: what composing the paper's
+per-selection claim would give, were it true; it is not — see
+``mechanisms/dpwss.py``). ``--selection=private`` reports the ledger's
+composition of its 2T draws at ``--delta`` in ``privacy.epsilon``; it
+covers the transcript only. In both, the trained SMO model is NOT
+differentially private (``model_is_private`` is false) unless
+``--release=output_perturbation`` (linear kernel only): the released noisy
+(w, b), under ``released_model``, is ε_release-DP on its own, and one more
+entry in the same ledger. The SMO model's metrics, objective and iteration
+counts in the record are diagnostics computed on non-private outputs.
 """
 
 from __future__ import annotations
@@ -51,7 +69,11 @@ from __future__ import annotations
 from absl import app, flags
 
 from launch import common
-from launch.dpwss_experiment import run_setting, run_table
+from launch.dpwss_experiment import (
+  run_selection_comparison,
+  run_setting,
+  run_table,
+)
 from mechanisms import dpwss, kernels
 
 _DATASET = flags.DEFINE_string(
@@ -67,10 +89,18 @@ _SCALING = flags.DEFINE_enum(
      "unit_ball"],
     "Feature scaling (see module docstring).")
 _WSS = flags.DEFINE_enum("wss", "dpwss", ["wss2", "dpwss"], "Selection.")
-_EPSILON = flags.DEFINE_float("epsilon", 1.0, "ε per selection (paper's ε).")
+_SELECTION = flags.DEFINE_enum(
+    "selection", "paper", ["paper", "private"],
+    "DPWSS selection: 'paper' (the paper's algorithm; no DP guarantee) or "
+    "'private' (i and j by the exponential mechanism, exactly --max_iter "
+    "iterations; the transcript is (ε, δ)-DP).")
+_EPSILON = flags.DEFINE_float(
+    "epsilon", 1.0, "ε per exponential-mechanism draw (paper's ε; nominal "
+    "for --selection=paper).")
 _TOTAL_EPSILON = flags.DEFINE_float(
-    "total_epsilon", None, "If set (with --max_iter), the per-selection ε is "
-    "derived so that max_iter selections cost this ε at --delta (zCDP/RDP "
+    "total_epsilon", None, "If set (with --max_iter), the per-draw ε is "
+    "derived so that the draws of max_iter iterations (1 each for paper, "
+    "nominal; 2 each for private) cost this ε at --delta (zCDP/RDP "
     "bisection); overrides --epsilon.")
 _SIGMA = flags.DEFINE_float("sigma", 0.5, "Constant factor σ ∈ (0, 1).")
 _C = flags.DEFINE_float("c", 1.0, "C.")
@@ -95,6 +125,15 @@ _DTYPE = flags.DEFINE_enum("dtype", "float64", ["float64", "float32"],
 _EVAL = flags.DEFINE_enum("eval", "train", ["train", "test"],
                           "Evaluate on the training set (paper) or test.")
 _TABLE = flags.DEFINE_bool("table", False, "Table-3 grid mode.")
+_SELECTION_TABLE = flags.DEFINE_bool(
+    "selection_table", False, "Private-selection comparison mode: WSS2, "
+    "the paper's selection and the private one on every dataset.")
+_TOTAL_EPSILONS = flags.DEFINE_list(
+    "total_epsilons", ["1", "10", "100"],
+    "--selection_table: total ε of the private runs.")
+_ITERATIONS = flags.DEFINE_list(
+    "iterations", ["500", "2000"],
+    "--selection_table: iteration counts T of the private runs.")
 _TABLE_MD = flags.DEFINE_string("table_md", None, "Markdown table path.")
 _OUT = flags.DEFINE_string("out", "results/dpwss.jsonl", "JSON lines.")
 
@@ -110,6 +149,16 @@ def main(argv):
       coef0=_COEF0.value, degree=_DEGREE.value, eps_stop=_EPS_STOP.value,
       max_iter=_MAX_ITER.value, delta=_DELTA.value, repeats=_REPEATS.value,
       seed=_SEED.value, dtype=_DTYPE.value, evaluate=_EVAL.value)
+  if _SELECTION_TABLE.value:
+    settings.pop("max_iter")
+    records = run_selection_comparison(
+        datasets=_DATASET.value.split(","), out=_OUT.value,
+        table_md=_TABLE_MD.value, sigma=_SIGMA.value,
+        total_epsilons=tuple(float(v) for v in _TOTAL_EPSILONS.value),
+        iterations=tuple(int(v) for v in _ITERATIONS.value), **settings)
+    print(common.to_json({"selection_table": True, "records": len(records),
+                          "out": _OUT.value, "table_md": _TABLE_MD.value}))
+    return
   if _TABLE.value:
     records = run_table(datasets=_DATASET.value.split(","), out=_OUT.value,
                         table_md=_TABLE_MD.value, **settings)
@@ -120,7 +169,8 @@ def main(argv):
       dataset=_DATASET.value, wss=_WSS.value, epsilon=_EPSILON.value,
       sigma=_SIGMA.value, shrinking=_SHRINKING.value, release=_RELEASE.value,
       release_epsilon=_RELEASE_EPSILON.value,
-      total_epsilon=_TOTAL_EPSILON.value, **settings)
+      total_epsilon=_TOTAL_EPSILON.value, selection=_SELECTION.value,
+      **settings)
   common.emit_record(record, _OUT.value)
 
 

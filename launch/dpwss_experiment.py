@@ -23,9 +23,17 @@ from mechanisms import (
 TABLE_GRID = ((1.0, 0.1), (1.0, 0.3), (1.0, 0.5), (1.0, 0.7), (0.5, 0.7),
               (0.1, 0.7))
 METRICS = ("auc", "accuracy", "precision", "recall", "f1", "mcc")
-KEY_FIELDS = ("dataset", "wss", "epsilon", "sigma", "shrinking", "kernel",
-              "c", "gamma_arg", "eps_stop", "repeats", "seed", "release",
-              "release_epsilon", "scaling", "eval", "dtype", "classes")
+KEY_FIELDS = ("dataset", "wss", "selection", "epsilon", "sigma", "shrinking",
+              "kernel", "c", "gamma_arg", "eps_stop", "repeats", "seed",
+              "release", "release_epsilon", "scaling", "eval", "dtype",
+              "classes", "max_iter", "total_epsilon_target")
+# The private-selection comparison (``run_selection_comparison``): the
+# paper's selection at these (nominal ε, σ), and the private variant at
+# these total ε (at δ = 1e-5) and iteration counts T.
+PAPER_SETTINGS = ((1.0, 0.5), (0.1, 0.7))
+PRIVATE_TOTAL_EPSILONS = (1.0, 10.0, 100.0)
+PRIVATE_ITERATIONS = (500, 2000)
+PRIVATE_SIGMA = 0.5
 
 
 # -- data -------------------------------------------------------------------
@@ -115,20 +123,24 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
                 shrinking=False, max_iter=None, release="none",
                 release_epsilon=1.0, delta=dpwss.DEFAULT_DELTA, repeats=5,
                 seed=0, dtype="float64", evaluate="train", baseline=None,
-                prepared=None, total_epsilon=None) -> dict:
+                prepared=None, total_epsilon=None,
+                selection="paper") -> dict:
   """Trains one setting (all repeats) and returns its JSON record.
 
   ``baseline`` is an optional WSS2 record of the same data/settings for
   objError and iterationRatio (run here when missing); ``prepared`` the
   output of :func:`prepare` to reuse. With ``total_epsilon`` (and
-  ``max_iter``) the per-selection ε is derived from that total target.
+  ``max_iter``) the per-selection ε is derived from that total target:
+  a real budget for ``selection="private"`` (2·max_iter draws), a nominal
+  one for ``"paper"`` (max_iter draws, none of them DP).
   """
+  dpwss.check_selection(selection)
   if total_epsilon is not None and wss == "dpwss":
     if max_iter is None:
       raise ValueError("--total_epsilon needs --max_iter: the budget is "
-                       "split over max_iter selections.")
+                       "split over the selections of max_iter iterations.")
     epsilon = dpwss.epsilon_per_iteration(total_epsilon, max_iter=max_iter,
-                                          delta=delta)
+                                          delta=delta, selection=selection)
   if release != "none":
     output_perturbation.check_linear_kernel(kernel)
     release_epsilon = float(release_epsilon)
@@ -151,7 +163,7 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
     run, compile_s, seconds = common.timed(
         lambda: dpwss.dpwss_train(train_key, x, y, epsilon=epsilon,
                                   sigma=sigma, repeats=repeats,
-                                  **common_args))
+                                  selection=selection, **common_args))
     models = list(run.models)
   per_repeat = []
   for m in models:
@@ -164,6 +176,7 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
       "dataset": dataset, "classes": classes, "scaling": scaling,
       "eval": evaluate, "n_train": int(x.shape[0]),
       "n_eval": int(x_eval.shape[0]), "wss": wss,
+      "selection": selection if wss == "dpwss" else None,
       "epsilon": epsilon if wss == "dpwss" else None,
       "sigma": sigma if wss == "dpwss" else None,
       "kernel": kernel, "c": c, "gamma": spec.gamma, "gamma_arg": gamma,
@@ -189,27 +202,26 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
                            epsilon=release_epsilon, repeats=repeats)
   if wss == "dpwss":
     record["privacy"] = dpwss.privacy_report(
-        epsilon, max(iterations), delta=delta, ledger=ledger)
+        epsilon, max(iterations), selection=selection, delta=delta,
+        ledger=ledger)
   elif ledger is not None:
     g = ledger.guarantee(delta)
     record["privacy"] = {
-        "epsilon_per_iteration": None, "iterations": max(iterations),
+        "epsilon_per_selection": None, "iterations": max(iterations),
         "epsilon_nominal": None, "epsilon_basic": g.basic_epsilon,
         "epsilon": g.epsilon, "delta": g.delta}
   else:
     record["privacy"] = {
-        "epsilon_per_iteration": None, "iterations": max(iterations),
+        "epsilon_per_selection": None, "iterations": max(iterations),
         "epsilon_nominal": None, "epsilon_basic": float("inf"),
         "epsilon": float("inf"), "delta": None}
-  record["privacy"]["scope"] = (
-      "per run (one training); the repeats are independent runs")
+  record["privacy"]["covers"] = (
+      "everything the run publishes: the selection transcript (DPWSS) and "
+      "any released_model; per run, the repeats are independent runs")
   record["model_is_private"] = release != "none"
   if release_rec is not None:
     record["released_model"] = release_rec
-  record["privacy_note"] = (
-      "DPWSS randomises only the working-set selection; the trained SMO "
-      "model is not differentially private. Only a released_model from "
-      "output perturbation is (model_is_private).")
+  record["privacy_note"] = _privacy_note(wss, selection)
   if wss == "dpwss":
     if baseline is None:
       baseline = run_setting(
@@ -224,6 +236,20 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   return record
 
 
+def _privacy_note(wss, selection) -> str:
+  model = ("The trained SMO model is not differentially private; only a "
+           "released_model from output perturbation is (model_is_private), "
+           "with its own epsilon.")
+  if wss != "dpwss":
+    return model
+  if selection == "paper":
+    return ("The paper's DPWSS selection carries no DP guarantee "
+            "(privacy.epsilon is null; the paper's figure is "
+            "privacy.epsilon_nominal). " + model)
+  return ("Private selection: privacy.epsilon covers the transcript of "
+          "2T selected indices (replace-one neighbours). " + model)
+
+
 def _ledger_with_release(epsilon):
   ledger = accounting.PrivacyLedger()
   ledger.record_pure(epsilon, label="output_perturbation")
@@ -235,7 +261,10 @@ def _release(key, x, y, x_eval, y_eval, *, c, epsilon, repeats) -> dict:
   releases = output_perturbation.private_linear_svms(
       jax.random.split(key, repeats), x, y, c=c, epsilon=epsilon)
   per = [_report(y_eval, rel.decision_function(x_eval)) for rel in releases]
-  return {"epsilon": epsilon, "sensitivity": 2 * c,
+  return {"epsilon": epsilon, "delta": 0.0,
+          "privacy_scope": "the released (w, b) alone, fitted on the data "
+                           "independently of the SMO run",
+          "sensitivity": 2 * c,
           "noise_scale": 2 * c / epsilon,
           "bias": "constant feature appended: x~ = [x, 1]/sqrt(2)",
           **_mean_metrics(per), "per_repeat": per}
@@ -277,8 +306,11 @@ def _cached(records, out, done, args, baseline=None):
       if common.record_key(r, KEY_FIELDS) == probe:
         records.append(r)
         return r
-  common.progress(f"{args['dataset']} {args['wss']} eps={args.get('epsilon')}"
-                  f" sigma={args.get('sigma')} shrinking={args['shrinking']}")
+  common.progress(f"{args['dataset']} {args['wss']} "
+                  f"{args.get('selection', '')} eps={args.get('epsilon')} "
+                  f"total={args.get('total_epsilon')} "
+                  f"T={args.get('max_iter')} sigma={args.get('sigma')} "
+                  f"shrinking={args['shrinking']}")
   rec = run_setting(baseline=baseline, **args)
   common.append_jsonl(out, rec)
   records.append(rec)
@@ -289,9 +321,17 @@ def run_setting_key(args) -> tuple:
   """The resume key a record of these arguments will have."""
   wss = args.get("wss", "dpwss")
   release = args.get("release", "none")
+  epsilon = args.get("epsilon")
+  if wss == "dpwss" and args.get("total_epsilon") is not None:
+    epsilon = dpwss.epsilon_per_iteration(
+        args["total_epsilon"], max_iter=args["max_iter"],
+        delta=args.get("delta", dpwss.DEFAULT_DELTA),
+        selection=args.get("selection", "paper"))
   probe = {
       "dataset": args["dataset"], "wss": wss,
-      "epsilon": args.get("epsilon") if wss == "dpwss" else None,
+      "selection": (args.get("selection", "paper") if wss == "dpwss"
+                    else None),
+      "epsilon": epsilon if wss == "dpwss" else None,
       "sigma": args.get("sigma") if wss == "dpwss" else None,
       "shrinking": bool(args.get("shrinking")),
       "kernel": args.get("kernel", "rbf"), "c": args.get("c", 1.0),
@@ -303,6 +343,8 @@ def run_setting_key(args) -> tuple:
       "scaling": args["prepared"][4], "eval": args.get("evaluate", "train"),
       "dtype": args.get("dtype", "float64"),
       "classes": (list(args["classes"]) if args.get("classes") else None),
+      "max_iter": args.get("max_iter"),
+      "total_epsilon_target": args.get("total_epsilon"),
   }
   return common.record_key(probe, KEY_FIELDS)
 
@@ -311,9 +353,10 @@ def markdown_table(records, datasets, *, classes=None) -> str:
   """Table 3's layout: dataset, shrinking, metric; WSS2 then DPWSS columns.
 
   Uses the latest record of each cell among ``records`` with the given
-  ``classes`` (the pair of a multi-class set). Two rows beyond the paper's:
-  the selection transcript's ε by basic composition (T·ε, T the largest
-  iteration count of the repeats) and composed by zCDP/RDP at the run's δ.
+  ``classes`` (the pair of a multi-class set). Rows beyond the paper's: the
+  guarantee (none for the paper's selection), and what composing the
+  paper's per-selection claim would give, were it true — basic (T·ε, T the
+  largest iteration count of the repeats) and zCDP/RDP at the run's δ.
   """
   want = list(classes) if classes else None
   head = ["Dataset", "Shrinking", "Metric", "WSS2"] + [
@@ -321,13 +364,15 @@ def markdown_table(records, datasets, *, classes=None) -> str:
   lines = ["| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
   rows = list(METRICS) + ["obj", "iterations", "obj_error",
-                          "iteration_ratio", "epsilon_basic",
-                          "epsilon_composed"]
+                          "iteration_ratio", "epsilon_guarantee",
+                          "epsilon_nominal_basic",
+                          "epsilon_nominal_composed"]
   for name in datasets:
     for shrinking in (True, False):
       def pick(wss, eps=None, sig=None, name=name, shrinking=shrinking):
         for r in reversed(records):
           if (r["dataset"] == name and r["wss"] == wss
+              and r.get("selection") != "private"
               and r.get("classes") == want
               and r["shrinking"] == shrinking and r.get("epsilon") == eps
               and r.get("sigma") == sig):
@@ -346,16 +391,19 @@ def markdown_table(records, datasets, *, classes=None) -> str:
 
 
 def _cell(record, metric):
-  if metric in ("epsilon_basic", "epsilon_composed"):
+  if metric.startswith("epsilon"):
     if record["wss"] != "dpwss":
       return None
     privacy = record["privacy"]
-    return privacy["epsilon" if metric == "epsilon_composed"
-                   else "epsilon_basic"]
+    if metric == "epsilon_guarantee":
+      return "none" if privacy.get("epsilon") is None else privacy["epsilon"]
+    return privacy.get(metric)
   return record.get(metric)
 
 
 def _fmt(metric, v):
+  if isinstance(v, str):
+    return v
   if metric.startswith("epsilon"):
     return f"{v:.1f}"
   if metric == "iterations":
@@ -363,3 +411,83 @@ def _fmt(metric, v):
   if metric == "obj":
     return f"{v:.2f}"
   return f"{v:.4f}"
+
+
+# -- private selection against the paper's -----------------------------------
+
+def run_selection_comparison(*, datasets, out, table_md=None,
+                             paper_settings=PAPER_SETTINGS,
+                             total_epsilons=PRIVATE_TOTAL_EPSILONS,
+                             iterations=PRIVATE_ITERATIONS,
+                             sigma=PRIVATE_SIGMA, **settings) -> list[dict]:
+  """WSS2, the paper's selection and the private one, on each dataset.
+
+  Shrinking off everywhere (the private selection scores every row). The
+  paper's runs use (nominal ε, σ) from ``paper_settings`` and stop on their
+  own; the private runs spend each total ε of ``total_epsilons`` (at the
+  run's δ) over exactly T iterations, T from ``iterations``. Resumes from
+  ``out``; writes :func:`selection_markdown` to ``table_md``.
+  """
+  done = common.done_keys(out, KEY_FIELDS)
+  records = []
+  settings = {k: v for k, v in settings.items() if k != "shrinking"}
+  for name in datasets:
+    prepared = prepare(name, data_dir=settings.get("data_dir"),
+                       classes=settings.get("classes"),
+                       scaling=settings.get("scaling", "auto"),
+                       evaluate=settings.get("evaluate", "train"),
+                       release="none")
+    base_args = {k: v for k, v in settings.items()
+                 if k not in ("data_dir", "max_iter")}
+    base_args.update(dataset=name, shrinking=False, prepared=prepared)
+    baseline = _cached(records, out, done, dict(base_args, wss="wss2"))
+    for eps, sig in paper_settings:
+      _cached(records, out, done,
+              dict(base_args, wss="dpwss", selection="paper", epsilon=eps,
+                   sigma=sig), baseline=baseline)
+    for steps in iterations:
+      for total in total_epsilons:
+        _cached(records, out, done,
+                dict(base_args, wss="dpwss", selection="private",
+                     sigma=sigma, max_iter=int(steps),
+                     total_epsilon=float(total)), baseline=baseline)
+  if table_md:
+    with open(table_md, "w", encoding="utf-8") as f:
+      f.write(selection_markdown(common.read_jsonl(out), datasets))
+  return records
+
+
+def selection_markdown(records, datasets) -> str:
+  """One row per setting: guarantee, objective, accuracy, iterations.
+
+  The latest record of each (dataset, setting) among ``records``; only
+  runs without shrinking and with the default classes.
+  """
+  head = ["dataset", "selection", "ε per draw", "ε guarantee (δ)",
+          "dual objective", "accuracy (train)", "iterations"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name in datasets:
+    latest = {}
+    for r in records:
+      if r["dataset"] != name or r["shrinking"] or r.get("classes"):
+        continue
+      sel = r.get("selection") if r["wss"] == "dpwss" else None
+      latest[(r["wss"], sel, r.get("epsilon"), r.get("sigma"),
+              r.get("max_iter"), r.get("total_epsilon_target"))] = r
+    for r in latest.values():
+      privacy = r["privacy"]
+      if r["wss"] == "wss2":
+        label, draw, guarantee = "WSS2 (LIBSVM)", "–", "none (no noise)"
+      elif r["selection"] == "paper":
+        label = f"paper, σ={r['sigma']:g}"
+        draw = f"{r['epsilon']:g} (nominal)"
+        guarantee = "none (paper claims {:g})".format(
+            privacy["epsilon_nominal"])
+      else:
+        label = f"private, σ={r['sigma']:g}, T={r['max_iter']}"
+        draw = f"{r['epsilon']:.3g}"
+        guarantee = f"{privacy['epsilon']:.3g} ({privacy['delta']:g})"
+      lines.append(
+          f"| {name} | {label} | {draw} | {guarantee} | {r['obj']:.2f} | "
+          f"{r['accuracy']:.4f} | {r['iterations']:,.0f} |")
+  return "\n".join(lines) + "\n"

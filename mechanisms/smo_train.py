@@ -1,7 +1,8 @@
 """Training entry points of the C-SVC SMO solver: WSS2 and the model.
 
-:func:`wss2_train` is the non-private LIBSVM-equivalent reference; the
-private-selection variant is :func:`mechanisms.dpwss.dpwss_train`. Both
+:func:`wss2_train` is the non-private LIBSVM-equivalent reference; DPWSS
+(the paper's selection, which has no DP guarantee, and the private
+variant) is :func:`mechanisms.dpwss.dpwss_train`. Both
 validate their inputs here, before anything is traced, and run the solver
 of :mod:`mechanisms.smo` with x64 enabled only inside the call.
 

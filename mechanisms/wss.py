@@ -1,4 +1,4 @@
-"""Working-set selection rules for the SMO solver: WSS2 and DPWSS.
+"""Working-set selection rules for SMO: WSS2, DPWSS and PrivateWSS.
 
 Notation (LIBSVM's, for the C-SVC dual min ½αᵀQα − eᵀα, 0 ≤ α ≤ C,
 yᵀα = 0, with G = Qα − e):
@@ -8,8 +8,8 @@ yᵀα = 0, with G = Qα − e):
 * m = max_{I_up} −y_t G_t,  M′ = max_{I_low} y_t G_t; the point is
   stationary (to tolerance eps) when m + M′ < eps.
 
-Both rules take i = the maximiser of −y_t G_t over I_up (ties go to the last
-index, as in LIBSVM). They differ in j:
+WSS2 and DPWSS take i = the maximiser of −y_t G_t over I_up (ties go to
+the last index, as in LIBSVM). They differ in j:
 
 * :class:`WSS2` (Fan, Chen & Lin 2005; LIBSVM ≥ 2.8): the t ∈ I_low with
   −y_t G_t < m that minimises −b²/ā, b = m + y_t G_t, ā = K_ii + K_tt −
@@ -18,7 +18,16 @@ index, as in LIBSVM). They differ in j:
   t ∈ I_low whose pair (i, t) was never selected before, with
   m + y_t G_t > eps and score q(t) = (m + y_t G_t)/(m + M′) ≥ σ; j is drawn
   by the exponential mechanism with weights exp(ε q / (2Δq)), Δq = 1 − σ
-  (Gumbel-max, :func:`dpcore.exponential.exponential_mechanism`).
+  (Gumbel-max, :func:`dpcore.exponential.exponential_mechanism`). This
+  selection is NOT differentially private: i is deterministic (often the
+  very row an attacker asks about) and the candidate set for j depends on
+  the labels, so a row can be selectable under D and never under D′.
+* :class:`PrivateWSS` (this library's variant, not the paper's): i and j
+  are both drawn by the exponential mechanism over all l indices, with
+  scores clipped to [0, 1] (a data-independent support and Δ = 1 for any
+  state), and no data-dependent exit: the solver runs exactly max_iter
+  steps. Each selection is ε-DP given the past transcript; see its
+  docstring for the proof.
 
 Pair memory. The paper keeps an l × l boolean matrix (2.5 GB at
 l = 50,000, one byte per flag). Here each run keeps
@@ -247,13 +256,15 @@ class DPWSS:
     pair_flags: ``"auto"`` (bit flags when l²/8 ≤ BITSET_MAX_BYTES),
       ``"bits"`` or ``"scan"`` (record only; see the module docstring).
 
-  Privacy: one selection is ε-DP for the choice of j *given the current
-  state (α, G)*, when every score q has sensitivity ≤ 1 − σ (the paper's
-  claim, which assumes q ∈ [σ, 1] for both neighbours; the candidate set
-  itself is data-dependent and not privatised). T selections compose to
-  T·ε (basic) or, as ε²/8-zCDP each, to about ε√(T/2 · log(1/δ)) at δ —
-  never to ε. The trained α (and w) are exact functions of the data given
-  the selections, so the released model is NOT differentially private.
+  Privacy: none, for the transcript or the model. The paper calls each
+  selection ε-DP with score sensitivity 1 − σ, but (a) the candidate set
+  for j depends on the data (at α = 0 it is exactly the rows labelled −1,
+  so a row can be selectable under D and never under its neighbour D′:
+  an unbounded privacy loss), and (b) i is not randomised at all (the
+  largest violator, ties to the last index), so it is the changed row
+  itself whenever that row violates most. The ε parameter is therefore
+  nominal. The trained α (and w) are exact functions of the data given
+  the selections. :class:`PrivateWSS` is the variant with a guarantee.
   """
   buffer_rows: int
   ordered_pairs: bool = True
@@ -288,3 +299,120 @@ class DPWSS:
         m + m_low < eps, STATIONARY,
         jnp.where(any_valid, RUNNING, NO_CANDIDATE)).astype(jnp.int32)
     return Selection(i, j, status, None)
+
+
+def _unit_scores(raw, valid, sigma):
+  """(raw − σ)/(1 − σ) clipped to [0, 1]; 0 where not ``valid`` or NaN.
+
+  Whatever ``raw`` holds (any data, any state), the result lies in [0, 1]:
+  this range, not any property of ``raw``, is what the privacy proof of
+  :class:`PrivateWSS` uses.
+  """
+  score = (raw - sigma) / (1.0 - sigma)
+  score = jnp.where(valid & jnp.isfinite(score), score, 0.0)
+  return jnp.clip(score, 0.0, 1.0)
+
+
+def private_first_scores(*, yg, in_up, in_low, sigma):
+  """Scores in [0, 1] for i: how much −y_t G_t violates, t ∈ I_up.
+
+  raw(t) = (−y_t G_t − M)/(m − M) with m = max_{I_up} −y_t G_t and
+  M = min_{I_low} −y_t G_t: 1 for LIBSVM's i (the largest violator), 0 for
+  a row that violates with nobody. Rows outside I_up, and every row once
+  the gap m − M is not positive, get the floor score 0.
+  """
+  viol = -yg
+  m = jnp.max(jnp.where(in_up, viol, -jnp.inf))
+  low = jnp.min(jnp.where(in_low, viol, jnp.inf))
+  gap = m - low
+  ok = jnp.isfinite(gap) & (gap > 0)
+  raw = (viol - low) / jnp.where(ok, gap, 1.0)
+  return _unit_scores(raw, in_up & ok, sigma)
+
+
+def private_second_scores(*, yg, in_low, i, seen, sigma):
+  """Scores in [0, 1] for j given i: the paper's q(t), floored not masked.
+
+  raw(t) = (−y_i G_i + y_t G_t)/(−y_i G_i + M′), M′ = max_{I_low} y_t G_t:
+  the paper's q(t) with the drawn i in place of the largest violator, 1 for
+  the t ∈ I_low that violates most with i. Rows outside I_low, pairs
+  (i, t) already selected, and every row when i violates with nobody get
+  the floor score 0 instead of leaving the support.
+  """
+  v_i = -yg[i]
+  top = v_i + jnp.max(jnp.where(in_low, yg, -jnp.inf))
+  ok = jnp.isfinite(top) & (top > 0)
+  raw = (v_i + yg) / jnp.where(ok, top, 1.0)
+  return _unit_scores(raw, in_low & ~seen & ok, sigma)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateWSS(DPWSS):
+  """Both indices of the working set drawn by the exponential mechanism.
+
+  A variant of the paper's rule with a proof. Per iteration, i is drawn
+  over all l indices with scores :func:`private_first_scores`, then j
+  over all l indices with :func:`private_second_scores`, each with
+  weights exp(ε·s/2) (Δ = 1) by Gumbel-max; σ keeps the paper's role (a
+  score below σ of the best is floored, and scores are rescaled by
+  1/(1 − σ)). The rule never reports an exit, so the solver runs exactly
+  ``max_iter`` (= T) iterations. ``params`` is a :class:`DPWSSParams`; the
+  shrinking mask ``active`` is ignored (every row is scored), and the
+  stopping tolerance is not used.
+
+  Attributes: as :class:`DPWSS` (the pair memory holds the transcript).
+
+  Privacy: neighbouring data sets differ in one row (replace-one; the
+  number of rows l is public, and the indices 0..l−1 are the candidate
+  set). The output is the transcript τ = ((i₁, j₁), …, (i_T, j_T)).
+
+  1. *State.* Before iteration k the solver state s_k = (α, G, pair
+     memory) is a deterministic function of the data D and of the past
+     transcript τ_<k (SMO's update is exact). Scores are functions of
+     (D, s_k), hence of (D, τ_<k), and of i_k for j_k.
+  2. *Range, hence sensitivity.* Every score is clipped into [0, 1]
+     (:func:`_unit_scores`), for every data set and every state. So for
+     any D, D′ and any fixed τ_<k, |s_D(t) − s_D′(t)| ≤ 1 for every t:
+     Δ = 1 holds without any assumption on how the state moved. A bound
+     on how one row moves G would not do: the state itself differs
+     between D and D′.
+  3. *Support.* Invalid rows (outside I_up / I_low, pairs already used,
+     NaN) get score 0, the floor, never −∞: the support is all l indices
+     for every D. (The used-pair filter reads only τ_<k anyway.)
+  4. *One selection.* With weights exp(ε s(t)/2) and s ∈ [0, 1], for any
+     t: P_D(t)/P_D′(t) = e^{ε(s_D(t) − s_D′(t))/2} · Z_D′/Z_D ≤ e^{ε/2} ·
+     e^{ε/2} = e^ε, and the log-ratio varies over t by at most ε (ε-bounded
+     range), so each selection is ε-DP and ε²/8-zCDP (Cesar & Rogers
+     2021) *conditionally on τ_<k* (and on i_k for j_k).
+  5. *Transcript.* The stopping rule is data-independent (T iterations
+     exactly), so τ is an adaptive composition of 2T such selections:
+     2Tε-DP by basic composition and 2T·ε²/8-zCDP, which
+     :class:`dpcore.accounting.PrivacyLedger` converts to (ε, δ).
+
+  Not covered: add/remove neighbours (l changes, and with it the index
+  set), and the trained model. α, G and w = Σ α_t y_t x_t are exact
+  functions of the data given τ, so they are NOT private; a private model
+  needs its own mechanism, e.g.
+  :func:`mechanisms.output_perturbation.private_linear_svm`, with its own
+  budget. Floating-point effects of the Gumbel-max draw are ignored, as
+  everywhere in this library.
+  """
+  name = "private_dpwss"
+
+  def select(self, *, alpha, grad, y, qd, c, eps, tau, active, row_fn,
+             memory, key, params):
+    del qd, eps, tau, active, row_fn
+    key_i, key_j = jax.random.split(key)
+    yg = y * grad
+    everyone = jnp.ones(y.shape, jnp.bool_)
+    in_up, in_low = violation_sets(alpha, y, c, everyone)
+    first = private_first_scores(yg=yg, in_up=in_up, in_low=in_low,
+                                 sigma=params.sigma)
+    i, _ = exponential.exponential_mechanism(
+        key_i, first, epsilon=params.epsilon, sensitivity=1.0)
+    seen = seen_with(memory, i, y.shape[0], ordered=self.ordered_pairs)
+    second = private_second_scores(yg=yg, in_low=in_low, i=i, seen=seen,
+                                   sigma=params.sigma)
+    j, _ = exponential.exponential_mechanism(
+        key_j, second, epsilon=params.epsilon, sensitivity=1.0)
+    return Selection(i, j, jnp.asarray(RUNNING, jnp.int32), None)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from sklearn import datasets
@@ -41,12 +42,16 @@ def test_dpwss_record(small_svmlight):
   assert len(rec["per_repeat"]) == 3
   assert rec["model_is_private"] is False
   privacy = rec["privacy"]
+  # The paper's selection: no guarantee, the paper's figure nominal.
+  assert rec["selection"] == "paper"
+  assert privacy["epsilon"] is None and privacy["delta"] is None
   assert privacy["epsilon_nominal"] == 1.0
   assert privacy["iterations"] == max(r["iterations"]
                                       for r in rec["per_repeat"])
-  assert privacy["epsilon_basic"] == pytest.approx(privacy["iterations"])
-  assert privacy["epsilon"] < privacy["epsilon_basic"]
-  assert privacy["delta"] == 1e-5
+  assert privacy["epsilon_nominal_basic"] == pytest.approx(
+      privacy["iterations"])
+  assert "no DP guarantee" in rec["privacy_note"]
+  assert json.loads(common.to_json(rec))["privacy"]["epsilon"] is None
   assert rec["gamma"] == pytest.approx(1 / 13)
   assert rec["obj_error"] == pytest.approx(abs(rec["obj"] - rec["wss2_obj"]))
   assert 0.5 < rec["accuracy"] <= 1.0
@@ -93,7 +98,7 @@ def test_main_prints_the_record_last(small_svmlight, tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "launch.dpwss", f"--dataset={small_svmlight}",
        "--wss=wss2", "--repeats=1", f"--out={out}"],
-      cwd=_REPO, capture_output=True, text=True, timeout=300,
+      cwd=_REPO, capture_output=True, text=True, timeout=1800,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert proc.returncode == 0, proc.stderr[-2000:]
   last = proc.stdout.strip().splitlines()[-1]
@@ -107,8 +112,10 @@ def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
   rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
                                  sigma=0.5, repeats=1, total_epsilon=3.0,
                                  max_iter=60)
+  # The paper's selection: a nominal split (no guarantee to compare to).
   assert rec["epsilon"] < 1.0
-  assert rec["privacy"]["epsilon"] <= 3.0 * (1 + 1e-6)
+  assert rec["privacy"]["epsilon"] is None
+  assert rec["privacy"]["epsilon_nominal_composed"] <= 3.0 * (1 + 1e-6)
   with pytest.raises(ValueError, match="needs --max_iter"):
     launch_dpwss.run_setting(dataset=small_svmlight, total_epsilon=3.0)
 
@@ -127,3 +134,75 @@ def test_data_read_scaling_must_be_asked_for():
   np.testing.assert_allclose(x.max(axis=0), 1.0)
   assert prepare("heart", "auto")[4] == prepare("heart", "auto_minmax")[4]
   assert prepare("heart", "auto")[4] == "box"
+
+
+def test_private_selection_record(small_svmlight):
+  rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
+                                 selection="private", sigma=0.5, repeats=2,
+                                 total_epsilon=3.0, max_iter=40)
+  privacy = rec["privacy"]
+  assert rec["selection"] == "private" and rec["iterations"] == 40
+  assert rec["exit_reason"] == ["max_iter"]
+  assert privacy["selections"] == 80
+  assert privacy["epsilon"] == pytest.approx(3.0, rel=1e-6)
+  assert privacy["delta"] == 1e-5 and privacy["epsilon_nominal"] is None
+  assert rec["model_is_private"] is False
+  assert "NOT private" in privacy["scope"]
+
+
+def test_selection_comparison_writes_and_resumes(small_svmlight, tmp_path):
+  out = str(tmp_path / "s.jsonl")
+  md = str(tmp_path / "s.md")
+  args = dict(datasets=[small_svmlight], out=out, table_md=md,
+              paper_settings=((1.0, 0.5),), total_epsilons=(1.0, 10.0),
+              iterations=(30,), repeats=1)
+  launch_dpwss.run_selection_comparison(**args)
+  records = common.read_jsonl(out)
+  assert [r.get("selection") for r in records] == [
+      None, "paper", "private", "private"]
+  table = open(md, encoding="utf-8").read()
+  assert "none (paper claims 1)" in table
+  assert table.count("private, σ=0.5, T=30") == 2
+  launch_dpwss.run_selection_comparison(**args)  # all done: no new runs
+  assert len(common.read_jsonl(out)) == len(records)
+
+
+def test_dpwss_audit_specs():
+  from launch import dpwss_audits
+  specs = {s.name: s for s in dpwss_audits.specs()}
+  for name, spec in specs.items():
+    assert spec.relation == "replace_one"
+    if "paper" in name:
+      assert spec.reported_epsilon is None and spec.nominal_epsilon
+    else:
+      assert spec.reported_epsilon > 0 and spec.nominal_epsilon is None
+  assert len(specs) == 6
+
+
+def _audit(name, trials):
+  from launch import audits, dpwss_audits
+  spec = {s.name: s for s in dpwss_audits.specs()}[name]
+  return spec, audits.run_spec(jax.random.key(0), spec, trials=trials)
+
+
+def test_paper_transcript_audits_far_above_its_nominal_epsilon():
+  # The canary (a copy of a positive row, at index 0) is selected in every
+  # run under D and never under D′: no false positive, no false negative,
+  # and the bound is limited only by the trials (log(1000/3) ≈ 5.8).
+  spec, result = _audit("dpwss_paper_transcript_j", 2000)
+  assert result.false_positive == 0.0 and result.false_negative == 0.0
+  assert result.epsilon_lower > 5.0 > spec.nominal_epsilon
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dpwss_paper_one_selection_j",
+                                  "dpwss_paper_one_selection_i",
+                                  "dpwss_paper_transcript_i",
+                                  "dpwss_private_transcript_j",
+                                  "dpwss_private_transcript_i"])
+def test_dpwss_audits(name):
+  spec, result = _audit(name, 20_000)
+  if spec.reported_epsilon is None:
+    assert result.epsilon_lower > 5.0  # nominal 0.05 or 1
+  else:
+    assert result.epsilon_lower < spec.reported_epsilon
