@@ -272,16 +272,21 @@ def _release(key, x, y, x_eval, y_eval, *, c, epsilon, repeats) -> dict:
 
 # -- table mode ---------------------------------------------------------------
 
+def _prepare_for_table(name: str, settings: dict):
+  """The data set of one table row, prepared with the table's settings."""
+  return prepare(name, data_dir=settings.get("data_dir"),
+                 classes=settings.get("classes"),
+                 scaling=settings.get("scaling", "auto"),
+                 evaluate=settings.get("evaluate", "train"),
+                 release="none")
+
+
 def run_table(*, datasets, out, table_md=None, **settings) -> list[dict]:
   """The paper's Table-3 grid on each dataset; resumes from ``out``."""
   done = common.done_keys(out, KEY_FIELDS)
   records = []
   for name in datasets:
-    prepared = prepare(name, data_dir=settings.get("data_dir"),
-                       classes=settings.get("classes"),
-                       scaling=settings.get("scaling", "auto"),
-                       evaluate=settings.get("evaluate", "train"),
-                       release="none")
+    prepared = _prepare_for_table(name, settings)
     for shrinking in (True, False):
       base_args = {k: v for k, v in settings.items()
                    if k not in ("data_dir",)}
@@ -432,11 +437,7 @@ def run_selection_comparison(*, datasets, out, table_md=None,
   records = []
   settings = {k: v for k, v in settings.items() if k != "shrinking"}
   for name in datasets:
-    prepared = prepare(name, data_dir=settings.get("data_dir"),
-                       classes=settings.get("classes"),
-                       scaling=settings.get("scaling", "auto"),
-                       evaluate=settings.get("evaluate", "train"),
-                       release="none")
+    prepared = _prepare_for_table(name, settings)
     base_args = {k: v for k, v in settings.items()
                  if k not in ("data_dir", "max_iter")}
     base_args.update(dataset=name, shrinking=False, prepared=prepared)
