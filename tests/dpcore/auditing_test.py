@@ -103,8 +103,10 @@ def test_gaussian_bound_is_below_and_close_to_exact_epsilon():
                      jnp.float32(1.0), statistic=identity, delta=delta,
                      trials=400_000)
   assert 0.85 * exact < r.epsilon_lower <= exact
-  # The test found is "above the threshold means data_1".
-  assert r.false_positive < 0.01
+  # The best test sits in a tail: one of its error rates is small. Which
+  # tail (left or right) is a tie the Gaussian's symmetry leaves to the
+  # draws, so either direction is accepted.
+  assert min(r.false_positive, r.false_negative) < 0.01
 
 
 def test_reversed_direction_is_found():
