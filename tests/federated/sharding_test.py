@@ -107,6 +107,38 @@ def test_two_cpu_devices_on_two_cores_do_not_hang(tmp_path):
   np.testing.assert_allclose(got["basis"], basis, atol=layouts.BASIS_TOL)
 
 
+def test_participant_mesh_uses_a_divisor_of_the_participants():
+  devices = jax.devices()[:1] * 1
+  assert sharding.participant_mesh(5, devices).size == 1
+  with pytest.raises(ValueError, match="num_participants"):
+    sharding.participant_mesh(0, devices)
+  with pytest.raises(ValueError, match="device"):
+    sharding.participant_mesh(3, [])
+  x = jax.numpy.ones((4, 2))
+  assert sharding.place(x, None) is x
+  mapped = sharding.over_participants(lambda a: a.sum(), None)
+  assert mapped(x).shape == (4,)
+
+
+def test_participant_chunks_give_the_same_runs():
+  # Mapping 2 participants at a time (5 = 2 + 2 + 1: the last block is
+  # shorter) gives the runs of the all-at-once vmap: the same local bases,
+  # local models, global basis, global model and test scores, up to the
+  # rounding bounds of the layouts module (which also checks that the
+  # spectra make them well-defined). FedDPDR runs every per-participant
+  # step the other mechanisms do; they are compared in the slow test.
+  from federated import feddpdr
+  parts, x_test, y_test = layouts.problem(5)
+  whole = layouts.train(parts, "feddpdr")
+  chunked = layouts.train(parts, "feddpdr", chunk=2)
+  layouts.assert_same_runs(chunked, whole, parts, x_test,
+                           mechanism="feddpdr")
+  with pytest.raises(ValueError, match="participant_chunk"):
+    feddpdr.run(jax.random.key(2), parts, x_test, y_test,
+                num_classes=3, config=layouts.config("feddpdr"),
+                participant_chunk=0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shifted", ["key", "mask"])
 def test_the_layout_check_catches_a_shifted_participant(monkeypatch,
