@@ -278,17 +278,81 @@ class PrivacyLedger:
       delta = validation.check_delta(delta)
     return _compose(self._entries, delta, self.use_pld)
 
-  def summary(self, delta: float | None = None) -> dict:
-    """JSON-ready report: the guarantee and each entry."""
-    g = self.guarantee(delta)
-    return {
-        **g.as_dict(),
-        "entries": [
-            {"label": e.label, "kind": e.kind, "epsilon": e.epsilon,
-             "delta": e.delta, **{k: v for k, v in e.params.items()}}
-            for e in self._entries
-        ],
-    }
+  def report(self, delta: float | None = None, *,
+             nominal_epsilon: float | None = None,
+             nominal_note: str | None = None) -> dict:
+    """The privacy record of a run: :func:`privacy_record` of this ledger."""
+    return privacy_record(self.guarantee(delta), self._entries,
+                          nominal_epsilon=nominal_epsilon,
+                          nominal_note=nominal_note)
+
+
+PRIVACY_FIELDS = (
+    "epsilon", "delta", "method", "epsilon_basic", "delta_basic",
+    "epsilon_rdp", "epsilon_pld", "truncation_probability",
+    "epsilon_nominal", "nominal_note", "no_guarantee", "entries")
+"""The fields of every privacy record, in order (see :func:`privacy_record`).
+
+* ``epsilon``, ``delta``: the guarantee that holds for everything the run
+  released (the ledger's tightest composition), or ``None`` when no
+  guarantee is claimed (``no_guarantee`` says why);
+* ``method``: how ``epsilon`` was obtained (``basic``, ``rdp``, ``pld``,
+  ``…+basic``, ``none`` for an empty ledger, ``no_guarantee``);
+* ``epsilon_basic``/``delta_basic``: Σεᵢ, Σδᵢ of the steps' own guarantees;
+  ``epsilon_rdp``/``epsilon_pld``: the RDP/PLD compositions (``None`` where
+  unsupported); ``truncation_probability``: see
+  :meth:`PrivacyLedger.record_truncation`;
+* ``epsilon_nominal``: a paper's figure for the same run, printed beside the
+  guarantee and never instead of it; ``nominal_note`` says what it counts;
+* ``no_guarantee``: ``None``, or the reason no ε is claimed;
+* ``entries``: every recorded step (label, kind, its own ε and δ, params).
+"""
+
+
+def _entry_dict(e: LedgerEntry) -> dict:
+  return {"label": e.label, "kind": e.kind, "epsilon": e.epsilon,
+          "delta": e.delta, **dict(e.params)}
+
+
+def privacy_record(guarantee: Guarantee, entries=(), *,
+                   nominal_epsilon: float | None = None,
+                   nominal_note: str | None = None) -> dict:
+  """The one JSON-ready privacy record (fields :data:`PRIVACY_FIELDS`)."""
+  g = guarantee
+  return {
+      "epsilon": g.epsilon, "delta": g.delta, "method": g.method,
+      "epsilon_basic": g.basic_epsilon, "delta_basic": g.basic_delta,
+      "epsilon_rdp": g.rdp_epsilon, "epsilon_pld": g.pld_epsilon,
+      "truncation_probability": g.truncation_probability,
+      "epsilon_nominal": nominal_epsilon, "nominal_note": nominal_note,
+      "no_guarantee": None,
+      "entries": [_entry_dict(e) for e in entries],
+  }
+
+
+def no_guarantee_record(reason: str, *, nominal_epsilon: float | None = None,
+                        nominal_note: str | None = None,
+                        entries=()) -> dict:
+  """A privacy record that claims nothing (ε and δ ``None``), and says why.
+
+  For non-private baselines (``reason`` says nothing private was claimed)
+  and for mechanisms whose guarantee is not proven (a paper's figure, if
+  any, goes in ``nominal_epsilon``).
+  """
+  if not reason:
+    raise ValueError("a record without a guarantee must say why (reason).")
+  return {
+      "epsilon": None, "delta": None, "method": "no_guarantee",
+      "epsilon_basic": None, "delta_basic": None, "epsilon_rdp": None,
+      "epsilon_pld": None, "truncation_probability": None,
+      "epsilon_nominal": nominal_epsilon, "nominal_note": nominal_note,
+      "no_guarantee": reason,
+      "entries": [_entry_dict(e) for e in entries],
+  }
+
+
+NON_PRIVATE = "non-private run: nothing was released under a DP guarantee"
+"""The ``no_guarantee`` reason of a non-private baseline's record."""
 
 
 def _truncation_delta(epsilon: float, probability: float) -> float:

@@ -156,7 +156,7 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
       constant, unlike the realised batch size).
     presummed: if True, ``update`` receives an already clipped and masked
       sum (e.g. from a closed-form clipping such as
-      :func:`mechanisms.lvq_clip.clipped_gradient_sum`, whose ``mask`` is
+      :func:`mechanisms.lvq.clip.clipped_gradient_sum`, whose ``mask`` is
       required) and only adds noise and divides; the caller is then
       responsible for the clipping and for applying the mask, and
       ``update`` refuses a ``mask`` (a sum has no example axis to mask).

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from mechanisms import linalg
+from dpcore import linalg
 
 
 def size_weights(sizes):
@@ -46,7 +46,7 @@ def subspace_aggregate(components, weights):
 
   Returns:
     (d, k) orthonormal basis, in descending order of the aggregate's
-    eigenvalues, signs fixed by :func:`mechanisms.linalg.canonical_signs`.
+    eigenvalues, signs fixed by :func:`dpcore.linalg.canonical_signs`.
   """
   n, d, k = components.shape
   scaled = components * jnp.sqrt(weights).astype(components.dtype)[

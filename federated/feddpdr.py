@@ -3,7 +3,7 @@
 N participants hold disjoint rows (a leading array axis, padded with a
 mask; :mod:`federated.partition`). Rows must have ‖x‖ ≤ 1 (e.g. pixels/255
 then per-row L2 normalisation). K classes are handled one-vs-rest
-(:func:`mechanisms.objective_perturbation.one_vs_rest`). Every
+(:func:`mechanisms.erm.objective_perturbation.one_vs_rest`). Every
 per-participant step is one ``vmap``; repeats (seeds) are a second ``vmap``
 over keys, the data being shared.
 
@@ -66,11 +66,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, validation
+from dpcore import accounting, metrics, validation
 from federated import aggregation, sharding
 from federated.partition import Participants
-from mechanisms import dp_pca, metrics
-from mechanisms import objective_perturbation as op
+from mechanisms.erm import objective_perturbation as op
+from mechanisms.pca import dp_pca
 
 MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
 AGGREGATIONS = ("subspace", "paper")

@@ -1,6 +1,7 @@
 r"""Empirical privacy audit of every mechanism in the library.
 
-Runs the audits of :func:`launch.audits.specs` (each a worst-case pair of
+Runs the audits of :func:`launch.experiments.audits.specs` (each a
+worst-case pair of
 neighbouring data sets and a statistic, see :mod:`dpcore.auditing`) and
 compares each 95 % lower bound on ε with the ε the library reports::
 

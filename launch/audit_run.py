@@ -12,7 +12,8 @@ import zlib
 
 import jax
 
-from launch import audits, common
+from launch import common
+from launch.experiments import audits
 
 
 def verdict(spec: audits.AuditSpec, epsilon_lower: float) -> str:

@@ -36,9 +36,10 @@ import numpy as np
 from absl import app, flags
 
 from federated import feddpdr, partition
-from launch import common, feddpdr_experiment
+from launch import common
 from launch import feddpdr as _feddpdr_flags  # noqa: F401  (defines flags)
-from mechanisms import dp_pca
+from launch.experiments import feddpdr as feddpdr_experiment
+from mechanisms.pca import dp_pca
 
 # --dataset, --data_dir, --participants, --n_per_participant, --epsilon,
 # --k, --seed and --out are the flags of launch.feddpdr (imported above);

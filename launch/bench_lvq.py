@@ -7,7 +7,7 @@ d = 784, 10 prototypes, random data in [−1, 1]^d):
 * ``dp_vmap``: per-example gradients by ``vmap(grad)``, joint clipping, sum,
   Gaussian noise (``dpcore.dpsgd.dp_aggregate``) + SGD update;
 * ``dp_ghost``: closed-form per-example norms and one weighted backward
-  pass (``mechanisms.lvq_clip.clipped_gradient_sum``), noise + update;
+  pass (``mechanisms.lvq.clip.clipped_gradient_sum``), noise + update;
 * breakdown: ``ghost_clip_only`` (dp_ghost without the noise) and
   ``noise_only`` (the Gaussian draw over all parameters alone).
 
@@ -32,7 +32,9 @@ from absl import app, flags
 
 from dpcore import dpsgd
 from launch import common
-from mechanisms import lvq, lvq_clip, lvq_init
+from mechanisms.lvq import clip as lvq_clip
+from mechanisms.lvq import init as lvq_init
+from mechanisms.lvq import model as lvq
 
 _BATCH = flags.DEFINE_integer("batch", 140, "Batch size.")
 _DIM = flags.DEFINE_integer("dim", 784, "Input dimension d.")

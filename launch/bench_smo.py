@@ -31,8 +31,9 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from launch import common, data
-from mechanisms import dpwss, kernels, smo_train
+from launch import common
+from launch.data import loaders as data
+from mechanisms.svm import dpwss, kernels, smo_train
 
 _DATASETS = flags.DEFINE_string(
     "datasets", "heart,mnist_pool4_4601,mnist_5000", "Which sets.")

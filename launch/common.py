@@ -1,8 +1,22 @@
-"""Shared plumbing for launch scripts: JSON-lines output, timing, resuming.
+"""Shared plumbing for launch scripts: the command line, JSON-lines output,
+timing, resuming.
 
 Every run ends by printing one JSON object as its last stdout line and
 appending the same object to an ``--out`` file, so results are never lost
 and plots are drawn from files, not memory.
+
+Command line. :func:`run_cli` replaces ``absl.app.run``: a mistake on the
+command line, or any argument a library check refuses (``ValueError``,
+``FileNotFoundError``, …), ends the script with one line on stderr and exit
+status 2, before any heavy work when the script validates first; the
+traceback is shown only with ``--debug_traceback``. This module imports no
+JAX at import time, so ``--help`` stays fast; scripts import their heavy
+modules inside ``main``.
+
+Records. :func:`emit_record` prints a record before writing it, and
+:func:`append_jsonl` writes each line with one ``write`` on an append-mode
+file; a last line cut by a crash is moved aside to ``PATH.partial`` (and
+said so) before the next append, never glued to.
 """
 
 from __future__ import annotations
@@ -14,8 +28,77 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-import jax
 import numpy as np
+from absl import app, flags
+
+DEBUG_TRACEBACK = flags.DEFINE_bool(
+    "debug_traceback", False,
+    "show the full traceback of an error instead of its one-line message")
+
+USAGE_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError,
+                NotADirectoryError, IsADirectoryError, PermissionError,
+                OSError, app.UsageError)
+"""Exceptions that :func:`run_cli` reports as one line with exit status 2."""
+
+
+def _one_line(error: BaseException) -> str:
+  text = " ".join(str(error).split()) or type(error).__name__
+  if isinstance(error, KeyError) and len(error.args) == 1:
+    text = f"unknown {error.args[0]!r}"
+  return text
+
+
+def run_cli(main: Callable[[list[str]], None]) -> None:
+  """``absl.app.run(main)`` with one-line errors and exit status 2.
+
+  Stray positional arguments are refused. Flag-parsing errors and the
+  exceptions in :data:`USAGE_ERRORS` raised by ``main`` print
+  ``error: …`` on stderr and exit 2 (``--debug_traceback`` re-raises).
+  """
+  def wrapped(argv):
+    if len(argv) > 1:
+      raise app.UsageError(
+          f"unexpected positional argument(s) {' '.join(argv[1:])!r}; "
+          f"every setting is a --flag=value (see --help)")
+    try:
+      return main(argv)
+    except USAGE_ERRORS as e:
+      if DEBUG_TRACEBACK.value:
+        raise
+      print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
+      sys.exit(2)
+
+  def flags_parser(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      print(f"error: {_one_line(e)} (see --help)", file=sys.stderr,
+            flush=True)
+      sys.exit(2)
+
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  app.run(wrapped, flags_parser=flags_parser)
+
+
+def check_output_path(path: str | None, flag: str = "--out") -> None:
+  """Refuses an output file that cannot be appended to, before any work.
+
+  Creates the parent directories and opens the file for appending (which
+  creates it empty if missing), so a path under a file, a directory or a
+  read-only location fails here with the flag's name, not after the run.
+  """
+  if not path:
+    return
+  if os.path.isdir(path):
+    raise ValueError(f"{flag}={path!r} is a directory; give a file path, "
+                     f"e.g. {os.path.join(path, 'results.jsonl')!r}")
+  try:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8"):
+      pass
+  except OSError as e:
+    raise ValueError(f"{flag}={path!r} cannot be written: "
+                     f"{e.strerror or e}") from None
 
 
 def _jsonable(value):
@@ -23,7 +106,7 @@ def _jsonable(value):
     return {str(k): _jsonable(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
     return [_jsonable(v) for v in value]
-  if isinstance(value, (np.ndarray, jax.Array)):
+  if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
     return _jsonable(np.asarray(value).tolist())
   if isinstance(value, (np.floating, float)):
     v = float(value)
@@ -40,28 +123,69 @@ def to_json(record: dict) -> str:
   return json.dumps(_jsonable(record), sort_keys=False)
 
 
+def set_aside_partial_line(path: str) -> str | None:
+  """Moves a last line cut off by a crash to ``path + ".partial"``.
+
+  Returns the fragment (None if the file ends cleanly). The file is
+  truncated to its last complete line, so the next append starts a line of
+  its own.
+  """
+  if not path or not os.path.exists(path) or os.path.getsize(path) == 0:
+    return None
+  with open(path, "rb+") as f:
+    f.seek(-1, os.SEEK_END)
+    if f.read(1) == b"\n":
+      return None
+    f.seek(0)
+    data = f.read()
+    cut = data.rfind(b"\n") + 1
+    fragment = data[cut:]
+    with open(path + ".partial", "ab") as aside:
+      aside.write(fragment + b"\n")
+    f.truncate(cut)
+  progress(f"{path}: its last line was cut off (an interrupted write); "
+           f"moved the {len(fragment)}-byte fragment to {path}.partial")
+  return fragment.decode("utf-8", "replace")
+
+
 def append_jsonl(path: str | None, record: dict) -> None:
-  """Appends ``record`` as one JSON line to ``path`` (dirs created)."""
+  """Appends ``record`` as one JSON line to ``path`` (dirs created).
+
+  The line goes out in one ``write`` of an append-mode file; a cut-off
+  last line left by an earlier crash is set aside first
+  (:func:`set_aside_partial_line`).
+  """
   if not path:
     return
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  with open(path, "a", encoding="utf-8") as f:
-    f.write(to_json(record) + "\n")
-    f.flush()
+  set_aside_partial_line(path)
+  line = (to_json(record) + "\n").encode("utf-8")
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    os.write(fd, line)
+  finally:
+    os.close(fd)
 
 
 def emit_record(record: dict, out: str | None) -> None:
-  """Appends to ``out`` and prints the record as the last stdout line."""
-  append_jsonl(out, record)
+  """Prints the record as the last stdout line, then appends it to ``out``.
+
+  Printed first, so a failing write cannot lose it.
+  """
   print(to_json(record), flush=True)
+  append_jsonl(out, record)
 
 
 def read_jsonl(path: str) -> list[dict]:
-  """All records of a JSON-lines file (missing file: empty list)."""
+  """All complete records of a JSON-lines file (missing file: empty list).
+
+  A line that is not valid JSON (a write cut off by a crash) is skipped
+  and counted in a progress line.
+  """
   if not path or not os.path.exists(path):
     return []
-  records = []
+  records, bad = [], 0
   with open(path, encoding="utf-8") as f:
     for line in f:
       line = line.strip()
@@ -69,7 +193,9 @@ def read_jsonl(path: str) -> list[dict]:
         try:
           records.append(json.loads(line))
         except json.JSONDecodeError:
-          continue  # a line cut by an interrupted write
+          bad += 1
+  if bad:
+    progress(f"{path}: skipped {bad} unreadable line(s) (cut-off writes)")
   return records
 
 
@@ -86,6 +212,7 @@ def done_keys(path: str, fields: Sequence[str]) -> set[tuple]:
 
 def block(tree):
   """Waits for every array in ``tree`` (for honest timings)."""
+  import jax  # pylint: disable=g-import-not-at-top  (keeps --help fast)
   return jax.block_until_ready(tree)
 
 

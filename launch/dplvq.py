@@ -12,7 +12,8 @@ JSON lines (``--out``), a Markdown table and a PNG beside it::
   python -m launch.dplvq --dataset=mnist --table --repeats=5 \
       --out=results/dplvq_mnist.jsonl
 
-Features are mapped to [−1, 1] by ``launch.data.scale_to_box`` with public
+Features are mapped to [−1, 1] by
+``launch.data.loaders.scale_to_box`` with public
 bounds (pixels: (0, 255); HAR: (−1, 1), as its documentation states). A
 tabular set without public bounds (Segment, WDBC) is refused by
 ``--bounds=auto``: pass public bounds with
@@ -34,7 +35,7 @@ import jax
 from absl import app, flags
 
 from launch import common
-from launch import dplvq_experiment as experiment
+from launch.experiments import dplvq as experiment
 
 _DATASET = flags.DEFINE_string("dataset", "digits", "mnist, segment, har, "
                                "digits, ... (launch.data.load_dataset).")

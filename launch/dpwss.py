@@ -69,15 +69,15 @@ from __future__ import annotations
 from absl import app, flags
 
 from launch import common
-from launch.dpwss_experiment import (
+from launch.experiments.dpwss import (
   run_selection_comparison,
   run_setting,
   run_table,
 )
-from mechanisms import dpwss, kernels
+from mechanisms.svm import dpwss, kernels
 
 _DATASET = flags.DEFINE_string(
-    "dataset", "heart", "Name(s) for launch.data.load_dataset "
+    "dataset", "heart", "Name(s) for launch.data.loaders.load_dataset "
     "(heart, breast_cancer, digits, svmlight:PATH, ...); comma-separated in "
     "--table mode.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")

@@ -17,8 +17,8 @@ Sweeps reproduce the paper's Figs. 2–5 and Table 3::
 (see ``launch/plot_feddpdr.py``).
 
 Data: rows are divided by the public pixel bound and normalised to unit L2
-norm (``launch.data.unit_rows``); CIFAR-10 goes through HOG first
-(``launch.hog``: 4 px cells, 9 bins, 2×2-cell blocks, 4 px stride), then
+norm (``launch.data.loaders.unit_rows``); CIFAR-10 goes through HOG first
+(``launch.data.hog``: 4 px cells, 9 bins, 2×2-cell blocks, 4 px stride), then
 unit rows. A data set without a test split (digits) is split 70/30 with a
 key derived from ``--seed``. Participants get disjoint random training rows
 (``--sizes``, or ``--participants`` × ``--n_per_participant``; if the
@@ -37,7 +37,7 @@ import sys
 from absl import app, flags
 
 from federated import feddpdr
-from launch.feddpdr_experiment import experiment, sweep
+from launch.experiments.feddpdr import experiment, sweep
 
 _DATASET = flags.DEFINE_string("dataset", "digits",
                                "mnist, fashion_mnist, cifar10, digits, ...")

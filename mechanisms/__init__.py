@@ -1,5 +1,13 @@
-"""Mechanisms built on dpcore.
+"""Mechanisms built on dpcore, one sub-package per family.
 
-DP-PCA, objective perturbation, kernels and the SMO solver (WSS2 / DPWSS),
-output perturbation, G(M)LVQ and evaluation metrics.
+* :mod:`mechanisms.pca`: DP-PCA (Gaussian noise on XᵀX).
+* :mod:`mechanisms.erm`: private empirical risk minimisation, objective
+  perturbation (Huber SVM, logistic) and output perturbation.
+* :mod:`mechanisms.svm`: kernels, the SMO solver with LIBSVM's WSS2 and the
+  DPWSS / private working-set selections.
+* :mod:`mechanisms.lvq`: G(M)LVQ models, private initialisation and DP-SGD
+  training.
+
+Each mechanism module owns its calibration, its sensitivity and the call
+that records its cost in a :class:`dpcore.PrivacyLedger`.
 """

@@ -183,7 +183,7 @@ def test_delta_below_basic_delta():
 def test_budget_refusal_leaves_ledger_unchanged():
   ledger = PrivacyLedger(budget_epsilon=1.0, budget_delta=DELTA)
   ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="first")
-  before = ledger.summary()
+  before = ledger.report()
   entries = ledger.entries
   with pytest.raises(BudgetExceededError, match="second"):
     ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="second")
@@ -191,7 +191,7 @@ def test_budget_refusal_leaves_ledger_unchanged():
     ledger.record_gaussian(sigma=0.5, sensitivity=1.0, delta=1e-6,
                            label="third")
   assert ledger.entries == entries
-  assert ledger.summary() == before
+  assert ledger.report() == before
   ledger.record_laplace(scale=1 / 0.3, sensitivity=1.0, label="fits")
   assert ledger.guarantee().epsilon <= 1.0 + 1e-9
 
@@ -257,11 +257,11 @@ def test_truncation_event_is_paid_for_in_delta():
       dp_accounting.get_epsilon_gaussian(2.0, DELTA / 2), rel=1e-3)
 
 
-def test_summary_is_json_ready():
+def test_report_is_json_ready():
   ledger = PrivacyLedger()
   ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap")
   ledger.record_approx(0.5, 1e-6, label="approx")
-  s = json.loads(json.dumps(ledger.summary(DELTA)))
+  s = json.loads(json.dumps(ledger.report(DELTA)))
   assert [e["label"] for e in s["entries"]] == ["lap", "approx"]
   assert s["epsilon"] == ledger.guarantee(DELTA).epsilon
 
@@ -307,3 +307,17 @@ def test_bad_module_function_arguments_are_named():
                                      sampling_rate=0.1, steps=0)
   with pytest.raises(ValueError, match="delta"):
     accounting.gaussian_epsilon(noise_multiplier=1.0, delta=1.0)
+
+
+def test_every_record_has_the_same_fields_in_order():
+  ledger = PrivacyLedger()
+  ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA,
+                         label="g")
+  rec = ledger.report(DELTA, nominal_epsilon=0.5, nominal_note="paper")
+  none = accounting.no_guarantee_record(accounting.NON_PRIVATE)
+  assert tuple(rec) == accounting.PRIVACY_FIELDS == tuple(none)
+  assert rec["epsilon"] == ledger.guarantee(DELTA).epsilon
+  assert rec["epsilon_nominal"] == 0.5 and rec["no_guarantee"] is None
+  assert none["epsilon"] is None and none["method"] == "no_guarantee"
+  with pytest.raises(ValueError, match="why"):
+    accounting.no_guarantee_record("")

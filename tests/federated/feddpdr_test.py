@@ -11,8 +11,8 @@ import pytest
 from dp_accounting import pld, rdp
 
 from federated import aggregation, feddpdr, partition
-from mechanisms import dp_pca
-from mechanisms import objective_perturbation as op
+from mechanisms.erm import objective_perturbation as op
+from mechanisms.pca import dp_pca
 
 
 def _blobs(n, d, classes, seed):

@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from federated import aggregation, feddpdr, partition, sharding
-from mechanisms import dp_pca
+from mechanisms.pca import dp_pca
 
 D = 20
 K = 3

@@ -5,7 +5,7 @@ Multi-device checks run in a subprocess with forced host devices
 is well-defined (:mod:`tests.federated.layouts`). The full comparison on
 four devices is marked slow. A small sharded DP-PCA on two devices stays in
 the default suite: on a 2-core machine that setting hung every time inside
-jaxlib's batched LAPACK kernels, until ``mechanisms.linalg`` took batches
+jaxlib's batched LAPACK kernels, until ``dpcore.linalg`` took batches
 one matrix at a time on the CPU.
 """
 
@@ -77,7 +77,7 @@ def test_sharded_participants_give_the_same_runs(tmp_path):
 # aggregate (thin SVD of the stacked bases) under shard_map, vmapped over 2
 # repeats as feddpdr.train does: with jnp.linalg's batched kernels this
 # hung every time on 2 cores (checked: no output after 120 s), and with
-# mechanisms.linalg it finishes in seconds.
+# dpcore.linalg it finishes in seconds.
 _TWO_DEVICE_PCA = """
     import numpy as np
     from federated import sharding
@@ -92,7 +92,7 @@ _TWO_DEVICE_PCA = """
 def test_two_cpu_devices_on_two_cores_do_not_hang(tmp_path):
   # Regression test: with 2 forced host devices on a 2-core machine the
   # batched LAPACK eigh inside the sharded DP-PCA waited forever on XLA's
-  # intra-op pool (every run, before mechanisms.linalg decomposed batches
+  # intra-op pool (every run, before dpcore.linalg decomposed batches
   # one at a time on the CPU). The problem is tiny (twelve 20 × 20
   # decompositions and two SVDs, seconds of compilation), so the generous
   # limit below separates a hang from a slow, busy machine.

@@ -1,4 +1,5 @@
-"""launch.audits and launch.audit: every claim survives a small audit, the
+"""launch.experiments.audits and launch.audit: every claim survives a small
+audit, the
 deliberately broken variants are caught, and the script's outputs."""
 
 import dataclasses
@@ -11,7 +12,7 @@ import jax
 import pytest
 
 from launch import audit_run as audit_script
-from launch import audits
+from launch.experiments import audits
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 

@@ -2,7 +2,7 @@
 
 The command line runs in a subprocess (``python -m launch.dplvq``): launch
 scripts define flags at import, and two of them imported into one process
-would clash on shared flag names. Its logic, ``launch.dplvq_experiment``,
+would clash on shared flag names. Its logic, ``launch.experiments.dplvq``,
 has no flags and is also tested in process.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from dpcore import accounting
 from launch import common
-from launch import dplvq_experiment as experiment
+from launch.experiments import dplvq as experiment
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)
 FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",

@@ -11,8 +11,8 @@ import pytest
 from sklearn import datasets
 
 from launch import common
-from launch import data as launch_data
-from launch import dpwss_experiment as launch_dpwss
+from launch.data import loaders as launch_data
+from launch.experiments import dpwss as launch_dpwss
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

@@ -10,9 +10,9 @@ import pytest
 
 from federated import feddpdr as fed
 from launch import common
-from launch import data as data_lib
-from launch import feddpdr_experiment as launch
-from tests.launch.files import write_cifar_dir
+from launch.data import loaders as data_lib
+from launch.experiments import feddpdr as launch
+from tests.launch.data.files import write_cifar_dir
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 

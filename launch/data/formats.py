@@ -1,0 +1,313 @@
+"""Readers for the raw file formats behind ``launch.data.loaders``' sets.
+
+Each reader takes a path (or paths), checks the file against its format and
+returns NumPy arrays; none of them knows where data sets live or what they
+are called (that is ``launch.data.loaders``'s job). Every reader accepts gzipped
+files as well as plain ones.
+
+* IDX (MNIST, Fashion-MNIST): :func:`read_idx`, :func:`read_idx_images`.
+* CIFAR-10 python batches: :func:`read_cifar_batch`, which unpickles plain
+  data and NumPy arrays only.
+* LIBSVM / svmlight: :func:`read_svmlight` and its label map
+  :func:`svmlight_labels`.
+* ARFF (WEKA), dense, numeric features and a nominal class:
+  :func:`read_arff`.
+* UCI HAR text files: :func:`read_har_split`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import re
+
+import numpy as np
+
+
+def _open_maybe_gzip(path: str):
+  """Opens ``path`` for binary reading, decompressing when it is gzipped."""
+  with open(path, "rb") as f:
+    gzipped = f.read(2) == b"\x1f\x8b"
+  return gzip.open(path, "rb") if gzipped else open(path, "rb")
+
+
+# ----------------------------------------------------------------------------
+# IDX.
+
+_IDX_TYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4",
+              0x0E: ">f8"}
+
+
+def read_idx(path: str) -> np.ndarray:
+  """Reads one IDX file (gzipped or not) into an array of its stored type.
+
+  The format: two zero bytes, a type code, the number of dimensions, then
+  each dimension as a big-endian uint32, then the values row-major.
+
+  Raises:
+    ValueError: when the magic number or the length is wrong.
+  """
+  with _open_maybe_gzip(path) as f:
+    raw = f.read()
+  if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+    raise ValueError(
+        f"{path} is not an IDX file: its magic number is {raw[:4].hex()!r}, "
+        f"expected 0000 then a type code in "
+        f"{sorted(hex(t) for t in _IDX_TYPES)} and the rank.")
+  ndim = raw[3]
+  header = 4 + 4 * ndim
+  dims = tuple(int(v) for v in np.frombuffer(raw, ">u4", ndim, offset=4))
+  dtype = np.dtype(_IDX_TYPES[raw[2]])
+  if len(raw) - header != int(np.prod(dims)) * dtype.itemsize:
+    raise ValueError(
+        f"{path}: header announces shape {dims} of {dtype} but the file holds "
+        f"{len(raw) - header} bytes of data; the file is truncated or "
+        f"corrupt.")
+  return np.frombuffer(raw, dtype, offset=header).reshape(dims).astype(
+      dtype.newbyteorder("="))
+
+
+def read_idx_images(images_path: str,
+                    labels_path: str) -> tuple[np.ndarray, np.ndarray]:
+  """An IDX image file and its label file -> ``(n, rows, cols)``, ``(n,)``.
+
+  Raises:
+    ValueError: when the shapes do not describe ``n`` images and ``n``
+      labels (or a file is not IDX).
+  """
+  images, labels = read_idx(images_path), read_idx(labels_path)
+  if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+    raise ValueError(
+        f"{images_path} has shape {images.shape} and {labels_path} "
+        f"{labels.shape}; expected (n, rows, cols) images and n labels.")
+  return images, labels
+
+
+# ----------------------------------------------------------------------------
+# CIFAR-10 python batches.
+
+_PICKLE_ALLOWED = {
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
+}
+
+
+class _BatchUnpickler(pickle.Unpickler):
+  """Unpickles plain data and NumPy arrays only: no arbitrary code."""
+
+  def find_class(self, module, name):
+    if (module, name) not in _PICKLE_ALLOWED:
+      raise pickle.UnpicklingError(
+          f"refusing to load {module}.{name} from a CIFAR batch: the file is "
+          f"not a plain CIFAR-10 python batch.")
+    return super().find_class(module, name)
+
+
+def read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """One CIFAR-10 python batch -> (n, 3072) HWC uint8 images, (n,) labels.
+
+  The batch stores each image as 1024 red, 1024 green then 1024 blue bytes
+  (CHW); we return HWC order to match the other image sets.
+
+  Raises:
+    pickle.UnpicklingError: the pickle asks for anything but plain data and
+      NumPy arrays (a CIFAR batch never does; code could run otherwise).
+    ValueError: the batch lacks ``data``/``labels`` or has the wrong shapes.
+  """
+  with _open_maybe_gzip(path) as f:
+    batch = _BatchUnpickler(io.BytesIO(f.read()), encoding="bytes").load()
+  if not isinstance(batch, dict):
+    raise ValueError(f"{path}: expected a dict, got {type(batch).__name__}.")
+  batch = {k.decode() if isinstance(k, bytes) else k: v
+           for k, v in batch.items()}
+  if "data" not in batch or "labels" not in batch:
+    raise ValueError(f"{path}: a CIFAR-10 batch has keys 'data' and "
+                     f"'labels', found {sorted(batch)}.")
+  pixels = np.asarray(batch["data"], np.uint8)
+  labels = np.asarray(batch["labels"], np.int64)
+  if pixels.ndim != 2 or pixels.shape[1] != 3072 or len(pixels) != len(labels):
+    raise ValueError(f"{path}: data {pixels.shape} / labels {labels.shape}; "
+                     f"expected (n, 3072) and (n,).")
+  hwc = pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+  return hwc.reshape(len(pixels), -1), labels
+
+
+# ----------------------------------------------------------------------------
+# LIBSVM / svmlight.
+
+
+def svmlight_labels(y: np.ndarray) -> np.ndarray:
+  """Maps svmlight labels: two values -> ±1 (larger -> +1), else 0..K-1."""
+  y = np.asarray(y, np.float64)
+  if not np.all(np.isfinite(y)) or not np.array_equal(y, np.round(y)):
+    raise ValueError("svmlight labels must be integers (class ids); "
+                     "regression targets are not supported here.")
+  values = np.unique(y)
+  if len(values) < 2:
+    raise ValueError(f"svmlight file has a single label {values.tolist()}; "
+                     f"at least two classes are needed.")
+  if len(values) == 2:
+    return np.where(y == values[1], 1, -1).astype(np.int64)
+  return np.searchsorted(values, y).astype(np.int64)
+
+
+def read_svmlight(paths, *, n_features: int | None = None
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Reads svmlight files that share one feature space and one label map.
+
+  Args:
+    paths: the files (e.g. train and test); ``.gz``/``.bz2`` by extension.
+    n_features: the number of features, when the files may not mention the
+      last one; by default the largest index found in any file.
+
+  Returns:
+    One ``(x, y)`` per file: dense float32 ``(n, d)`` features (mind the
+    memory of wide sparse sets such as rcv1) and int64 labels mapped by
+    :func:`svmlight_labels` over all the files together.
+  """
+  from sklearn.datasets import (  # pylint: disable=g-import-not-at-top
+      load_svmlight_files,
+  )
+
+  parts = load_svmlight_files(list(paths), n_features=n_features,
+                              dtype=np.float64)
+  xs = [np.asarray(m.toarray(), np.float32) for m in parts[0::2]]
+  ys = parts[1::2]
+  labels = svmlight_labels(np.concatenate(ys))
+  ys = np.split(labels, np.cumsum([len(y) for y in ys])[:-1])
+  return list(zip(xs, ys, strict=True))
+
+
+# ----------------------------------------------------------------------------
+# ARFF (WEKA).
+
+
+def _split_arff(text: str) -> list[str]:
+  """Splits a comma-separated ARFF line, honouring '...' and "..." quotes."""
+  values, current, quote, i = [], [], None, 0
+  while i < len(text):
+    ch = text[i]
+    if quote:
+      if ch == "\\" and i + 1 < len(text):
+        current.append(text[i + 1])
+        i += 1
+      elif ch == quote:
+        quote = None
+      else:
+        current.append(ch)
+    elif ch in "'\"":
+      quote = ch
+    elif ch == ",":
+      values.append("".join(current).strip())
+      current = []
+    else:
+      current.append(ch)
+    i += 1
+  if quote:
+    raise ValueError(f"unbalanced quote in ARFF line {text!r}")
+  values.append("".join(current).strip())
+  return values
+
+
+_ATTRIBUTE = re.compile(
+    r"""@attribute\s+('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S+)\s+(.+)$""",
+    re.IGNORECASE)
+_NUMERIC = {"numeric", "real", "integer"}
+
+
+def _arff_attribute(line: str, where: str):
+  """``@attribute`` line -> ``(name, None)`` if numeric, else its values."""
+  match = _ATTRIBUTE.match(line)
+  if match is None:
+    raise ValueError(f"{where}: cannot parse {line!r}.")
+  name = match.group(1).strip("'\"")
+  kind = match.group(2).strip()
+  if kind.startswith("{"):
+    if not kind.endswith("}"):
+      raise ValueError(f"{where}: unterminated nominal set {kind!r}.")
+    return name, tuple(_split_arff(kind[1:-1]))
+  if kind.lower() in _NUMERIC:
+    return name, None
+  raise ValueError(f"{where}: attribute {name!r} has type {kind!r}; only "
+                   f"numeric features and a nominal class are supported.")
+
+
+def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """Reads a dense ARFF file: numeric attributes, nominal class last.
+
+  Lines starting with ``%`` are comments; attribute names may be quoted.
+  Sparse rows (``{index value, ...}``), missing values (``?``), string/date
+  attributes and nominal attributes other than the class are rejected.
+
+  Returns:
+    ``(x, y, class_names)``: float64 ``(n, d)`` features, int64 labels that
+    index ``class_names`` (the nominal values in their declared order).
+  """
+  attributes, rows, in_data = [], [], False
+  with _open_maybe_gzip(path) as f:
+    lines = io.TextIOWrapper(f, encoding="utf-8").read().splitlines()
+  for number, line in enumerate(lines, 1):
+    line = line.strip()
+    if not line or line.startswith("%"):
+      continue
+    where = f"{path}:{number}"
+    if in_data:
+      if line.startswith("{"):
+        raise ValueError(f"{where}: sparse ARFF rows are not supported; "
+                         f"write the file densely.")
+      rows.append((where, _split_arff(line)))
+      continue
+    keyword = line.split(None, 1)[0].lower()
+    if keyword == "@attribute":
+      attributes.append(_arff_attribute(line, where))
+    elif keyword == "@data":
+      in_data = True
+    elif keyword != "@relation":
+      raise ValueError(f"{where}: unexpected header line {line!r}.")
+  if not attributes or attributes[-1][1] is None:
+    raise ValueError(f"{path}: the last attribute must be the nominal class.")
+  nominal = [a for a, values in attributes[:-1] if values is not None]
+  if nominal:
+    raise ValueError(f"{path}: nominal feature(s) {nominal} are not supported;"
+                     f" encode them numerically first.")
+  class_names = attributes[-1][1]
+  index = {v: i for i, v in enumerate(class_names)}
+  x = np.empty((len(rows), len(attributes) - 1), np.float64)
+  y = np.empty(len(rows), np.int64)
+  for r, (where, values) in enumerate(rows):
+    if len(values) != len(attributes):
+      raise ValueError(f"{where}: {len(values)} values, expected "
+                       f"{len(attributes)}.")
+    if "?" in values:
+      raise ValueError(f"{where}: missing values ('?') are not supported.")
+    if values[-1] not in index:
+      raise ValueError(f"{where}: class {values[-1]!r} is not one of "
+                       f"{class_names}.")
+    x[r] = [float(v) for v in values[:-1]]
+    y[r] = index[values[-1]]
+  return x, y, class_names
+
+
+# ----------------------------------------------------------------------------
+# UCI HAR.
+
+
+def read_har_split(x_path: str,
+                   y_path: str) -> tuple[np.ndarray, np.ndarray]:
+  """One HAR split (``X_*.txt``, ``y_*.txt``) -> float64 features, labels.
+
+  The text files hold one whitespace-separated row per window and one
+  activity id 1..6 per line; the ids are returned as 0..5.
+
+  Raises:
+    ValueError: a label is not an integer in 1..6.
+  """
+  x = np.loadtxt(x_path, dtype=np.float64, ndmin=2)
+  y = np.loadtxt(y_path, dtype=np.float64, ndmin=1)
+  if (y != np.round(y)).any() or y.min() < 1 or y.max() > 6:
+    raise ValueError(f"{y_path}: HAR labels must be integers 1..6.")
+  return x, y.astype(np.int64) - 1

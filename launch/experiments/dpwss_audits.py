@@ -1,0 +1,161 @@
+"""Audits of DPWSS's selection transcript, for :mod:`launch.experiments.audits`.
+
+Two modes of :func:`mechanisms.svm.dpwss.dpwss_train`, audited on small
+problems where one row (the canary) changes between D and D′
+(replace-one, l public):
+
+* The paper's selection (``reported_epsilon=None``: the library makes no
+  claim for it; ``nominal_epsilon`` is the paper's figure for the run).
+  Two weaknesses, each with its own canary:
+
+  - *j's candidate set reads the labels.* At α = 0 the j-candidates are
+    exactly the rows labelled −1. The canary is a copy of a positive row
+    (row 1) placed at index 0: labelled −1 in D it is a j-candidate at the
+    first step; labelled +1 in D′ it ties forever with its twin (same row,
+    same label, so the same gradient), ties go to the last index, and
+    with C above every α the twin never leaves I_up — so the canary is
+    never selected at all. Statistic: whether index 0 was ever selected.
+  - *i is deterministic.* At α = 0 every positive row violates equally and
+    ties go to the last index, so a canary at the last index labelled +1
+    is i at the first step with probability 1 (in D′, labelled −1, it is
+    not in I_up). Statistic: whether the first i is the canary.
+
+  With one selection (``max_iter=1``) at the paper's ε = 0.05, and for a
+  whole run at ε = 1 (the paper's exits), both audit far above the nominal
+  figure: the loss is unbounded, so the bound grows with the trials.
+* The private selection (:class:`mechanisms.svm.wss.PrivateWSS`): the same
+  canaries, T iterations, ``reported_epsilon`` from the ledger's
+  composition of the 2T draws; the audit must come out below it.
+
+Mechanisms run the library's solver (:func:`mechanisms.svm.smo.solve`) in
+float32, vmapped over keys by :func:`dpcore.auditing.audit`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from launch.experiments import audits
+from mechanisms.svm import dpwss, kernels, smo, wss
+
+DELTA = 1e-5
+GAMMA = 0.5
+C = 10.0  # above every α these separable problems reach (tested)
+
+
+def canary_data(position: str):
+  """(x, y_D′, y_D, canary index) of an 8-row, 2-feature problem.
+
+  Positives near (1, 1), negatives near (−1, −1) (fixed points, no
+  randomness). ``position="first"``: row 0 is a copy of row 1 (a
+  positive); ``"last"``: the canary is the last row, at (1, 1). Only the
+  canary's label differs between D′ (``y_0``) and D (``y_1``).
+  """
+  pos = np.array([[1.0, 1.2], [1.3, 0.8], [0.7, 1.1]], np.float32)
+  neg = np.array([[-1.0, -1.1], [-1.2, -0.7], [-0.8, -1.3],
+                  [-1.4, -1.0]], np.float32)
+  if position == "first":
+    x = np.concatenate([pos[:1], pos, neg])
+    y_0 = np.array([1] * 4 + [-1] * 4, np.float32)
+    canary, label_1 = 0, -1.0
+  elif position == "last":
+    x = np.concatenate([pos, neg, [[1.0, 1.0]]]).astype(np.float32)
+    y_0 = np.array([1] * 3 + [-1] * 4 + [-1], np.float32)
+    canary, label_1 = 7, 1.0
+  else:
+    raise ValueError(f"position must be 'first' or 'last', got {position!r}.")
+  y_1 = y_0.copy()
+  y_1[canary] = label_1
+  return x, y_0, y_1, canary
+
+
+def transcript_mechanism(*, selection: str, epsilon: float, sigma: float,
+                         max_iter: int):
+  """``(key, (x, y)) -> pairs``: one DPWSS run's (max_iter', 2) record.
+
+  Unused rows of the record are −1. ``selection`` is ``"paper"`` or
+  ``"private"``.
+  """
+  dpwss.check_selection(selection)
+  spec = kernels.KernelSpec("rbf", gamma=GAMMA).resolve(2)
+  config = smo.SolverConfig(kernel=spec)
+  rule_class = wss.PrivateWSS if selection == "private" else wss.DPWSS
+  rule = rule_class(buffer_rows=max_iter, pair_flags="bits")
+
+  def mechanism(key, data):
+    x, y = data
+    problem = smo.make_problem(spec, x, y, dtype="float32", precompute=True,
+                               row_dtype="float32")
+    params = smo.SolverParams(
+        jnp.float32(C), jnp.float32(1e-3), jnp.int32(max_iter),
+        wss.DPWSSParams(jnp.float32(epsilon), jnp.float32(sigma)))
+    return smo.solve(key, problem, params, config=config, rule=rule).pairs
+
+  return mechanism
+
+
+def ever_selected(canary: int):
+  """Statistic: 1 when ``canary`` appears anywhere in the transcript."""
+  def statistic(pairs):
+    return jnp.any(pairs == canary).astype(jnp.float32)
+  return statistic
+
+
+def first_i_is(canary: int):
+  """Statistic: 1 when the first selected i is ``canary``."""
+  def statistic(pairs):
+    return (pairs[0, 0] == canary).astype(jnp.float32)
+  return statistic
+
+
+def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
+          trials, nominal=None):
+  x, y_0, y_1, canary = canary_data(position)
+  reported = None
+  if selection == "private":
+    reported = dpwss.privacy_report(
+        epsilon, max_iter, selection="private", delta=DELTA)["epsilon"]
+  return audits.AuditSpec(
+      name=name, relation="replace_one",
+      settings={"selection": selection, "epsilon_per_selection": epsilon,
+                "sigma": sigma, "max_iter": max_iter, "rows": int(len(y_0)),
+                "canary": canary, "canary_label_D": float(y_1[canary]),
+                "canary_label_D_prime": float(y_0[canary]), "c": C,
+                "gamma": GAMMA,
+                "statistic": statistic.__name__},
+      mechanism=transcript_mechanism(selection=selection, epsilon=epsilon,
+                                     sigma=sigma, max_iter=max_iter),
+      data_0=(jnp.asarray(x), jnp.asarray(y_0)),
+      data_1=(jnp.asarray(x), jnp.asarray(y_1)),
+      statistic=statistic(canary), delta=DELTA, reported_epsilon=reported,
+      nominal_epsilon=nominal, default_trials=trials)
+
+
+def specs() -> list[audits.AuditSpec]:
+  """The DPWSS audits (paper's selection: no claim; private: the ledger)."""
+  paper_max_iter = 200  # the 8-row runs exit in far fewer iterations
+  return [
+      _spec("dpwss_paper_one_selection_j", selection="paper",
+            position="first", statistic=ever_selected, epsilon=0.05,
+            sigma=0.5, max_iter=1, trials=100_000, nominal=0.05),
+      _spec("dpwss_paper_one_selection_i", selection="paper",
+            position="last", statistic=first_i_is, epsilon=0.05, sigma=0.5,
+            max_iter=1, trials=100_000, nominal=0.05),
+      _spec("dpwss_paper_transcript_j", selection="paper", position="first",
+            statistic=ever_selected, epsilon=1.0, sigma=0.5,
+            max_iter=paper_max_iter, trials=100_000, nominal=1.0),
+      _spec("dpwss_paper_transcript_i", selection="paper", position="last",
+            statistic=first_i_is, epsilon=1.0, sigma=0.5,
+            max_iter=paper_max_iter, trials=100_000, nominal=1.0),
+      _spec("dpwss_private_transcript_j", selection="private",
+            position="first", statistic=ever_selected, epsilon=1.0,
+            sigma=0.5, max_iter=5, trials=100_000),
+      _spec("dpwss_private_transcript_i", selection="private",
+            position="last", statistic=first_i_is, epsilon=1.0, sigma=0.5,
+            max_iter=5, trials=100_000),
+  ]
+
+
+__all__ = ["canary_data", "ever_selected", "first_i_is", "specs",
+           "transcript_mechanism"]

@@ -1,0 +1,245 @@
+"""Repeated k-fold evaluation of G(M)LVQ trainers, vmapped over runs.
+
+Each repeat permutes the pooled data with its own key and cuts it into
+``folds`` folds of equal size ⌊n / folds⌋ (the n mod folds left-over rows
+of that permutation are not used, so every run has the same shapes and runs
+can be vmapped). A run either trains on one fold and tests on the rest (the
+paper's MNIST protocol) or trains on the rest and tests on one fold (Segment,
+HAR). Runs are processed in chunks of ``parallel_runs`` vmapped runs; a
+host-side loop over chunks reports progress.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpcore import dpsgd, validation
+from mechanisms.lvq import init as lvq_init
+from mechanisms.lvq import model as lvq
+from mechanisms.lvq import train as lvq_train
+
+
+class CVResult(NamedTuple):
+  """Test errors of every run, shape (repeats, folds), and diagnostics."""
+  errors: np.ndarray
+  overflow_steps: int
+  final_costs: np.ndarray
+  compile_seconds: float
+  seconds: float
+  n_train: int
+  n_test: int
+
+
+def cv_splits(key: jax.Array, n: int, *, folds: int, repeats: int,
+              train_on_one_fold: bool) -> tuple[np.ndarray, np.ndarray]:
+  """Train and test index arrays of every run, (repeats·folds, n_tr / n_te)."""
+  folds = validation.check_positive_int(folds, "folds")
+  repeats = validation.check_positive_int(repeats, "repeats")
+  if folds < 2 or n < folds:
+    raise ValueError(
+        f"folds must be ≥ 2 and ≤ the number of rows ({n}), got {folds}.")
+  size = n // folds
+  train, test = [], []
+  for r in range(repeats):
+    perm = np.asarray(jax.random.permutation(jax.random.fold_in(key, r), n))
+    parts = perm[:size * folds].reshape(folds, size)
+    for f in range(folds):
+      rest = np.concatenate([parts[g] for g in range(folds) if g != f])
+      if train_on_one_fold:
+        train.append(parts[f])
+        test.append(rest)
+      else:
+        train.append(rest)
+        test.append(parts[f])
+  return np.stack(train), np.stack(test)
+
+
+def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
+             config: lvq_train.TrainConfig, *,
+             folds: int = 5, repeats: int = 5, train_on_one_fold: bool = False,
+             parallel_runs: int = 5,
+             progress: Callable[[str], None] | None = None) -> CVResult:
+  """Trains and tests ``config`` on every fold of every repeat.
+
+  Args:
+    split_key: PRNG key of the CV splits (share it between settings to
+      compare them on the same folds).
+    train_key: PRNG key of the training runs (initialisation, batches,
+      noise); run i gets the i-th key of ``split(train_key, runs)``.
+    x: (n, d) pooled data in [−1, 1]^d.
+    y: (n,) class indices 0..k−1.
+    config: trainer settings (validated here).
+    folds: k of k-fold CV.
+    repeats: how many times the k-fold split is redrawn.
+    train_on_one_fold: train on one fold, test on the others (MNIST).
+    parallel_runs: runs vmapped together per compiled call.
+    progress: optional callback for progress lines.
+
+  Returns:
+    A :class:`CVResult`. Each trained model, when ``config.trainer`` is
+    ``"dpsgd"``, carries the guarantee of ``lvq_train.privacy_plan`` for
+    its own training set (the evaluation protocol is not a release).
+  """
+  config = config.validate()
+  x = lvq_init.check_box(x, "x")
+  y = lvq_init.check_classes_present(y, config.num_classes, "y")
+  parallel_runs = validation.check_positive_int(parallel_runs,
+                                                "parallel_runs")
+  train_idx, test_idx = cv_splits(split_key, x.shape[0], folds=folds,
+                                  repeats=repeats,
+                                  train_on_one_fold=train_on_one_fold)
+  for i, idx in enumerate(train_idx):
+    try:
+      lvq_init.check_classes_present(y[idx], config.num_classes)
+    except ValueError as err:
+      raise ValueError(
+          f"training set of run {i} (repeat {i // folds}, fold {i % folds}): "
+          f"{err} Use fewer folds or train on the larger part.") from None
+  runs = train_idx.shape[0]
+  xd, yd = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)
+  labels = lvq_init.prototype_labels(config.num_classes,
+                                     config.prototypes_per_class)
+
+  def one_run(run_key, tr, te):
+    res = lvq_train.train(run_key, xd[tr], yd[tr], config)
+    err = lvq.error_rate(res.params, xd[te], yd[te], labels)
+    return err, res.overflow_steps, res.final_cost
+
+  batched = jax.jit(jax.vmap(one_run))
+  chunk = min(parallel_runs, runs)
+  n_chunks = -(-runs // chunk)
+  pad = n_chunks * chunk - runs
+  keys = jax.random.split(train_key, runs)
+  if pad:  # repeat the last run to keep one compiled shape; dropped below
+    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
+    train_idx = np.concatenate([train_idx, np.repeat(train_idx[-1:], pad, 0)])
+    test_idx = np.concatenate([test_idx, np.repeat(test_idx[-1:], pad, 0)])
+  start = time.perf_counter()
+  compiled = batched.lower(keys[:chunk], train_idx[:chunk],
+                           test_idx[:chunk]).compile()
+  compile_seconds = time.perf_counter() - start
+  errs, overflow, costs = [], [], []
+  start = time.perf_counter()
+  for c in range(n_chunks):
+    sl = slice(c * chunk, (c + 1) * chunk)
+    e, o, f = jax.block_until_ready(
+        compiled(keys[sl], train_idx[sl], test_idx[sl]))
+    errs.append(np.asarray(e))
+    overflow.append(np.asarray(o))
+    costs.append(np.asarray(f))
+    if progress is not None:
+      done = min((c + 1) * chunk, runs)
+      elapsed = time.perf_counter() - start
+      progress(f"{config.model}/{config.trainer}: {done}/{runs} runs, "
+               f"{elapsed:.1f}s, mean error so far "
+               f"{np.concatenate(errs)[:done].mean():.4f}")
+  seconds = time.perf_counter() - start
+  errors = np.concatenate(errs)[:runs].reshape(repeats, folds)
+  return CVResult(errors, int(np.concatenate(overflow)[:runs].sum()),
+                  np.concatenate(costs)[:runs].reshape(repeats, folds),
+                  compile_seconds, seconds, train_idx.shape[1],
+                  test_idx.shape[1])
+
+
+def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
+                     num_classes: int, model: str,
+                     trainer: str, epsilon: float | None, delta: float,
+                     sampling_rate: float, clip_norm: float, epochs: int,
+                     learning_rate: float, sigma_rule: str = "accountant",
+                     init_fraction: float = 0.2, folds: int = 5,
+                     repeats: int = 5, train_on_one_fold: bool = False,
+                     parallel_runs: int = 5, rank: int | None = None,
+                     normalise: bool = False, phi_kind: str = "identity",
+                     prototypes_per_class: int = 1,
+                     bfgs_iterations: int = 100,
+                     ghost_clipping: bool = True,
+                     init_mechanism: str = "laplace",
+                     progress: Callable[[str], None] | None = None) -> dict:
+  """Plans the privacy, runs :func:`evaluate`, and returns a JSON record.
+
+  For ``trainer="dpsgd"``, ``epsilon`` is the total target; ε₁ =
+  ``init_fraction``·ε goes to the Laplace initialisation and σ is chosen
+  for ε₂ = ε − ε₁ by ``sigma_rule``. The record's ``privacy.epsilon`` is the
+  composed guarantee of one trained model (PrivacyLedger: the best of basic,
+  RDP and PLD composition at ``delta``), ``epsilon_sgd`` the RDP ε of the
+  DP-SGD part alone. Non-private trainers report ``privacy = None``.
+  """
+  if trainer == "dpsgd":
+    if epsilon is None:
+      raise ValueError("trainer='dpsgd' needs epsilon (the total budget).")
+    validation.check_epsilon(epsilon)
+  validation.check_delta(delta)
+  validation.check_in_range(sampling_rate, "q", 0.0, 1.0,
+                            high_inclusive=True)
+  validation.check_positive(clip_norm, "clip")
+  n, dim = np.shape(x)
+  size = n // folds
+  n_train = size if train_on_one_fold else size * (folds - 1)
+  steps = max(1, round(epochs / sampling_rate))
+  max_batch = dpsgd.max_batch_size(n_train, sampling_rate=sampling_rate,
+                                   steps=steps)
+  privacy = None
+  sigma = init_sigma = 0.0
+  eps_init = 0.1
+  if trainer == "dpsgd":
+    plan = lvq_train.privacy_plan(
+        epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
+        epochs=epochs, dim=dim, init_fraction=init_fraction,
+        sigma_rule=sigma_rule, init_mechanism=init_mechanism,
+        num_examples=n_train, max_batch=max_batch)
+    sigma, eps_init = plan.noise_multiplier, plan.epsilon_init
+    init_sigma = plan.init_noise_multiplier
+    g = plan.ledger.guarantee(delta)
+    sgd_entry = next(e for e in plan.ledger.entries if e.label == "dpsgd")
+    privacy = {
+        "epsilon": g.epsilon, "delta": g.delta, "method": g.method,
+        "epsilon_basic": g.basic_epsilon,
+        "noise_multiplier": sigma, "epsilon_init": eps_init,
+        "epsilon_sgd": sgd_entry.epsilon,
+        "epsilon_sgd_target": plan.epsilon_sgd_target,
+        "nominal_epsilon": epsilon, "sigma_rule": sigma_rule,
+        "steps": steps, "neighbouring": "add/remove one row",
+        "init_mechanism": init_mechanism,
+        "init_noise_multiplier": init_sigma,
+        "truncation_probability": g.truncation_probability,
+    }
+  config = lvq_train.TrainConfig(
+      model=model, trainer=trainer, num_classes=num_classes,
+      prototypes_per_class=prototypes_per_class, rank=rank,
+      normalise=normalise, phi_kind=phi_kind, epochs=epochs,
+      sampling_rate=sampling_rate, clip_norm=clip_norm,
+      noise_multiplier=sigma if trainer == "dpsgd" else 1.0,
+      learning_rate=learning_rate, epsilon_init=eps_init,
+      max_batch=max_batch, bfgs_iterations=bfgs_iterations,
+      ghost_clipping=ghost_clipping, init_mechanism=init_mechanism,
+      init_noise_multiplier=init_sigma or 1.0)
+  res = evaluate(split_key, train_key, x, y, config, folds=folds,
+                 repeats=repeats,
+                 train_on_one_fold=train_on_one_fold,
+                 parallel_runs=parallel_runs, progress=progress)
+  return {
+      "model": model, "trainer": trainer,
+      "epsilon": epsilon if trainer == "dpsgd" else None,
+      "delta": delta, "q": sampling_rate, "clip": clip_norm,
+      "epochs": epochs, "learning_rate": learning_rate,
+      "error_mean": float(res.errors.mean()),
+      "error_std": float(res.errors.std(ddof=1)) if res.errors.size > 1
+      else 0.0,
+      "errors": res.errors.ravel().tolist(),
+      "seconds": res.seconds, "compile_seconds": res.compile_seconds,
+      "privacy": privacy, "folds": folds, "repeats": repeats,
+      "train_on": "one_fold" if train_on_one_fold else "other_folds",
+      "n_train": res.n_train, "n_test": res.n_test, "steps": steps,
+      "max_batch": max_batch, "overflow_steps": res.overflow_steps,
+      "final_cost_mean": float(res.final_costs.mean()),
+      "rank": rank, "normalise": normalise, "phi": phi_kind,
+      "prototypes_per_class": prototypes_per_class,
+      "bfgs_iterations": bfgs_iterations if trainer == "bfgs" else None,
+      "ghost_clipping": ghost_clipping, "init_mechanism": init_mechanism,
+  }

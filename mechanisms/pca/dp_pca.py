@@ -1,0 +1,259 @@
+"""DP-PCA by Gaussian noise on XᵀX (Analyze Gauss; Algorithm 2 of Wang et al.).
+
+The second-moment matrix M = Σᵢ xᵢxᵢᵀ of the (unmasked) rows gets a
+symmetric Gaussian noise matrix — each entry of the upper triangle,
+diagonal included, one independent N(0, σ²) draw, mirrored below — and the
+top-k eigenvectors of the noisy matrix, in descending eigenvalue order, are
+the private basis. M is not centred (as in the paper): centring would need
+the data mean, which is a further query.
+
+:func:`dp_pca` and :func:`pca` are pure, jit-compiled and vmappable over a
+leading participant axis: padded rows are removed by ``mask`` and σ may be
+a traced per-participant value. σ itself is computed host-side by
+:func:`pca_sigma`. :func:`private_basis` is the checked entry point for one
+data set: it validates the data and k, calibrates σ for (ε, δ) and the
+neighbouring relation, and runs :func:`dp_pca`.
+
+Each eigenvector's sign is fixed by :func:`dpcore.linalg.canonical_signs`
+(largest-magnitude entry positive), so a basis whose eigenvalues are
+separated does not depend on how the call was batched. Eigenvectors of
+close eigenvalues may still come in any rotation of their span: there only
+the subspace is meaningful (see :mod:`federated.aggregation`).
+
+Privacy:
+  Add/remove-one-row neighbours with ‖x‖ ≤ 1: the query changes by xxᵀ,
+  whose upper triangle has L2 norm ≤ ‖xxᵀ‖_F = ‖x‖² ≤ 1, for every n
+  (Lemma 4.1 of Wang et al.). Under replacement of one row it changes by
+  xxᵀ − x'x'ᵀ, of norm up to √2 (orthogonal unit rows): pass
+  ``sensitivity=math.sqrt(2)`` to :func:`pca_sigma` for that relation. With
+  σ from :func:`pca_sigma` the released basis is (ε, δ)-DP (post-processing
+  of the Gaussian mechanism). :func:`noisy_second_moment` clips every row
+  to ‖x‖ ≤ 1 before it touches the data (:func:`clipped_rows`: per row,
+  data-independent, a no-op on valid rows), so the sensitivity
+  holds whatever the caller passes; host-side, :func:`check_pca_inputs`
+  refuses rows of norm > 1 outright.
+
+References:
+  Dwork, Talwar, Thakurta & Zhang, Analyze Gauss: Optimal Bounds for
+  Privacy-Preserving Principal Component Analysis, STOC 2014.
+  Balle & Wang, Improving the Gaussian Mechanism for Differential Privacy,
+  ICML 2018 (analytic calibration).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpcore import calibration as dp_calibration
+from dpcore import clipping, linalg, validation
+from dpcore import noise as dp_noise
+
+CALIBRATIONS = ("analytic", "classic")
+NEIGHBOURING = ("add_remove", "replace")
+
+
+class PcaResult(NamedTuple):
+  """Top-k basis (d, k), columns orthonormal, and its k eigenvalues."""
+  components: jax.Array
+  eigenvalues: jax.Array
+
+
+def sensitivity(neighbouring: str) -> float:
+  """L2 sensitivity of the upper triangle of XᵀX, rows of norm ≤ 1.
+
+  1 under add/remove neighbours (one row's xxᵀ, Frobenius norm ≤ 1; the
+  upper triangle of a symmetric noise matrix is what is released), √2 under
+  replace-one (xxᵀ − x′x′ᵀ, two unit rank-one terms on orthogonal rows).
+  """
+  if neighbouring not in NEIGHBOURING:
+    raise ValueError(
+        f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}.")
+  return 1.0 if neighbouring == "add_remove" else math.sqrt(2.0)
+
+
+def record(ledger, *, sigma: float, delta: float, neighbouring: str,
+           label: str = "dp_pca", count: int = 1) -> None:
+  """Puts ``count`` DP-PCA releases with noise σ into ``ledger``."""
+  ledger.record_gaussian(sigma=sigma, sensitivity=sensitivity(neighbouring),
+                         delta=delta, label=label, count=count)
+
+
+def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
+              sensitivity: float = 1.0) -> float:
+  """σ of the noise on XᵀX for (ε, δ)-DP.
+
+  Args:
+    epsilon: ε of the PCA step.
+    delta: δ of the PCA step.
+    calibration: ``"analytic"`` (Balle & Wang, exact for every ε; default)
+      or ``"classic"`` (σ = √(2 ln(1.25/δ))/ε, the paper's; refused for
+      ε ≥ 1, where it is not proven).
+    sensitivity: L2 sensitivity of the upper triangle of XᵀX: 1 for
+      add/remove neighbours, √2 for replacement (rows of norm ≤ 1).
+  """
+  if calibration not in CALIBRATIONS:
+    raise ValueError(
+        f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
+  return dp_calibration.gaussian_sigma(
+      epsilon=epsilon, delta=delta, sensitivity=sensitivity,
+      method=calibration)
+
+
+def second_moment(x, mask):
+  """Σᵢ maskᵢ xᵢxᵢᵀ, shape (d, d)."""
+  return (x * mask[:, None].astype(x.dtype)).T @ x
+
+
+def clipped_rows(x, mask):
+  """Unmasked rows scaled to norm ≤ 1; masked rows and rows whose squared
+  norm is not finite (NaN, ±inf, or overflow) become 0.
+
+  Per row and data-independent, and exact on valid rows (scale 1.0). One
+  pass for the norms, folded with the mask: a cheaper form of
+  ``dpcore.clipping.clip_rows`` for this hot path. The mask is bounded to
+  [0, 1] first (NaN → 0, :func:`dpcore.clipping.clip_weights`): a weight
+  of 5 would otherwise add 25·xxᵀ to XᵀX.
+  """
+  norm2 = jnp.sum(jnp.square(x), axis=-1)
+  finite = jnp.isfinite(norm2)
+  scale = jnp.minimum(1.0, jax.lax.rsqrt(jnp.maximum(norm2, 1e-30)))
+  scale = jnp.where(finite, scale, 0.0) * clipping.clip_weights(
+      mask).astype(scale.dtype)
+  return jnp.where(finite[:, None], x * scale[:, None].astype(x.dtype), 0.0)
+
+
+def noisy_second_moment(key: jax.Array, x, mask, *, sigma):
+  """XᵀX of the unmasked rows, clipped to norm ≤ 1, plus N(0, σ²) noise.
+
+  Privacy: see the module docstring (sensitivity 1 under add/remove; the
+  clipping of the rows and of the mask to [0, 1] makes every row's
+  contribution ‖maskᵢ xᵢ‖ ≤ 1 for any input).
+  """
+  rows = clipped_rows(x, mask)
+  m = rows.T @ rows
+  return m + dp_noise.symmetric_gaussian_noise(
+      key, m.shape[0], stddev=sigma, dtype=m.dtype)
+
+
+def top_k_eigenvectors(m, k: int) -> PcaResult:
+  """Eigenvectors of the k largest eigenvalues of symmetric m, descending.
+
+  ``eigh`` returns the eigenvalues in ascending order, so the top k are its
+  last k columns, reversed; no sort is needed.
+  """
+  values, vectors = linalg.eigh(m)
+  return PcaResult(linalg.canonical_signs(vectors[:, ::-1][:, :k]),
+                   values[::-1][:k])
+
+
+def _check_k(k, d: int) -> int:
+  """1 ≤ k ≤ d for the static k (a Python check, also at trace time)."""
+  k = validation.check_positive_int(k, "k")
+  if k > d:
+    raise ValueError(
+        f"k={k} exceeds the data dimension d={d}; choose k <= {d}.")
+  return k
+
+
+def _check_concrete_sigma(sigma) -> None:
+  """Refuses a concrete σ that is not a finite number > 0 (tracers pass)."""
+  if isinstance(sigma, jax.core.Tracer):
+    return  # a traced per-participant σ: checked host-side by its caller
+  values = np.asarray(sigma, dtype=np.float64)
+  if values.size == 0 or not np.all(np.isfinite(values) & (values > 0)):
+    raise ValueError(
+        f"sigma must be a finite number > 0 (from pca_sigma), got "
+        f"{sigma!r}; a zero, negative or NaN σ releases the data's "
+        f"eigenvectors without privacy. The noise-free basis is "
+        f"dp_pca.pca(x, mask, k=k).")
+
+
+def dp_pca(key: jax.Array, x, mask, *, k: int, sigma) -> PcaResult:
+  """Private top-k basis of the rows of ``x`` where ``mask`` is 1.
+
+  The jit/vmap kernel. ``k`` is checked (1 ≤ k ≤ d) when traced, and a
+  concrete ``sigma`` must be finite and > 0; a traced σ (one per
+  participant under ``vmap``, as in :mod:`federated.feddpdr`) cannot be
+  checked here and is the caller's responsibility. For a single data set,
+  :func:`private_basis` validates the data and calibrates σ itself.
+
+  Args:
+    key: PRNG key (one per participant under vmap).
+    x: (n_max, d) rows with ‖x‖ ≤ 1 (rows beyond are clipped).
+    mask: (n_max,) 1 for real rows, 0 for padding (bounded to [0, 1]).
+    k: number of components (static), 1 ≤ k ≤ d.
+    sigma: noise standard deviation from :func:`pca_sigma`, > 0 (may be
+      traced).
+
+  Raises:
+    ValueError: k outside 1..d, or a concrete σ that is not finite and
+      positive.
+
+  Privacy:
+    (ε, δ)-DP for the (ε, δ) σ was calibrated for, under the neighbouring
+    relation matching the sensitivity used (module docstring).
+  """
+  k = _check_k(k, jnp.shape(x)[-1])
+  _check_concrete_sigma(sigma)
+  return top_k_eigenvectors(noisy_second_moment(key, x, mask, sigma=sigma),
+                            k)
+
+
+def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
+                  delta: float, neighbouring: str = "add_remove",
+                  calibration: str = "analytic"
+                  ) -> tuple[PcaResult, float]:
+  """Checked (ε, δ)-DP top-k basis of one data set (all rows real).
+
+  Validates the data host-side (:func:`check_pca_inputs`: a non-empty,
+  finite (n, d) matrix with rows of norm ≤ 1, 1 ≤ k ≤ d), calibrates σ with
+  :func:`pca_sigma` for the neighbouring relation, and runs :func:`dp_pca`.
+
+  Args:
+    key: PRNG key (consumed).
+    x: (n, d) data, every row of L2 norm ≤ 1.
+    k: number of components, 1 ≤ k ≤ d.
+    epsilon: ε > 0 of this release.
+    delta: δ in (0, 1) of this release.
+    neighbouring: ``"add_remove"`` (sensitivity 1) or ``"replace"``
+      (sensitivity √2, e.g. to compose with objective perturbation).
+    calibration: ``"analytic"`` or ``"classic"`` (see :func:`pca_sigma`).
+
+  Returns:
+    ``(PcaResult, sigma)``: the basis and the σ to record in a ledger
+    (``PrivacyLedger.record_gaussian(sigma=sigma, sensitivity=...)``).
+
+  Privacy:
+    (ε, δ)-DP under ``neighbouring`` for rows of norm ≤ 1 (checked here
+    and enforced by clipping inside the mechanism).
+  """
+  sens = sensitivity(neighbouring)
+  check_pca_inputs(x, k=k)
+  arr = np.asarray(x)
+  if not np.issubdtype(arr.dtype, np.floating):
+    arr = arr.astype(np.float32)
+  sigma = pca_sigma(epsilon=epsilon, delta=delta, calibration=calibration,
+                    sensitivity=sens)
+  rows = jnp.asarray(arr)
+  result = _dp_pca_jit(key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k,
+                       sigma=sigma)
+  return result, sigma
+
+
+def pca(x, mask, *, k: int) -> PcaResult:
+  """Non-private top-k basis of XᵀX (the Non-Priv baseline)."""
+  return top_k_eigenvectors(second_moment(x, mask), k)
+
+
+def check_pca_inputs(x, *, k: int) -> None:
+  """Host-side checks: finite (n, d) data, rows of norm ≤ 1, 1 ≤ k ≤ d."""
+  arr = validation.check_row_norms(x, "x")
+  _check_k(k, arr.shape[1])
+
+
+_dp_pca_jit = jax.jit(dp_pca, static_argnames=("k",))

@@ -1,0 +1,295 @@
+"""Tests of mechanisms.erm.objective_perturbation (Chaudhuri et al. 2011)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import optimize, stats
+from sklearn.linear_model import LogisticRegression
+
+from mechanisms.erm import objective_perturbation as op
+
+
+def _data(n=200, d=6, seed=0):
+  rng = np.random.default_rng(seed)
+  w = rng.normal(size=d)
+  x = rng.normal(size=(n, d))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = np.where(x @ w + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+  return x, y
+
+
+def _huber_objective_np(beta, x, y, *, lam, theta, b):
+  n = len(y)
+  z = y * (x @ beta)
+  h = 0.5
+  loss = np.where(z > 1 + h, 0.0,
+                  np.where(z < 1 - h, 1 - z, (1 + h - z) ** 2 / (4 * h)))
+  dloss = np.where(z > 1 + h, 0.0,
+                   np.where(z < 1 - h, -1.0, -(1 + h - z) / (2 * h)))
+  value = loss.mean() + 0.5 * (lam + theta) * beta @ beta + b @ beta / n
+  grad = x.T @ (dloss * y) / n + (lam + theta) * beta + b / n
+  return value, grad
+
+
+def test_logistic_without_noise_matches_sklearn():
+  x, y = _data()
+  lam = 0.01
+  result, params = op.fit(jax.random.key(0), x, y, epsilon=None, lam=lam,
+                          loss="logistic")
+  assert params is None
+  assert bool(result.converged)
+  # sklearn minimises C Σ log(1+e^{-z}) + ½‖w‖², i.e. our J with λ = 1/(Cn).
+  clf = LogisticRegression(C=1.0 / (len(y) * lam), fit_intercept=False,
+                           tol=1e-12, max_iter=100_000).fit(x, y)
+  # Strong convexity λ: ‖β − β*‖ ≤ ‖∇J‖/λ ≤ 1e-6 for us; sklearn's lbfgs
+  # at tol 1e-12 is comparable.
+  np.testing.assert_allclose(result.beta, clf.coef_[0], atol=1e-5)
+
+
+def test_perturbed_huber_matches_scipy_and_reaches_gradient_bound():
+  x, y = _data(seed=1)
+  n, d = x.shape
+  lam, theta, tol = 0.01, 0.02, 1e-8
+  b = np.random.default_rng(5).normal(size=d) * 30.0
+  with jax.enable_x64(True):
+    result = jax.jit(lambda xx, yy, bb: op.minimise(
+        xx, yy, jnp.ones(n), n=float(n), lam=lam, theta=theta, b=bb,
+        loss="huber", tol=tol))(jnp.asarray(x), jnp.asarray(y),
+                                jnp.asarray(b))
+    result = jax.device_get(result)
+  assert result.beta.dtype == np.float64
+  assert bool(result.converged) and result.grad_norm <= tol
+  # Independent gradient in NumPy at the returned point: the stated bound.
+  _, grad = _huber_objective_np(result.beta, x, y, lam=lam, theta=theta, b=b)
+  assert np.linalg.norm(grad) <= 2 * tol
+  ref = optimize.minimize(
+      lambda w: _huber_objective_np(w, x, y, lam=lam, theta=theta, b=b),
+      np.zeros(d), jac=True, method="BFGS", options={"gtol": 1e-11})
+  # Both within ‖∇J‖/(λ+θ) of the unique minimiser.
+  np.testing.assert_allclose(result.beta, ref.x, atol=1e-6)
+
+
+def test_iteration_cap_is_reported_not_hidden():
+  x, y = _data(seed=2)
+  n = len(y)
+  with jax.enable_x64(True):
+    result = jax.jit(lambda xx, yy: op.minimise(
+        xx, yy, jnp.ones(n), n=float(n), lam=0.01, theta=0.0,
+        b=jnp.zeros(x.shape[1]), max_iter=1))(jnp.asarray(x), jnp.asarray(y))
+  assert not bool(result.converged)
+  assert int(result.iterations) == 1
+  assert float(result.grad_norm) > 1e-8
+
+
+@pytest.mark.parametrize("loss, c", [("huber", 1.0), ("logistic", 0.25)])
+def test_perturbation_params_follow_chaudhuri(loss, c):
+  assert op.curvature_bound(loss) == c
+  lam = 0.01
+  # Large n: p > 0 branch, θ = 0.
+  eps, n = 0.5, 10_000
+  params = op.perturbation_params(epsilon=eps, n=n, lam=lam, c=c)
+  expected = eps - math.log(1 + 2 * c / (n * lam) + c**2 / (n * lam) ** 2)
+  assert params.theta == 0.0
+  np.testing.assert_allclose(params.p, expected, rtol=1e-12)
+  # The paper's form ε − 2 log(1 + c/(nλ)) is the same number.
+  np.testing.assert_allclose(params.p, eps - 2 * math.log1p(c / (n * lam)),
+                             rtol=1e-12)
+  # Small budget: p ≤ 0 branch, θ = c/(n(e^{ε/4} − 1)) − λ, p = ε/2.
+  eps = 0.002
+  params = op.perturbation_params(epsilon=eps, n=n, lam=lam, c=c)
+  np.testing.assert_allclose(params.p, eps / 2)
+  np.testing.assert_allclose(
+      params.theta, c / (n * (math.exp(eps / 4) - 1)) - lam, rtol=1e-12)
+  assert params.theta > 0
+
+
+def test_noise_norm_is_gamma_and_rejects_wrong_scale():
+  k, p = 20, 0.3
+  keys = jax.random.split(jax.random.key(11), 4000)
+  with jax.enable_x64(True):
+    b = jax.vmap(lambda kk: op.perturbation_noise(kk, k, p=p))(keys)
+    norms = np.asarray(jnp.linalg.norm(b, axis=1))
+  assert stats.kstest(norms, "gamma", args=(k, 0, 2 / p)).pvalue > 1e-3
+  for wrong in (0.8, 1.2):
+    assert stats.kstest(norms, "gamma",
+                        args=(k, 0, wrong * 2 / p)).pvalue < 1e-6
+
+
+def test_one_vs_rest_equals_separate_fits():
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(120, 5))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  labels = rng.integers(0, 3, 120)
+  mask = np.ones(120)
+  key = jax.random.key(4)
+  kwargs = dict(n=120.0, p=0.7, theta=0.01, lam=0.01)
+  with jax.enable_x64(True):
+    xj = jnp.asarray(x)
+    both = jax.jit(lambda kk: op.one_vs_rest(
+        kk, xj, jnp.asarray(labels), jnp.asarray(mask), num_classes=3,
+        **kwargs))(key)
+    assert both.beta.shape == (3, 5)
+    single = jax.jit(lambda kk, yy: op.objective_perturbation(
+        kk, xj, yy, jnp.asarray(mask), **kwargs))
+    for c in range(3):
+      y = jnp.where(jnp.asarray(labels) == c, 1.0, -1.0)
+      alone = single(jax.random.fold_in(key, c), y)
+      np.testing.assert_allclose(both.beta[c], alone.beta, atol=1e-9)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("epsilon", "epsilon"),
+    ("norm", "norm"),
+    ("labels", "-1 and \\+1"),
+    ("nan", "NaN"),
+    ("lam", "lam"),
+    ("loss", "loss"),
+])
+def test_fit_rejects_bad_input(bad, match):
+  x, y = _data(n=30)
+  kwargs = dict(epsilon=1.0, lam=0.01, loss="huber")
+  if bad == "epsilon":
+    kwargs["epsilon"] = 0.0
+  elif bad == "norm":
+    x[0] *= 1.5
+  elif bad == "labels":
+    y = (y > 0).astype(float)
+  elif bad == "nan":
+    x[2, 2] = np.nan
+  elif bad == "lam":
+    kwargs["lam"] = -1.0
+  else:
+    kwargs["loss"] = "hinge"
+  with pytest.raises(ValueError, match=match):
+    op.fit(jax.random.key(0), x, y, **kwargs)
+
+
+def test_private_fit_clips_rows_to_norm_one():
+  # Rows of norm 3 are fitted as the same rows scaled to norm 1: the proof's
+  # ‖x‖ ≤ 1 is enforced inside the jitted mechanism, not assumed.
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(200, 4))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = np.where(x[:, 0] > 0, 1.0, -1.0)
+  mask = np.ones(200)
+  with jax.enable_x64(True):
+    def fit(rows):
+      return op.objective_perturbation(
+          jax.random.key(1), jnp.asarray(rows), jnp.asarray(y),
+          jnp.asarray(mask), n=200.0, p=1.0, theta=0.0, lam=0.05)
+    unit, tripled = fit(x), fit(3.0 * x)
+  np.testing.assert_allclose(np.asarray(tripled.beta),
+                             np.asarray(unit.beta), atol=1e-7)
+  assert bool(tripled.converged)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_iter": 0}, "max_iter"),
+    ({"max_iter": -3}, "max_iter"),
+    ({"max_iter": 2.5}, "max_iter"),
+    ({"max_iter": True}, "max_iter"),
+    ({"tol": -1.0}, "tol"),
+    ({"tol": 0.0}, "tol"),
+    ({"tol": float("nan")}, "tol"),
+    ({"tol": float("inf")}, "tol"),
+    ({"h": 0.0}, "h"),
+])
+def test_fit_rejects_bad_solver_settings(kwargs, match):
+  x, y = _data(n=30)
+  with pytest.raises(ValueError, match=match):
+    op.fit(jax.random.key(0), x, y, epsilon=1.0, lam=0.01, **kwargs)
+
+
+@pytest.mark.parametrize("epsilon, max_iter", [(1.0, 2), (1e-9, 40)])
+def test_fit_raises_when_the_private_fit_did_not_converge(epsilon, max_iter):
+  # The guarantee assumes the exact minimiser: a capped fit is not
+  # returned. (At ε = 1e-9 even the default 500 iterations stop at
+  # ‖∇J‖ ≈ 0.03.)
+  x, y = _data(n=30)
+  with pytest.raises(op.ConvergenceError, match="did not converge"):
+    op.fit(jax.random.key(0), x, y, epsilon=epsilon, lam=0.01,
+           max_iter=max_iter)
+
+
+def test_convergence_error_is_the_one_feddpdr_raises():
+  from federated import feddpdr  # the re-export, not a second class
+  assert feddpdr.ConvergenceError is op.ConvergenceError
+  assert issubclass(op.ConvergenceError, RuntimeError)
+
+
+def test_private_fit_bounds_the_mask_to_zero_one():
+  # A mask of 5 would count its row five times in the loss sum; on the
+  # private path it counts once, and NaN / negative entries count zero.
+  # The odd entries go on rows inside the loss's active region (margin
+  # < 1 + h at the plain fit), where a row's weight changes the minimiser,
+  # so the comparison cannot pass vacuously.
+  x, y = _data(n=60, d=4, seed=6)
+  with jax.enable_x64(True):
+    run = jax.jit(lambda m: op.objective_perturbation(
+        jax.random.key(2), jnp.asarray(x), jnp.asarray(y), m, n=60.0,
+        p=1.0, theta=0.0, lam=0.05))
+    ones = np.ones(60)
+    plain = run(jnp.asarray(ones))
+    margins = y * (x @ np.asarray(plain.beta))
+    active = np.flatnonzero(margins < 1.0 + op.HUBER_H)[:5]
+    assert active.size == 5, margins
+    odd = ones.copy()
+    odd[active[:3]] = 5.0
+    odd[active[3]], odd[active[4]] = np.nan, -2.0
+    ref = ones.copy()
+    ref[active[3:]] = 0.0
+    got, want = run(jnp.asarray(odd)), run(jnp.asarray(ref))
+  assert bool(got.converged)
+  np.testing.assert_allclose(np.asarray(got.beta), np.asarray(want.beta),
+                             atol=1e-9)
+  assert not np.allclose(np.asarray(got.beta), np.asarray(plain.beta),
+                         atol=1e-4)
+
+
+def _line_search_steps(atol):
+  """Backtracking steps of each L-BFGS iteration on a perturbed Huber fit,
+  with the Armijo slack ``atol`` (the library's, or optax's default 0)."""
+  import optax
+  x, y = _data(n=2000, d=20, seed=3)
+  b = np.random.default_rng(4).normal(size=20) * 2000.0  # |J| ≈ 20, as at
+  # a small ε on MNIST
+  with jax.enable_x64(True):
+    xx, yy, bb = jnp.asarray(x), jnp.asarray(y), jnp.asarray(b)
+    fun = lambda beta: op.objective(  # noqa: E731
+        beta, xx, yy, jnp.ones(2000), n=2000.0, lam=0.01, theta=0.07, b=bb,
+        loss="huber")
+    if atol is None:
+      solver = op._lbfgs(jnp.float64)
+    else:
+      solver = optax.lbfgs(linesearch=optax.scale_by_backtracking_linesearch(
+          max_backtracking_steps=40, store_grad=False, increase_factor=1e9,
+          max_learning_rate=1.0, atol=atol))
+
+    @jax.jit
+    def step(beta, state):
+      value, grad = jax.value_and_grad(fun)(beta)
+      updates, state = solver.update(grad, state, beta, value=value,
+                                     grad=grad, value_fn=fun)
+      info = optax.tree_utils.tree_get(state, "info")
+      return beta + updates, state, info.num_linesearch_steps, value
+
+    beta = jnp.zeros(20)
+    state = solver.init(beta)
+    steps = []
+    for _ in range(20):
+      beta, state, count, value = step(beta, state)
+      steps.append(int(count))
+    assert abs(float(value)) > 5.0  # the rounding of J is ~1e-15
+  return steps
+
+
+def test_line_search_does_not_stall_at_the_rounding_of_j():
+  # Near the minimiser the Armijo decrease falls below J's rounding. The
+  # library's slack keeps every step a single trial there; optax's default
+  # (no slack) exhausts all 40 backtracking steps, which under vmap every
+  # batched fit waited for.
+  assert max(_line_search_steps(None)) <= 3
+  assert max(_line_search_steps(0.0)) == 41

@@ -1,0 +1,331 @@
+"""Tests of the G(M)LVQ models, closed-form clipping, init and trainers."""
+
+import dataclasses
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting import rdp
+from scipy import stats
+
+from dpcore import dpsgd
+from launch.experiments import lvq_eval
+from mechanisms.lvq import clip as lvq_clip
+from mechanisms.lvq import init as lvq_init
+from mechanisms.lvq import model as lvq
+from mechanisms.lvq import train as lvq_train
+
+N, D, K = 40, 6, 3
+
+
+def _problem(seed, *, model="glvq", rank=None, dtype=jnp.float32, m_per=2):
+  kx, ky, kw, ko = jax.random.split(jax.random.key(seed), 4)
+  x = jax.random.uniform(kx, (N, D), dtype, -1.0, 1.0)
+  y = jax.random.randint(ky, (N,), 0, K)
+  labels = lvq_init.prototype_labels(K, m_per)
+  params = {"prototypes": jax.random.uniform(kw, (K * m_per, D), dtype,
+                                             -0.8, 0.8)}
+  if model == "gmlvq":
+    params["omega"] = jax.random.normal(ko, (rank or D, D), dtype)
+  return params, x, y, labels
+
+
+MODELS = [("glvq", None), ("gmlvq", None), ("gmlvq", 2)]
+
+_ghost = jax.jit(lvq_clip.clipped_gradient_sum,
+                 static_argnames=("phi_kind",))
+_plain = jax.jit(lvq_clip.clipped_gradient_sum_vmap,
+                 static_argnames=("phi_kind",))
+
+
+@pytest.mark.parametrize("model, rank", MODELS)
+@pytest.mark.parametrize("phi_kind", ["identity", "sigmoid"])
+def test_gradient_matches_finite_differences(model, rank, phi_kind):
+  with jax.enable_x64(True):
+    params, x, y, labels = _problem(0, model=model, rank=rank,
+                                    dtype=jnp.float64)
+
+    @jax.jit
+    def f(p):
+      return lvq.cost(p, x, y, labels, phi_kind=phi_kind)
+
+    grad = jax.jit(jax.grad(f))(params)
+    for s in range(3):
+      keys = jax.random.split(jax.random.key(100 + s), len(params))
+      direction = {k: jax.random.normal(kk, v.shape, jnp.float64)
+                   for (k, v), kk in zip(sorted(params.items()), keys,
+                                         strict=True)}
+      h = 1e-6
+      plus = jax.tree.map(lambda a, b: a + 1e-6 * b, params, direction)
+      minus = jax.tree.map(lambda a, b: a - 1e-6 * b, params, direction)
+      numeric = (f(plus) - f(minus)) / (2 * h)
+      analytic = sum(jnp.vdot(grad[k], direction[k]) for k in params)
+      # Central differences in float64: error O(h²) plus rounding ~1e-9.
+      np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_distances_and_prediction_match_brute_force():
+  params, x, y, labels = _problem(1, model="gmlvq", rank=3)
+  omega = np.asarray(params["omega"], np.float64)
+  w = np.asarray(params["prototypes"], np.float64)
+  xs = np.asarray(x, np.float64)
+  brute = np.array([[np.sum((omega @ (a - b)) ** 2) for b in w] for a in xs])
+  np.testing.assert_allclose(lvq.squared_distances(params, x), brute,
+                             rtol=1e-4, atol=1e-4)
+  np.testing.assert_array_equal(lvq.predict(params, x, labels),
+                                np.asarray(labels)[brute.argmin(1)])
+  yy = np.asarray(y)
+  same = yy[:, None] == np.asarray(labels)[None]
+  dp = np.where(same, brute, np.inf).min(1)
+  dm = np.where(same, np.inf, brute).min(1)
+  np.testing.assert_allclose(
+      lvq.per_example_loss(params, x, y, labels), (dp - dm) / (dp + dm),
+      rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model, rank", MODELS)
+@pytest.mark.parametrize("phi_kind", ["identity", "sigmoid"])
+def test_closed_form_clipping_equals_vmap_path(model, rank, phi_kind):
+  params, x, y, labels = _problem(2, model=model, rank=rank)
+  x = x.at[:5].multiply(40.0)            # big gradients: clipping active
+  mask = (jnp.arange(N) % 4 != 0).astype(jnp.float32)
+  for clip in (0.05, 1e6):
+    got, norms = _ghost(
+        params, x, y, labels, clip_norm=clip, mask=mask, phi_kind=phi_kind)
+    ref, ref_norms = _plain(
+        params, x, y, labels, clip_norm=clip, mask=mask, phi_kind=phi_kind)
+    # float32 tolerances: sums of ~40 terms of O(1) products.
+    np.testing.assert_allclose(norms, ref_norms, rtol=1e-4, atol=1e-6)
+    for k in params:
+      np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model, rank", MODELS)
+def test_each_example_contribution_is_bounded(model, rank):
+  params, x, y, labels = _problem(3, model=model, rank=rank)
+  adversarial = jnp.stack([
+      jnp.full((D,), 1e4),                    # far from everything
+      params["prototypes"][0],                # exactly on a prototype
+      params["prototypes"][1] + 1e-7,         # next to a wrong one
+      (params["prototypes"][0] + params["prototypes"][2]) / 2,  # a tie
+      jnp.full((D,), jnp.inf),                # non-finite
+      -jnp.full((D,), 1e3),
+  ])
+  xa = jnp.concatenate([adversarial, x[:6]])
+  ya = jnp.concatenate([jnp.array([0, 1, 0, 2, 1, 2]), y[:6]])
+  clip = 0.3
+  full, _ = _ghost(params, xa, ya, labels, clip_norm=clip,
+                   mask=jnp.ones(xa.shape[0]))
+  for i in range(xa.shape[0]):
+    without = jnp.ones(xa.shape[0]).at[i].set(0.0)
+    part, _ = _ghost(params, xa, ya, labels, clip_norm=clip, mask=without)
+    diff = jax.tree.map(lambda a, b: a - b, full, part)
+    change = float(jnp.sqrt(sum(jnp.sum(v * v) for v in diff.values())))
+    assert np.isfinite(change)
+    assert change <= clip * (1 + 1e-4)
+
+
+def test_clipped_sums_require_the_mask_and_bound_it():
+  # These sums feed dp_aggregate(presummed=True), which cannot mask a sum:
+  # the mask is required here, and a weight of 5 counts once.
+  params, x, y, labels = _problem(6, model="gmlvq")
+  for fn in (lvq_clip.clipped_gradient_sum,
+             lvq_clip.clipped_gradient_sum_vmap):
+    with pytest.raises(ValueError, match="mask is required"):
+      fn(params, x, y, labels, clip_norm=0.1)
+  odd = jnp.ones(N).at[0].set(5.0).at[1].set(jnp.nan).at[2].set(-1.0)
+  ref = jnp.ones(N).at[1].set(0.0).at[2].set(0.0)
+  for fn in (_ghost, _plain):
+    got, _ = fn(params, x, y, labels, clip_norm=0.1, mask=odd)
+    want, _ = fn(params, x, y, labels, clip_norm=0.1, mask=ref)
+    for k in params:
+      np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_private_init_noise_scales_and_ledger():
+  x = jnp.zeros((1000, 4))
+  y = jnp.repeat(jnp.arange(2), 500)
+  eps = 0.5
+  draws = jax.vmap(lambda k: lvq_init.private_prototypes(
+      k, x, y, num_classes=2, epsilon=eps))(
+          jax.random.split(jax.random.key(0), 4000))
+  # Sum noise Laplace(2d/ε) over a count of 500 (count noise ≪ 500):
+  # prototype noise ≈ Laplace(2d/(500 ε)).
+  scale = 2 * 4 / eps / 500
+  z = np.asarray(draws[:, 0, 0])
+  assert stats.kstest(z, "laplace", args=(0, scale)).pvalue > 1e-3
+  assert stats.kstest(z, "laplace", args=(0, 0.8 * scale)).pvalue < 1e-6
+  ledger = lvq_train.accounting.PrivacyLedger()
+  lvq_init.record_private_init(ledger, epsilon=eps, dim=4)
+  entries = ledger.entries
+  assert [e.params["scale"] for e in entries] == pytest.approx(
+      [2 / eps, 2 * 4 / eps])
+  assert [e.params["sensitivity"] for e in entries] == [1.0, 4.0]
+  assert ledger.guarantee().epsilon == pytest.approx(eps)
+
+
+def test_private_init_recovers_means_at_large_epsilon_and_stays_in_box():
+  params, x, y, labels = _problem(4)
+  means = lvq_init.class_mean_prototypes(jax.random.key(0), x, y,
+                                         num_classes=K)
+  priv = lvq_init.private_prototypes(jax.random.key(1), x, y, num_classes=K,
+                                     epsilon=1e9)
+  np.testing.assert_allclose(priv, means, atol=1e-4)
+  noisy = lvq_init.private_prototypes(jax.random.key(1), x, y,
+                                      num_classes=K, epsilon=1e-3)
+  assert float(jnp.max(jnp.abs(noisy))) <= 1.0
+
+
+def test_dp_trainer_without_noise_equals_plain_sgd():
+  params, x, y, labels = _problem(5)
+  cfg = lvq_train.TrainConfig(
+      model="gmlvq", trainer="dpsgd", num_classes=K, epochs=3,
+      sampling_rate=0.2, clip_norm=1e9, noise_multiplier=0.0,
+      learning_rate=0.1, epsilon_init=1e12, max_batch=N)
+  key = jax.random.key(7)
+  dp = lvq_train.train_sgd(key, x, y, cfg, private=True)
+  plain = lvq_train.train_sgd(key, x, y, cfg, private=False)
+  dp_vmap = lvq_train.train_sgd(
+      key, x, y, dataclasses.replace(cfg, ghost_clipping=False), private=True)
+  for k in plain.params:
+    np.testing.assert_allclose(dp.params[k], plain.params[k], atol=2e-5)
+    np.testing.assert_allclose(dp_vmap.params[k], plain.params[k], atol=2e-5)
+  # And the noise, when on, does change the result.
+  noisy = lvq_train.train_sgd(
+      key, x, y, dataclasses.replace(cfg, noise_multiplier=1.0), private=True)
+  assert not np.allclose(noisy.params["omega"], plain.params["omega"],
+                         atol=1e-3)
+
+
+@pytest.mark.parametrize("rule", ["accountant", "paper"])
+def test_reported_epsilon_matches_dp_accounting(rule):
+  plan = lvq_train.privacy_plan(epsilon=1.5, delta=1e-5, sampling_rate=0.01,
+                                epochs=50, dim=19, sigma_rule=rule)
+  assert plan.steps == 5000
+  acc = rdp.RdpAccountant()
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          0.01, dp_accounting.GaussianDpEvent(plan.noise_multiplier)), 5000))
+  direct = acc.get_epsilon(1e-5)
+  sgd_entry = plan.ledger.entries[-1]
+  assert sgd_entry.epsilon == pytest.approx(direct, rel=1e-9)
+  g = plan.ledger.guarantee(1e-5)
+  assert g.basic_epsilon == pytest.approx(0.3 + direct)
+  assert g.epsilon <= g.basic_epsilon + 1e-12
+  if rule == "accountant":
+    assert direct == pytest.approx(1.2, rel=1e-3)
+  else:
+    # The paper's σ is larger than needed: it spends less than ε₂ = 1.2.
+    assert direct < 1.2
+
+
+def test_padded_poisson_batches_are_paid_for():
+  # The padded batch drops rows with probability P ≤ 1e-9; the plan records
+  # it, and the reported δ still holds with (1 + e^ε)·P inside it.
+  kw = dict(epsilon=1.5, delta=1e-5, sampling_rate=0.01, epochs=50, dim=19)
+  b = dpsgd.max_batch_size(1848, sampling_rate=0.01, steps=5000)
+  plain = lvq_train.privacy_plan(**kw).ledger.guarantee(1e-5)
+  plan = lvq_train.privacy_plan(**kw, num_examples=1848, max_batch=b)
+  (trunc,) = [e for e in plan.ledger.entries if e.kind == "truncation"]
+  p = trunc.params["probability"]
+  assert 0.0 < p <= 1e-9
+  g = plan.ledger.guarantee(1e-5)
+  assert g.delta == 1e-5 and g.truncation_probability == p
+  assert plain.epsilon <= g.epsilon <= plain.epsilon * (1 + 1e-3)
+  # A batch cap far too small makes P ≈ 1: no meaningful δ is left.
+  tiny = lvq_train.privacy_plan(**kw, num_examples=1848, max_batch=5)
+  assert tiny.ledger.guarantee(1e-5).delta == 1.0
+  with pytest.raises(ValueError, match="together"):
+    lvq_train.privacy_plan(**kw, max_batch=b)
+
+
+def test_cv_splits_partition_rows():
+  tr, te = lvq_eval.cv_splits(jax.random.key(0), 23, folds=5, repeats=2,
+                              train_on_one_fold=True)
+  assert tr.shape == (10, 4) and te.shape == (10, 16)
+  for a, b in zip(tr, te, strict=True):
+    assert not set(a) & set(b)
+  tr2, te2 = lvq_eval.cv_splits(jax.random.key(0), 23, folds=5, repeats=2,
+                                train_on_one_fold=False)
+  np.testing.assert_array_equal(te2, tr)
+
+
+def test_bad_inputs_give_clear_errors():
+  params, x, y, labels = _problem(6)
+  with pytest.raises(ValueError, match="epsilon"):
+    lvq_train.privacy_plan(epsilon=0.0, delta=1e-5, sampling_rate=0.01,
+                           epochs=1, dim=2)
+  with pytest.raises(ValueError, match="epsilon"):
+    lvq_train.privacy_plan(epsilon=-1.0, delta=1e-5, sampling_rate=0.01,
+                           epochs=1, dim=2)
+  for q in (0.0, 1.2, -0.5):
+    with pytest.raises(ValueError, match="q"):
+      lvq_train.privacy_plan(epsilon=1.0, delta=1e-5, sampling_rate=q,
+                             epochs=1, dim=2)
+    with pytest.raises(ValueError, match="q"):
+      lvq_train.TrainConfig(sampling_rate=q).validate()
+  for clip in (0.0, -1.0):
+    with pytest.raises(ValueError, match="clip"):
+      lvq_train.TrainConfig(clip_norm=clip).validate()
+  y_missing = jnp.where(y == 2, 0, y)
+  with pytest.raises(ValueError, match="no rows of class index \\[2\\]"):
+    lvq_init.check_classes_present(y_missing, K)
+  with pytest.raises(ValueError, match="no rows"):
+    lvq_eval.evaluate(jax.random.key(0), jax.random.key(1), x, y_missing,
+                      lvq_train.TrainConfig(num_classes=K), folds=2,
+                      repeats=1)
+  with pytest.raises(ValueError, match="outside the declared box"):
+    lvq_init.check_box(x * 2.0)
+  with pytest.raises(ValueError, match="outside the declared box"):
+    lvq_eval.evaluate(jax.random.key(0), jax.random.key(1), x * 2.0, y,
+                      lvq_train.TrainConfig(num_classes=K), folds=2,
+                      repeats=1)
+
+
+def test_gaussian_init_noise_scale_and_plan():
+  d, n_per = 4, 500
+  x = jnp.zeros((2 * n_per, d))
+  y = jnp.repeat(jnp.arange(2), n_per)
+  sigma = 3.0
+  draws = jax.vmap(lambda k: lvq_init.gaussian_private_prototypes(
+      k, x, y, num_classes=2, noise_multiplier=sigma))(
+          jax.random.split(jax.random.key(1), 4000))
+  # Sum noise N(0, (σ√(1+d))²) over a count of ≈500: std σ√(1+d)/500.
+  scale = sigma * np.sqrt(1 + d) / n_per
+  z = np.asarray(draws[:, 1, 2])
+  assert stats.kstest(z, stats.norm(0, scale).cdf).pvalue > 1e-3
+  assert stats.kstest(z, stats.norm(0, 0.8 * scale).cdf).pvalue < 1e-6
+  plan = lvq_train.privacy_plan(epsilon=1.0, delta=1e-5, sampling_rate=0.01,
+                                epochs=5, dim=d, init_mechanism="gaussian")
+  init, sgd = plan.ledger.entries
+  assert init.kind == "gaussian" and init.delta == pytest.approx(5e-6)
+  assert init.epsilon == pytest.approx(0.2, rel=1e-6)
+  assert sgd.delta == pytest.approx(5e-6)
+  assert sgd.epsilon == pytest.approx(0.8, rel=1e-3)
+  g = plan.ledger.guarantee(1e-5)
+  assert g.basic_delta == pytest.approx(1e-5)
+  assert g.epsilon <= 1.0 + 1e-6
+
+
+@pytest.mark.parametrize("init", ["laplace", "gaussian"])
+def test_private_init_clips_data_to_the_box(init):
+  # The sums' sensitivity needs x ∈ [−1, 1]^d: the jitted initialisation
+  # clips itself, so out-of-box rows count as their clipped versions.
+  rng = np.random.default_rng(2)
+  x = rng.uniform(-1, 1, size=(60, 5)).astype(np.float32)
+  y = np.arange(60) % 3
+  wild = x.copy()
+  wild[:4] *= 40.0
+  key = jax.random.key(7)
+  if init == "laplace":
+    run = lambda rows: lvq_init.private_prototypes(  # noqa: E731
+        key, jnp.asarray(rows), jnp.asarray(y), num_classes=3, epsilon=50.0)
+  else:
+    run = lambda rows: lvq_init.gaussian_private_prototypes(  # noqa: E731
+        key, jnp.asarray(rows), jnp.asarray(y), num_classes=3,
+        noise_multiplier=0.01)
+  np.testing.assert_allclose(run(wild), run(np.clip(wild, -1, 1)),
+                             rtol=1e-6, atol=1e-6)
+  assert not np.allclose(run(wild), run(x), atol=1e-3)

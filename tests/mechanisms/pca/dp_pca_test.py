@@ -1,0 +1,252 @@
+"""mechanisms.pca.dp_pca: exactness without noise, noise scale, vmap."""
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting import pld
+from scipy import stats
+from sklearn.decomposition import TruncatedSVD
+
+from mechanisms.pca import dp_pca
+
+
+def _unit_rows(n, d, seed):
+  rng = np.random.default_rng(seed)
+  # A few dominant directions so the top-k eigenvalues are well separated.
+  x = rng.normal(size=(n, d)) * np.linspace(3.0, 0.3, d)
+  return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _same_subspace_up_to_sign(a, b, atol):
+  # Columns match one to one up to sign: |<a_j, b_j>| = 1.
+  dots = np.abs(np.sum(np.asarray(a, np.float64) * np.asarray(b), axis=0))
+  np.testing.assert_allclose(dots, 1.0, atol=atol)
+
+
+def test_exact_pca_matches_sklearn_truncated_svd():
+  x = _unit_rows(300, 12, 0)
+  k = 4
+  ours = dp_pca.pca(jnp.asarray(x), jnp.ones(300), k=k)
+  svd = TruncatedSVD(n_components=k, algorithm="arpack").fit(
+      x.astype(np.float64))
+  # float32 eigh of a well-conditioned 12x12 matrix: ~1e-5 accuracy.
+  _same_subspace_up_to_sign(ours.components, svd.components_.T, atol=1e-4)
+  assert np.all(np.diff(np.asarray(ours.eigenvalues)) <= 0)  # descending
+
+
+def test_dp_pca_without_noise_is_exact_pca():
+  x = jnp.asarray(_unit_rows(300, 12, 1))
+  mask = jnp.ones(300)
+  exact = dp_pca.pca(x, mask, k=3)
+  # ε → ∞ means σ → 0: the noise-free second moment gives the exact basis
+  # (dp_pca itself refuses σ = 0, see test_sigma_must_be_positive).
+  noisy = dp_pca.top_k_eigenvectors(dp_pca.noisy_second_moment(
+      jax.random.key(0), x, mask, sigma=0.0), 3)
+  _same_subspace_up_to_sign(noisy.components, exact.components, atol=1e-6)
+  sigma = dp_pca.pca_sigma(epsilon=1e6, delta=1e-5)
+  assert sigma < 1e-2
+  tiny = dp_pca.dp_pca(jax.random.key(0), x, mask, k=3, sigma=sigma)
+  _same_subspace_up_to_sign(tiny.components, exact.components, atol=1e-3)
+
+
+def test_noise_matches_calibration_and_rejects_wrong_sigma():
+  d = 30
+  x = jnp.asarray(_unit_rows(100, d, 2))
+  mask = jnp.ones(100)
+  sigma = dp_pca.pca_sigma(epsilon=0.5, delta=1e-5)
+  exact = dp_pca.second_moment(x, mask)
+  keys = jax.random.split(jax.random.key(7), 8)
+  noisy = jax.vmap(lambda kk: dp_pca.noisy_second_moment(
+      kk, x, mask, sigma=sigma))(keys)
+  noise = np.asarray(noisy - exact[None], np.float64)
+  # The noise matrix is symmetric.
+  np.testing.assert_array_equal(noise, np.swapaxes(noise, 1, 2))
+  rows, cols = np.triu_indices(d)
+  entries = noise[:, rows, cols].ravel()  # 8 * 465 independent draws
+  assert stats.kstest(entries, stats.norm(0, sigma).cdf).pvalue > 1e-3
+  for wrong in (0.8 * sigma, 1.2 * sigma):
+    assert stats.kstest(entries, stats.norm(0, wrong).cdf).pvalue < 1e-6
+
+
+def test_sigma_calibrations_against_dp_accounting():
+  eps, delta = 0.5, 1e-4
+  analytic = dp_pca.pca_sigma(epsilon=eps, delta=delta)
+  classic = dp_pca.pca_sigma(epsilon=eps, delta=delta, calibration="classic")
+  np.testing.assert_allclose(classic, np.sqrt(2 * np.log(1.25 / delta)) / eps)
+  assert analytic < classic
+  # The analytic σ spends exactly δ at ε (dp_accounting's PLD of the same
+  # Gaussian, an independent computation).
+  acc = pld.PLDAccountant(value_discretization_interval=1e-5)
+  acc.compose(dp_accounting.GaussianDpEvent(analytic))
+  np.testing.assert_allclose(acc.get_delta(eps), delta, rtol=1e-2)
+  replace = dp_pca.pca_sigma(epsilon=eps, delta=delta,
+                             sensitivity=np.sqrt(2))
+  np.testing.assert_allclose(replace, np.sqrt(2) * analytic, rtol=1e-9)
+  with pytest.raises(ValueError, match="classic"):
+    dp_pca.pca_sigma(epsilon=1.0, delta=delta, calibration="classic")
+  with pytest.raises(ValueError, match="calibration"):
+    dp_pca.pca_sigma(epsilon=0.5, delta=delta, calibration="gauss")
+
+
+def test_padding_and_vmap_equal_per_participant_loop():
+  d, k = 10, 3
+  sizes = (40, 25, 33)
+  xs = [_unit_rows(s, d, 10 + i) for i, s in enumerate(sizes)]
+  n_max = 50
+  x = np.full((3, n_max, d), 0.7, np.float32)  # garbage in the padding
+  mask = np.zeros((3, n_max), np.float32)
+  for i, xi in enumerate(xs):
+    x[i, :len(xi)] = xi
+    mask[i, :len(xi)] = 1
+  keys = jax.random.split(jax.random.key(3), 3)
+  sigma = jnp.array([0.5, 1.0, 2.0])
+  batched = jax.jit(jax.vmap(
+      lambda kk, xi, mi, si: dp_pca.dp_pca(kk, xi, mi, k=k, sigma=si)))(
+          keys, jnp.asarray(x), jnp.asarray(mask), sigma)
+  for i, xi in enumerate(xs):
+    alone = dp_pca.dp_pca(keys[i], jnp.asarray(xi), jnp.ones(len(xi)), k=k,
+                          sigma=sigma[i])
+    np.testing.assert_allclose(batched.eigenvalues[i], alone.eigenvalues,
+                               rtol=1e-4, atol=1e-4)
+    _same_subspace_up_to_sign(batched.components[i], alone.components,
+                              atol=1e-4)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("k_too_large", "exceeds the data dimension"),
+    ("nan", "NaN"),
+    ("norm", "norm"),
+])
+def test_bad_input(bad, match):
+  x = _unit_rows(20, 5, 4)
+  k = 2
+  if bad == "k_too_large":
+    k = 6
+  elif bad == "nan":
+    x[3, 1] = np.nan
+  else:
+    x[0] *= 2.0
+  with pytest.raises(ValueError, match=match):
+    dp_pca.check_pca_inputs(x, k=k)
+  with pytest.raises(ValueError, match="epsilon"):
+    dp_pca.pca_sigma(epsilon=0.0, delta=1e-5)
+  with pytest.raises(ValueError, match="delta"):
+    dp_pca.pca_sigma(epsilon=1.0, delta=1.0)
+
+
+def test_rows_over_norm_one_are_clipped_inside_the_mechanism():
+  # The sensitivity needs ‖x‖ ≤ 1; the jitted mechanism enforces it itself,
+  # so a row of norm 5 counts exactly as that row scaled to norm 1.
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(50, 6)).astype(np.float32)
+  x /= 2 * np.linalg.norm(x, axis=1, keepdims=True)  # norms 0.5
+  big = x.copy()
+  big[:5] *= 10.0                                     # norms 5
+  clipped = x.copy()
+  clipped[:5] *= 2.0                                  # norms 1
+  mask = np.ones(50, np.float32)
+  key = jax.random.key(0)
+  noisy = lambda rows: dp_pca.noisy_second_moment(  # noqa: E731
+      key, jnp.asarray(rows), mask, sigma=0.1)
+  np.testing.assert_allclose(noisy(big), noisy(clipped), rtol=1e-5,
+                             atol=1e-5)
+  assert not np.allclose(noisy(big), noisy(x), atol=1e-3)
+
+
+def test_mask_values_are_bounded_to_zero_one():
+  # A unit row with mask 5 would add 25 to XᵀX; it counts once. NaN and
+  # negative mask entries count zero.
+  key = jax.random.key(0)
+  one = dp_pca.noisy_second_moment(key, jnp.array([[1.0, 0.0, 0.0]]),
+                                   jnp.array([5.0]), sigma=0.0)
+  np.testing.assert_allclose(one, np.diag([1.0, 0.0, 0.0]))
+  x = jnp.asarray(_unit_rows(4, 3, 5))
+  odd = dp_pca.noisy_second_moment(key, x, jnp.array(
+      [5.0, jnp.nan, -3.0, 1.0]), sigma=0.0)
+  ref = dp_pca.second_moment(x, jnp.array([1.0, 0.0, 0.0, 1.0]))
+  np.testing.assert_allclose(odd, ref, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("k", [0, -1, 7, 2.0])
+def test_k_outside_one_to_d_is_refused(k):
+  x = jnp.asarray(_unit_rows(20, 6, 6))
+  mask = jnp.ones(20)
+  with pytest.raises(ValueError, match="k"):
+    dp_pca.dp_pca(jax.random.key(0), x, mask, k=k, sigma=1.0)
+  with pytest.raises(ValueError, match="k"):
+    jax.jit(dp_pca.dp_pca, static_argnames="k")(
+        jax.random.key(0), x, mask, k=k, sigma=1.0)
+  # k = d is the largest allowed.
+  assert dp_pca.dp_pca(jax.random.key(0), x, mask, k=6,
+                       sigma=1.0).components.shape == (6, 6)
+
+
+@pytest.mark.parametrize("sigma", [0.0, -1.0, float("nan"), float("inf"),
+                                   np.float32(0.0), jnp.asarray(0.0)])
+def test_sigma_must_be_positive(sigma):
+  x = jnp.asarray(_unit_rows(20, 6, 7))
+  with pytest.raises(ValueError, match="dp_pca.pca"):
+    dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(20), k=2, sigma=sigma)
+
+
+def test_traced_sigma_is_left_to_the_caller():
+  # Under jit/vmap σ is a tracer (one per participant in feddpdr): no check.
+  x = jnp.asarray(_unit_rows(20, 6, 8))
+  out = jax.jit(lambda s: dp_pca.dp_pca(
+      jax.random.key(0), x, jnp.ones(20), k=2, sigma=s))(0.5)
+  assert out.components.shape == (6, 2)
+
+
+def test_private_basis_calibrates_and_equals_the_kernel():
+  x = _unit_rows(200, 8, 9)
+  key = jax.random.key(4)
+  for relation, sens in (("add_remove", 1.0), ("replace", np.sqrt(2))):
+    result, sigma = dp_pca.private_basis(key, x, k=3, epsilon=0.7,
+                                         delta=1e-5, neighbouring=relation)
+    assert sigma == pytest.approx(dp_pca.pca_sigma(
+        epsilon=0.7, delta=1e-5, sensitivity=sens), rel=1e-12)
+    kernel = dp_pca.dp_pca(key, jnp.asarray(x), jnp.ones(200), k=3,
+                           sigma=sigma)
+    np.testing.assert_allclose(result.eigenvalues, kernel.eigenvalues,
+                               rtol=1e-5, atol=1e-5)
+    _same_subspace_up_to_sign(result.components, kernel.components,
+                              atol=1e-4)
+  classic, sigma = dp_pca.private_basis(key, x, k=3, epsilon=0.7,
+                                        delta=1e-5, calibration="classic")
+  assert sigma == pytest.approx(np.sqrt(2 * np.log(1.25e5)) / 0.7)
+  assert classic.components.shape == (8, 3)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("empty", "0 rows"),
+    ("all_nan", "NaN"),
+    ("norm", "norm"),
+    ("k", "exceeds the data dimension"),
+    ("k0", "k must be"),
+    ("neighbouring", "neighbouring"),
+    ("epsilon", "epsilon"),
+    ("delta", "delta"),
+])
+def test_private_basis_validates_before_tracing(bad, match):
+  x = _unit_rows(20, 5, 10)
+  kwargs = dict(k=2, epsilon=1.0, delta=1e-5)
+  if bad == "empty":
+    x = x[:0]
+  elif bad == "all_nan":
+    x = np.full_like(x, np.nan)
+  elif bad == "norm":
+    x[0] *= 2.0
+  elif bad == "k":
+    kwargs["k"] = 6
+  elif bad == "k0":
+    kwargs["k"] = 0
+  elif bad == "neighbouring":
+    kwargs["neighbouring"] = "replace_one"
+  elif bad == "epsilon":
+    kwargs["epsilon"] = 0.0
+  else:
+    kwargs["delta"] = 0.0
+  with pytest.raises(ValueError, match=match):
+    dp_pca.private_basis(jax.random.key(0), x, **kwargs)

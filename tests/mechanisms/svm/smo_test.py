@@ -1,0 +1,236 @@
+"""Parity of the JAX SMO solver (WSS2) with LIBSVM, and input validation.
+
+LIBSVM (``libsvm-official``) is the oracle: with shrinking off the solver
+must follow LIBSVM's path exactly (same #iter, objective to 1e-6 relative,
+same support vectors, b to 1e-6); with shrinking on the objective must
+agree to 1e-4 relative. LIBSVM's ``#iter`` and ``obj`` are read from the
+text it prints, captured through its print-function hook.
+"""
+
+import os
+import re
+
+import numpy as np
+import pytest
+from libsvm import svm as libsvm_svm
+from libsvm import svmutil
+from sklearn import datasets
+
+from launch.data import loaders as launch_data
+from mechanisms.svm import kernels, smo_train
+
+HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
+
+
+def libsvm_fit(x, y, options):
+  """Trains LIBSVM; returns (model, #iter, obj, rho)."""
+  lines = []
+  hook = libsvm_svm.PRINT_STRING_FUN(lambda s: lines.append(s.decode()))
+  problem = libsvm_svm.svm_problem(
+      np.asarray(y, np.float64).tolist(), np.asarray(x, np.float64))
+  param = libsvm_svm.svm_parameter(options)
+  param.print_func = hook  # svm_train installs param.print_func
+  try:
+    model = svmutil.svm_train(problem, param)
+  finally:
+    libsvm_svm.libsvm.svm_set_print_string_function(
+        libsvm_svm.ctypes_print_null)
+  text = "".join(lines)
+  iters = int(re.search(r"#iter = (\d+)", text).group(1))
+  match = re.search(r"obj = (\S+), rho = (\S+)", text)
+  return model, iters, float(match.group(1)), float(match.group(2))
+
+
+def libsvm_support(model, y):
+  """Support indices (0-based) and α of LIBSVM's model, in row order."""
+  idx = np.asarray(model.get_sv_indices()) - 1
+  coef = np.asarray([c[0] for c in model.get_sv_coef()])
+  # LIBSVM's coefficients are α_t y_t for its first label's orientation.
+  sign = 1.0 if model.get_labels()[0] == 1 else -1.0
+  alpha = sign * coef * np.asarray(y)[idx]
+  order = np.argsort(idx)
+  return idx[order], alpha[order]
+
+
+def heart():
+  x, y = datasets.load_svmlight_file(HEART,
+                                     n_features=13)
+  return x.toarray(), y.astype(np.float64)
+
+
+def breast_cancer():
+  # Rows scaled to unit L2 norm (per-row, data-independent).
+  x, y = datasets.load_breast_cancer(return_X_y=True)
+  x = x / np.linalg.norm(x, axis=1, keepdims=True)
+  return x, np.where(y == 1, 1.0, -1.0)
+
+
+def digits_pair():
+  # Digits 3 vs 8, pixels divided by their public maximum 16.
+  x, y = datasets.load_digits(return_X_y=True)
+  keep = (y == 3) | (y == 8)
+  return x[keep] / 16.0, np.where(y[keep] == 3, 1.0, -1.0)
+
+
+CASES = {
+    "heart": (heart, 1.0),
+    "breast_cancer": (breast_cancer, 10.0),
+    "digits_3v8": (digits_pair, 1.0),
+}
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", [
+    "heart", "digits_3v8", pytest.param("breast_cancer", marks=SLOW)])
+def test_matches_libsvm_path_without_shrinking(name):
+  load, c = CASES[name]
+  x, y = load()
+  gamma = 1.0 / x.shape[1]
+  ref, ref_iter, ref_obj, ref_rho = libsvm_fit(
+      x, y, f"-s 0 -t 2 -c {c} -g {gamma!r} -e 0.001 -h 0")
+  spec = kernels.KernelSpec("rbf", gamma=gamma)
+  model = smo_train.wss2_train(x, y, kernel=spec, c=c, eps=1e-3,
+                               shrinking=False)
+  assert model.exit_reason == "stationary"
+  assert model.iterations == ref_iter
+  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-6)
+  np.testing.assert_allclose(model.bias, -ref_rho, atol=1e-6)
+  idx, alpha = libsvm_support(ref, y)
+  np.testing.assert_array_equal(model.support, idx)
+  np.testing.assert_allclose(model.alpha[idx], alpha, atol=1e-6)
+  # Predictions agree with LIBSVM's decision values.
+  _, _, dec = svmutil.svm_predict(y.tolist(), x, ref, "-q")
+  sign = 1.0 if ref.get_labels()[0] == 1 else -1.0
+  np.testing.assert_allclose(model.decision_function(x),
+                             sign * np.asarray(dec)[:, 0], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [
+    "heart", pytest.param("digits_3v8", marks=SLOW)])
+def test_objective_with_shrinking(name):
+  load, c = CASES[name]
+  x, y = load()
+  gamma = 1.0 / x.shape[1]
+  _, _, ref_obj, _ = libsvm_fit(
+      x, y, f"-s 0 -t 2 -c {c} -g {gamma!r} -e 0.001 -h 1")
+  spec = kernels.KernelSpec("rbf", gamma=gamma)
+  model = smo_train.wss2_train(x, y, kernel=spec, c=c, shrinking=True)
+  assert model.exit_reason == "stationary"
+  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind,opts", [
+    ("linear", "-t 0"), pytest.param("poly", "-t 1 -d 2 -r 1", marks=SLOW),
+    pytest.param("sigmoid", "-t 3 -r -1", marks=SLOW)])
+def test_other_kernels_match_libsvm(kind, opts):
+  x, y = heart()
+  x, y = x[:120], y[:120]
+  gamma = 1.0 / 13
+  spec = kernels.KernelSpec(kind, gamma=gamma, coef0=1.0 if kind == "poly"
+                            else -1.0, degree=2)
+  _, ref_iter, ref_obj, ref_rho = libsvm_fit(
+      x, y, f"-s 0 {opts} -g {gamma!r} -c 1 -e 0.001 -h 0")
+  model = smo_train.wss2_train(x, y, kernel=spec, c=1.0)
+  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-6)
+  np.testing.assert_allclose(model.bias, -ref_rho, atol=1e-6)
+  assert model.iterations == ref_iter
+
+
+def test_rows_on_demand_equal_precomputed():
+  x, y = heart()
+  a = smo_train.wss2_train(x, y, precompute=True)
+  b = smo_train.wss2_train(x, y, precompute=False)
+  assert a.iterations == b.iterations
+  np.testing.assert_allclose(a.alpha, b.alpha, atol=1e-12)
+
+
+def test_float32_mode_within_its_tolerance():
+  # float32 state: documented tolerance 1e-4 relative on the objective.
+  x, y = heart()
+  ref = smo_train.wss2_train(x, y)
+  low = smo_train.wss2_train(x, y, dtype="float32")
+  np.testing.assert_allclose(low.objective, ref.objective, rtol=1e-4)
+  assert low.alpha.dtype == np.float64  # results are returned as float64
+
+
+def test_max_iter_exit_is_reported():
+  x, y = heart()
+  model = smo_train.wss2_train(x, y, max_iter=5)
+  assert model.exit_reason == "max_iter"
+  assert model.iterations == 5
+
+
+def test_x64_is_not_left_enabled():
+  import jax
+  import jax.numpy as jnp
+  x, y = heart()
+  smo_train.wss2_train(x, y)
+  assert jnp.ones(1).dtype == jnp.float32
+  assert not jax.config.jax_enable_x64
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda x, y: (x, np.where(y > 0, 1.0, 0.0)), "only -1 and \\+1"),
+    (lambda x, y: (x, np.ones_like(y)), "both classes"),
+    (lambda x, y: (x[:0], y[:0]), "rows"),
+    (lambda x, y: (np.where(np.arange(x.size).reshape(x.shape) == 3,
+                            np.nan, x), y), "NaN"),
+])
+def test_bad_data_is_refused(change, match):
+  x, y = change(*heart())
+  with pytest.raises(ValueError, match=match):
+    smo_train.wss2_train(x, y)
+
+
+def test_bad_parameters_are_refused():
+  x, y = heart()
+  with pytest.raises(ValueError, match="c must be > 0"):
+    smo_train.wss2_train(x, y, c=0.0)
+  with pytest.raises(ValueError, match="gamma must be > 0"):
+    smo_train.wss2_train(x, y, kernel=kernels.KernelSpec("rbf", gamma=-1.0))
+  with pytest.raises(ValueError, match="kernel must be one of"):
+    kernels.KernelSpec("laplace")
+
+
+def test_to_numpy_trims_the_pair_record_to_the_longest_run():
+  from mechanisms import smo
+  rows, runs = 10_000, 2
+  pairs = np.full((runs, rows, 2), -1, np.int32)
+  iterations = np.array([5, 4_100], np.int32)
+  for r, t in enumerate(iterations):
+    pairs[r, :t] = np.arange(2 * t).reshape(t, 2)
+  zeros = np.zeros(runs)
+  result = smo.SMOResult(zeros, zeros, zeros, zeros, iterations,
+                         np.zeros(runs, np.int32), pairs)
+  out = smo.to_numpy(result)
+  # Longest run 4,100 → two buckets of 4,096 rows; nothing used is lost.
+  assert out.pairs.shape == (runs, 8_192, 2)
+  np.testing.assert_array_equal(out.pairs, pairs[:, :8_192])
+  # A record shorter than one bucket is kept whole; an empty one too.
+  short = smo.to_numpy(result._replace(pairs=pairs[:, :3_000],
+                                       iterations=np.array([5, 2_999])))
+  assert short.pairs.shape == (runs, 3_000, 2)
+  empty = smo.to_numpy(result._replace(pairs=np.zeros((runs, 0, 2))))
+  assert empty.pairs.shape == (runs, 0, 2)
+
+
+def test_precompute_policy_per_backend():
+  resolve = smo_train.resolve_precompute
+  assert resolve(None, 1_500, backend="cpu")            # small: always
+  assert not resolve(None, 5_000, backend="cpu")        # one run: on demand
+  assert resolve(None, 5_000, repeats=8, backend="cpu")  # 100 MB shared
+  assert not resolve(None, 9_000, repeats=8, backend="cpu")  # > 256 MiB
+  assert resolve(None, 5_000, backend="gpu")            # cheap on a GPU
+  assert resolve(None, 23_000, backend="gpu")           # 2.1 GB ≤ 2 GiB
+  assert not resolve(None, 50_000, backend="gpu")       # 10 GB: on demand
+  assert not resolve(False, 1_000, backend="gpu")       # forced either way
+  assert resolve(True, 50_000, backend="cpu")
+
+
+def test_unroll_policy_per_backend():
+  resolve = smo_train.resolve_unroll
+  assert resolve(None, backend="cpu") == 1
+  assert resolve(None, backend="gpu") == smo_train.UNROLL_ACCELERATOR > 1
+  assert resolve(2, backend="cpu") == 2
+  with pytest.raises(ValueError, match="unroll"):
+    resolve(0)
