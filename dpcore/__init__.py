@@ -6,6 +6,7 @@ from dpcore import (
     accounting,
     calibration,
     clipping,
+    discrete,
     exponential,
     noise,
     validation,
@@ -28,6 +29,10 @@ from dpcore.clipping import (
     clipped_sum,
     normalize_rows,
 )
+from dpcore.discrete import (
+    discrete_gaussian,
+    discrete_laplace,
+)
 from dpcore.exponential import exponential_mechanism
 from dpcore.noise import (
     gaussian_noise,
@@ -39,7 +44,8 @@ from dpcore.noise import (
 __all__ = [
     "BudgetExceededError", "PrivacyLedger", "accounting",
     "calibrate_dpsgd_noise", "calibration", "clip_rows", "clip_to_box",
-    "clip_to_norm", "clipped_sum", "clipping", "exponential",
+    "clip_to_norm", "clipped_sum", "clipping", "discrete",
+    "discrete_gaussian", "discrete_laplace", "exponential",
     "exponential_mechanism", "gaussian_noise", "gaussian_sigma",
     "gaussian_sigma_analytic", "gaussian_sigma_classic", "laplace_noise",
     "laplace_scale", "noise", "normalize_rows", "objective_perturbation_noise",

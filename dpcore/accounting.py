@@ -205,6 +205,49 @@ class PrivacyLedger:
         label, "gaussian", eps, delta, event,
         {"sigma": sigma, "sensitivity": sensitivity, "count": count}))
 
+  def record_discrete_gaussian(self, *, sigma: float, sensitivity: float,
+                               delta: float, label: str, count: int = 1
+                               ) -> None:
+    """Discrete Gaussian noise σ on an integer query, ``count`` times.
+
+    In grid units: σ and the L2 sensitivity Δ of the integer-valued
+    (rounded) query, e.g. from :func:`dpcore.discrete.gaussian_mechanism`.
+    Each release is ρ = Δ²/2σ²-zCDP (Canonne, Kamath & Steinke 2020,
+    Theorems 14–15), recorded as a ``ZCDpEvent``; the stand-alone ε for
+    basic composition is the RDP accountant's conversion of count·ρ at
+    ``delta``.
+    """
+    sigma = validation.check_positive(sigma, "sigma")
+    sensitivity = validation.check_positive(sensitivity, "sensitivity")
+    delta = validation.check_delta(delta)
+    count = validation.check_positive_int(count, "count")
+    rho = sensitivity**2 / (2.0 * sigma**2)
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.ZCDpEvent(rho), count)
+    eps = _rdp_epsilon([event], delta)
+    self._record(LedgerEntry(
+        label, "discrete_gaussian", eps, delta, event,
+        {"sigma": sigma, "sensitivity": sensitivity, "rho": rho,
+         "count": count}))
+
+  def record_discrete_laplace(self, *, scale: float, sensitivity: float,
+                              label: str, count: int = 1) -> None:
+    """Discrete Laplace noise (scale t) on an integer query, ``count`` times.
+
+    In grid units: pure ε = Δ₁/t per release for L1 sensitivity Δ₁
+    (Canonne, Kamath & Steinke 2020), described for RDP as ε²/2-zCDP like
+    :meth:`record_pure`.
+    """
+    scale = validation.check_positive(scale, "scale")
+    sensitivity = validation.check_positive(sensitivity, "sensitivity")
+    count = validation.check_positive_int(count, "count")
+    epsilon = sensitivity / scale
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.ZCDpEvent(epsilon**2 / 2.0), count)
+    self._record(LedgerEntry(
+        label, "discrete_laplace", count * epsilon, 0.0, event,
+        {"scale": scale, "sensitivity": sensitivity, "count": count}))
+
   def record_approx(self, epsilon: float, delta: float, *, label: str
                     ) -> None:
     """A step known only by its (ε, δ) guarantee (basic composition only)."""
@@ -305,13 +348,16 @@ PRIVACY_FIELDS = (
 * ``epsilon_nominal``: a paper's figure for the same run, printed beside the
   guarantee and never instead of it; ``nominal_note`` says what it counts;
 * ``no_guarantee``: ``None``, or the reason no ε is claimed;
-* ``entries``: every recorded step (label, kind, its own ε and δ, params).
+* ``entries``: every recorded step: ``label``, ``kind``, ``epsilon`` and
+  ``delta`` (its own, over all its repetitions) and ``params`` (what it was
+  recorded with, e.g. σ, the per-step ε, ``count``).
 """
 
 
 def _entry_dict(e: LedgerEntry) -> dict:
+  """One entry: its own (ε, δ) for all its repetitions, and its params."""
   return {"label": e.label, "kind": e.kind, "epsilon": e.epsilon,
-          "delta": e.delta, **dict(e.params)}
+          "delta": e.delta, "params": dict(e.params)}
 
 
 def privacy_record(guarantee: Guarantee, entries=(), *,
@@ -465,34 +511,68 @@ def gaussian_epsilon(*, noise_multiplier: float, delta: float) -> float:
   return hi
 
 
+def dpsgd_steps(*, sampling_rate: float, steps: int | None = None,
+                epochs: float | None = None) -> int:
+  """The step count T of DP-SGD: ``steps``, or ``epochs`` through ONE rule.
+
+  Exactly one of ``steps`` and ``epochs`` must be given; epochs become
+  steps by :func:`dpcore.dpsgd.num_steps` (T = max(1, round(E / q))), the
+  rule the trainer runs, so the steps accounted are the steps run.
+  """
+  if (steps is None) == (epochs is None):
+    raise ValueError(
+        "give exactly one of steps= and epochs= (epochs become steps by "
+        f"dpsgd.num_steps); got steps={steps!r}, epochs={epochs!r}.")
+  if steps is not None:
+    return validation.check_positive_int(steps, "steps")
+  # Imported here: dpsgd pulls in JAX, which host-side accounting needs not.
+  from dpcore import dpsgd  # pylint: disable=g-import-not-at-top
+  return dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
+
+
 def dpsgd_epsilon(*, noise_multiplier: float, sampling_rate: float,
-                  steps: int, delta: float) -> float:
-  """ε (RDP accountant) of DP-SGD with the given σ, q, T at δ."""
+                  delta: float, steps: int | None = None,
+                  epochs: float | None = None) -> float:
+  """ε (RDP accountant) of DP-SGD with the given σ, q, T at δ.
+
+  Args:
+    noise_multiplier: σ > 0 (noise std / clip norm).
+    sampling_rate: Poisson sampling rate q.
+    delta: δ.
+    steps: T; or
+    epochs: E, turned into T by :func:`dpsgd_steps` (exactly one of the
+      two).
+  """
   noise_multiplier = validation.check_positive(noise_multiplier,
                                                "noise_multiplier")
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
-  steps = validation.check_positive_int(steps, "steps")
+  steps = dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
+                      epochs=epochs)
   delta = validation.check_delta(delta)
   return _rdp_epsilon([dpsgd_event(noise_multiplier, sampling_rate, steps)],
                       delta)
 
 
 def calibrate_dpsgd_noise(*, epsilon: float, delta: float,
-                          sampling_rate: float, steps: int) -> float:
+                          sampling_rate: float, steps: int | None = None,
+                          epochs: float | None = None) -> float:
   """Smallest noise multiplier σ for which DP-SGD is (ε, δ)-DP (RDP).
 
   Args:
     epsilon: target ε of the whole run.
     delta: target δ.
     sampling_rate: Poisson sampling rate q.
-    steps: number of steps T.
+    steps: number of steps T; or
+    epochs: E, turned into T by :func:`dpsgd_steps` (exactly one of the
+      two).
   """
   epsilon = validation.check_epsilon(epsilon)
   delta = validation.check_delta(delta)
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
-  steps = validation.check_positive_int(steps, "steps")
+  steps = dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
+                      epochs=epochs)
   return float(dp_accounting.calibrate_dp_mechanism(
       dp_rdp.RdpAccountant,
       lambda s: dpsgd_event(s, sampling_rate, steps),

@@ -16,6 +16,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _power_of_two_unit(peak: jax.Array) -> jax.Array:
@@ -152,3 +153,101 @@ def clip_to_box(x: jax.Array, *, low=-1.0, high=1.0) -> jax.Array:
   the box whatever the input.
   """
   return jnp.clip(jnp.where(jnp.isnan(x), 0.5 * (low + high), x), low, high)
+
+
+# -- public-bounds preprocessing of feature rows -------------------------------
+
+
+def _bounds_pair(bounds, d: int, name: str = "bounds"):
+  """``(low, high)`` as NumPy float64 vectors of length ``d``, checked.
+
+  Host-side (plain NumPy), so a malformed pair is refused before tracing.
+  """
+  if bounds is None:
+    raise ValueError(
+        f"{name} is None: public feature bounds are needed. Taking the "
+        f"minimum and maximum of the data is itself a query on the private "
+        f"data and no guarantee covers it; pass bounds known without "
+        f"looking at the data, e.g. (0, 255) for pixels.")
+  try:
+    low, high = bounds
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be a pair (low, high) of numbers or "
+                     f"length-{d} arrays, got {bounds!r}.") from None
+  try:
+    low = np.broadcast_to(np.asarray(low, np.float64), (d,))
+    high = np.broadcast_to(np.asarray(high, np.float64), (d,))
+  except ValueError:
+    raise ValueError(f"{name} arrays must be scalars or have length {d} "
+                     f"(the number of features), got {bounds!r}.") from None
+  if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))
+          and np.all(low < high)):
+    raise ValueError(f"{name} needs finite low < high for every feature, "
+                     f"got {bounds!r}.")
+  return low, high
+
+
+def _rows(x) -> jax.Array:
+  x = _as_float(x)
+  if x.ndim != 2:
+    raise ValueError(f"x must be 2-D (rows are examples), got shape "
+                     f"{x.shape}.")
+  return x
+
+
+def scale_to_box(x, bounds) -> jax.Array:
+  """Maps public bounds ``(low, high)`` affinely onto [−1, 1], then clips.
+
+  Args:
+    x: ``(n, d)`` features.
+    bounds: public ``(low, high)``, scalars or per-feature arrays, known
+      without looking at the data (e.g. ``(0, 255)`` for pixels).
+
+  Returns:
+    ``(n, d)`` in [−1, 1], in ``x``'s floating dtype (float64 stays float64
+    where x64 is enabled). Values outside the bounds are clipped to the box
+    and NaN entries become 0 (:func:`clip_to_box`), so every output lies in
+    the box whatever the input.
+
+  Raises:
+    ValueError: ``bounds`` is None or malformed. Bounds computed from the
+      data (its min and max) are a query on the private data and would void
+      the guarantee; this function never computes them.
+
+  Privacy: per-coordinate and data-independent: one row's change never
+  affects another row, and ‖x_i‖_∞ ≤ 1 holds by construction.
+  """
+  x = _rows(x)
+  low, high = _bounds_pair(bounds, x.shape[1])
+  low = jnp.asarray(low, x.dtype)
+  high = jnp.asarray(high, x.dtype)
+  return clip_to_box(2.0 * (x - low) / (high - low) - 1.0)
+
+
+def unit_rows(x, bounds=None) -> jax.Array:
+  """Divides by the public upper bound, then scales every row to norm 1.
+
+  Each row is rescaled by its own norm only (zero rows stay zero; rows with
+  a NaN or infinite entry become zero, :func:`normalize_rows`), so the map
+  is data-independent and ‖x_i‖ ≤ 1 holds by construction. This is
+  FedDPDR's preprocessing. Dividing by a scalar ``high`` does not change a
+  row's direction; per-feature ``high`` arrays reweight features.
+
+  Args:
+    x: ``(n, d)`` features.
+    bounds: public ``(low, high)`` with ``high > 0``, or None to skip the
+      division.
+
+  Returns:
+    ``(n, d)`` rows of norm 1 or 0, in ``x``'s floating dtype.
+
+  Privacy: per-row and data-independent (see the module docstring).
+  """
+  x = _rows(x)
+  if bounds is not None:
+    _, high = _bounds_pair(bounds, x.shape[1])
+    if (high <= 0).any():
+      raise ValueError(f"unit_rows divides by the upper bound, which must "
+                       f"be > 0, got bounds={bounds!r}.")
+    x = x / jnp.asarray(high, x.dtype)
+  return normalize_rows(x, eps=0.0)

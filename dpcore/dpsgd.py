@@ -27,6 +27,7 @@ References:
 
 from __future__ import annotations
 
+import fractions
 import math
 from typing import NamedTuple
 
@@ -93,25 +94,92 @@ def truncation_probability(num_examples: int, *, sampling_rate: float,
                                                  sampling_rate)))
 
 
-def poisson_batch(key: jax.Array, num_examples: int, *, sampling_rate,
+_THRESHOLD_BITS = 32
+
+
+def inclusion_threshold(sampling_rate: float) -> int:
+  """⌊q · 2³²⌋, the integer threshold :func:`poisson_batch` compares with.
+
+  Computed in exact rational arithmetic from the binary value of the float
+  q, so a row is included with probability exactly
+  :func:`realised_sampling_rate` = ⌊q · 2³²⌋ / 2³² ∈ (q − 2⁻³², q]: never
+  above the q the accountant is given. (A float32 uniform compared with q,
+  the old construction, rounds q to float32 first and can round it up.)
+  Returns 2³² for q = 1 (every row included).
+  """
+  q = _check_static_rate(sampling_rate)
+  return math.floor(fractions.Fraction(q) * 2**_THRESHOLD_BITS)
+
+
+def realised_sampling_rate(sampling_rate: float) -> fractions.Fraction:
+  """The exact inclusion probability of :func:`poisson_batch` at rate q.
+
+  ⌊q · 2³²⌋ / 2³² as a fraction: ≤ q, and below it by less than 2⁻³²
+  (0 for every q that is a multiple of 2⁻³², e.g. 0.5, 0.25, 1).
+  """
+  return fractions.Fraction(inclusion_threshold(sampling_rate),
+                            2**_THRESHOLD_BITS)
+
+
+def _check_static_rate(sampling_rate) -> float:
+  if isinstance(sampling_rate, jax.core.Tracer):
+    raise ValueError(
+        "sampling_rate must be a concrete Python number (it sets the "
+        "integer inclusion threshold host-side); mark it static under jit.")
+  return validation.check_in_range(
+      sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
+
+
+def poisson_batch(key: jax.Array, num_examples: int, *, sampling_rate: float,
                   max_batch: int) -> PoissonBatch:
-  """Includes each of ``num_examples`` rows independently with prob. q.
+  """Includes each of ``num_examples`` rows independently with prob. ≤ q.
+
+  Row i is included iff its 32 random bits, read as an unsigned integer,
+  are below :func:`inclusion_threshold` ⌊q · 2³²⌋: an integer comparison,
+  so the realised rate is exactly :func:`realised_sampling_rate` ≤ q.
 
   Args:
     key: PRNG key (consumed).
     num_examples: N (static).
-    sampling_rate: q (may be traced).
+    sampling_rate: q, a concrete number in (0, 1] (not traced).
     max_batch: static padded size; rows beyond it are dropped (see
       :func:`max_batch_size` for a size that makes this negligible).
 
   Returns:
-    A :class:`PoissonBatch`; ``size`` ~ Binomial(N, q).
+    A :class:`PoissonBatch`; ``size`` ~ Binomial(N, q′) with
+    q′ = ⌊q · 2³²⌋ / 2³² ∈ (q − 2⁻³², q].
+
+  Privacy: the accountant is given q. The Poisson-subsampled Gaussian's
+  privacy curve is non-decreasing in the sampling rate, so the realised
+  q′ ≤ q is covered by the ε accounted for q.
   """
-  take = jax.random.uniform(key, (num_examples,)) < sampling_rate
+  threshold = inclusion_threshold(sampling_rate)
+  if threshold >= 2**_THRESHOLD_BITS:
+    take = jnp.ones((num_examples,), bool)
+  else:
+    bits = jax.random.bits(key, (num_examples,), jnp.uint32)
+    take = bits < jnp.uint32(threshold)
   size = jnp.sum(take)
   (indices,) = jnp.nonzero(take, size=max_batch, fill_value=0)
   mask = (jnp.arange(max_batch) < size).astype(jnp.float32)
   return PoissonBatch(indices, mask, size)
+
+
+def num_steps(*, epochs: float, sampling_rate: float) -> int:
+  """T = max(1, round(E / q)): the DP-SGD step count of E epochs at rate q.
+
+  The one place the step count of an epochs-based run is derived: the
+  trainer (:func:`dpcore.trainer.make_plan`), the accountant
+  (:func:`dpcore.accounting.dpsgd_epsilon` and
+  :func:`~dpcore.accounting.calibrate_dpsgd_noise` with ``epochs=``) and
+  the launch harnesses all call it, so the steps run and the steps
+  accounted cannot drift apart. An epoch is 1/q steps (each example is
+  expected in q of them, once per epoch on average).
+  """
+  epochs = validation.check_positive(epochs, "epochs")
+  sampling_rate = validation.check_in_range(
+      sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
+  return max(1, round(epochs / sampling_rate))
 
 
 class DPAggregateState(NamedTuple):

@@ -62,8 +62,9 @@ all N draws, so the extra δ is at most ``cutoff_delta(ε, N)`` =
 Not covered. Float rounding of the transform and of ``query + noise``
 (Mironov 2012: the low bits of a float Laplace sample can reveal the query)
 is a separate effect that no float sampler removes; the exact remedy is
-integer noise (discrete Gaussian/Laplace, Canonne, Kamath & Steinke 2020),
-which this module does not provide yet.
+integer noise on a grid (discrete Gaussian/Laplace, Canonne, Kamath &
+Steinke 2020), provided by :mod:`dpcore.discrete` (samplers, grid
+mechanisms and their lattice sensitivity; ``docs/exact_noise.md``).
 
 Speed. Draws whose first word is not 0 (all but 2⁻³² of them) have
 m ≥ 2⁻³³, and a call in which that holds for every draw (checked by one

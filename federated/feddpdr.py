@@ -38,6 +38,17 @@ appear to, for a true total of K·ε₂. The accountant
 step with the K pure-DP fits for each participant; as neither σ nor the
 per-fit ε depends on nᵢ, every participant gets the same guarantee, which
 is what ``privacy`` reports (beside the paper's nominal ε, labelled).
+``nonpriv`` claims nothing: its record is
+``accounting.no_guarantee_record(accounting.NON_PRIVATE)``.
+
+Compilation. :class:`Config` splits into :class:`Static` (what shapes the
+compiled program: mechanism, k, λ, loss, aggregations, tol, max_iter) and
+the budget (ε, δ, calibration, split, neighbouring), which reaches the
+program only through the traced per-participant arrays σ, p and θ of
+:class:`Plan`. :func:`train` is one module-level ``jax.jit`` with static
+arguments, so a sweep over ε or δ reuses one executable (JAX's own cache).
+Timing, records and sweeps are the harness's
+(``launch/experiments/feddpdr.py``).
 
 Privacy:
   Per participant, neighbouring data sets differ in one of its rows. DP-PCA
@@ -50,15 +61,14 @@ Privacy:
   Objective perturbation is ε-DP per fit under replacement given ‖x‖ ≤ 1
   (enforced by clipping each projected row, which is per-row and
   data-independent) and the exact minimiser (fits must converge to
-  ‖∇J‖ ≤ ``tol``; :func:`run` raises :class:`ConvergenceError` otherwise).
+  ‖∇J‖ ≤ ``tol``; :func:`summarise` raises :class:`ConvergenceError`
+  otherwise).
   Aggregation at the server is post-processing. The test set is public.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
 from functools import partial
 from typing import NamedTuple
 
@@ -66,7 +76,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, metrics, validation
+from dpcore import accounting, clipping, metrics, validation
 from federated import aggregation, sharding
 from federated.partition import Participants
 from mechanisms.erm import objective_perturbation as op
@@ -75,16 +85,36 @@ from mechanisms.pca import dp_pca
 MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
 AGGREGATIONS = ("subspace", "paper")
 MODEL_AGGREGATIONS = ("weighted", "paper")
-NEIGHBOURING = ("add_remove", "replace")
-
+NEIGHBOURING = dp_pca.NEIGHBOURING
+NOMINAL_NOTE = ("the paper's figure: eps1 + eps2, one classifier's eps2 "
+                "counted once")
 
 # Defined next to the fits it is about; re-exported here, the same class.
 ConvergenceError = op.ConvergenceError
 
 
 @dataclasses.dataclass(frozen=True)
+class Static:
+  """The settings that shape the compiled program (``jit`` static)."""
+  mechanism: str = "feddpdr"
+  k: int = 20
+  lam: float = 0.01
+  loss: str = "huber"
+  huber_h: float = op.HUBER_H
+  aggregation: str = "subspace"
+  model_aggregation: str = "weighted"
+  tol: float = 1e-8
+  max_iter: int = 500
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
-  """Settings of one FedDPDR-DPML experiment (see the module docstring)."""
+  """Settings of one FedDPDR-DPML experiment (see the module docstring).
+
+  ``static`` holds the fields that shape the compiled program; the others
+  (ε, δ, calibration, budget split, neighbouring) only change the
+  host-side calibration (:func:`prepare`).
+  """
   mechanism: str = "feddpdr"
   epsilon: float = 0.1
   delta: float = 1e-4
@@ -101,6 +131,16 @@ class Config:
   tol: float = 1e-8
   max_iter: int = 500
 
+  @property
+  def static(self) -> Static:
+    """The program-shaping fields (:class:`Static`)."""
+    return Static(**{f.name: getattr(self, f.name)
+                     for f in dataclasses.fields(Static)})
+
+  @property
+  def private(self) -> bool:
+    return self.mechanism != "nonpriv"
+
   def check(self, *, d: int) -> Config:
     """Validates every field against data of dimension d."""
     _one_of(self.mechanism, MECHANISMS, "mechanism")
@@ -112,6 +152,7 @@ class Config:
     validation.check_epsilon(self.epsilon)
     validation.check_delta(self.delta)
     validation.check_positive(self.lam, "lam")
+    validation.check_positive(self.huber_h, "huber_h")
     validation.check_positive(self.tol, "tol")
     validation.check_positive_int(self.max_iter, "max_iter")
     validation.check_in_range(self.pca_fraction, "pca_fraction", 0.0, 1.0)
@@ -127,6 +168,10 @@ def _one_of(value, allowed, name):
     raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
 
 
+def _static(config: Config | Static) -> Static:
+  return config.static if isinstance(config, Config) else config
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """Host-side calibration of one experiment (one entry per participant).
@@ -139,8 +184,10 @@ class Plan:
     epsilon_pca: ε₁ (None without private PCA).
     epsilon_fit: ε of each classifier (None when non-private).
     num_fits: classifiers per participant (K, or 1 for K = 2).
-    privacy: the accountant's composed guarantee per participant, with the
-      paper's nominal ε beside it.
+    privacy: the privacy record (fields ``accounting.PRIVACY_FIELDS``) of
+      every participant's ledger (:func:`participant_ledger`; all the same),
+      with the paper's nominal ε beside it; a no-guarantee record for
+      ``nonpriv``.
   """
   sigma: np.ndarray
   n: np.ndarray
@@ -150,6 +197,21 @@ class Plan:
   epsilon_fit: float | None
   num_fits: int
   privacy: dict
+
+
+def participant_ledger(*, sigma: float, epsilon_fit: float, num_fits: int,
+                       delta: float, has_pca: bool
+                       ) -> accounting.PrivacyLedger:
+  """The ledger of one participant's releases: DP-PCA, then K fits.
+
+  DP-PCA is recorded under replace-one (the relation objective
+  perturbation is proven under), whatever σ was calibrated for.
+  """
+  ledger = accounting.PrivacyLedger()
+  if has_pca:
+    dp_pca.record(ledger, sigma=sigma, delta=delta, neighbouring="replace")
+  op.record(ledger, epsilon=epsilon_fit, count=num_fits)
+  return ledger
 
 
 def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
@@ -168,61 +230,34 @@ def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
   count = len(sizes)
   num_fits = 1 if num_classes == 2 else num_classes
   mech = config.mechanism
-  private = mech != "nonpriv"
   has_pca = mech in ("feddpdr", "dpdr_dpml")
+  if not config.private:
+    return Plan(np.zeros(count), sizes.astype(np.float64), np.ones(count),
+                np.zeros(count), None, None, num_fits,
+                accounting.no_guarantee_record(accounting.NON_PRIVATE))
   eps_pca = config.epsilon * config.pca_fraction if has_pca else None
   eps_train = config.epsilon - eps_pca if has_pca else config.epsilon
-  eps_fit = None
-  if private:
-    eps_fit = (eps_train if config.budget_per_classifier
-               else eps_train / num_fits)
-  sensitivity = 1.0 if config.neighbouring == "add_remove" else math.sqrt(2)
+  eps_fit = (eps_train if config.budget_per_classifier
+             else eps_train / num_fits)
   sigma = 0.0
   if has_pca:
-    sigma = dp_pca.pca_sigma(epsilon=eps_pca, delta=config.delta,
-                             calibration=config.calibration,
-                             sensitivity=sensitivity)
+    sigma = dp_pca.pca_sigma(
+        epsilon=eps_pca, delta=config.delta, calibration=config.calibration,
+        sensitivity=dp_pca.sensitivity(config.neighbouring))
   c = op.curvature_bound(config.loss, h=config.huber_h)
-  ps, thetas = [], []
-  for n_i in sizes:
-    if private:
-      params = op.perturbation_params(epsilon=eps_fit, n=int(n_i),
-                                      lam=config.lam, c=c)
-      ps.append(params.p)
-      thetas.append(params.theta)
-    else:
-      ps.append(1.0)
-      thetas.append(0.0)
-  # The whole run is accounted under replace-one, the relation objective
-  # perturbation is proven under, where XᵀX has sensitivity √2 whatever the
-  # calibration assumed: a paper-style add/remove calibration is then
-  # reported with the larger ε it really gives.
-  privacy = _privacy(sigma=sigma, sensitivity=math.sqrt(2),
-                     eps_fit=eps_fit, num_fits=num_fits, config=config,
-                     has_pca=has_pca)
+  params = [op.perturbation_params(epsilon=eps_fit, n=int(n_i),
+                                   lam=config.lam, c=c) for n_i in sizes]
+  # Neither σ nor the per-fit ε depends on nᵢ: every participant's ledger
+  # holds the same entries, so one report stands for each of them.
+  ledger = participant_ledger(sigma=sigma, epsilon_fit=eps_fit,
+                              num_fits=num_fits, delta=config.delta,
+                              has_pca=has_pca)
+  privacy = ledger.report(config.delta, nominal_epsilon=config.epsilon,
+                          nominal_note=NOMINAL_NOTE)
   return Plan(np.full(count, sigma), sizes.astype(np.float64),
-              np.asarray(ps), np.asarray(thetas), eps_pca, eps_fit,
+              np.asarray([q.p for q in params]),
+              np.asarray([q.theta for q in params]), eps_pca, eps_fit,
               num_fits, privacy)
-
-
-def _privacy(*, sigma, sensitivity, eps_fit, num_fits, config, has_pca):
-  """Composed guarantee of one participant's whole run."""
-  nominal = config.epsilon
-  if eps_fit is None:
-    return {"epsilon": math.inf, "delta": 0.0, "method": "none",
-            "epsilon_nominal": None}
-  ledger = accounting.PrivacyLedger()
-  if has_pca:
-    ledger.record_gaussian(sigma=sigma, sensitivity=sensitivity,
-                           delta=config.delta, label="dp_pca")
-  ledger.record_pure(eps_fit, label="objective_perturbation",
-                     count=num_fits)
-  g = ledger.guarantee(config.delta)
-  return {"epsilon": g.epsilon, "delta": g.delta, "method": g.method,
-          "basic_epsilon": g.basic_epsilon, "rdp_epsilon": g.rdp_epsilon,
-          "epsilon_nominal": nominal,
-          "epsilon_nominal_note": "the paper's figure: eps1 + eps2, one "
-                                  "classifier's eps2 counted once"}
 
 
 class TrainOutput(NamedTuple):
@@ -248,22 +283,23 @@ class TrainOutput(NamedTuple):
 
 
 def clip_rows(z):
-  """Scales each row to norm ≤ 1 (per row, data-independent bound)."""
-  norms = jnp.linalg.norm(z, axis=-1, keepdims=True)
-  return z / jnp.maximum(norms, 1.0)
+  """Scales each row to norm ≤ 1 (:func:`dpcore.clipping.clip_rows`)."""
+  return clipping.clip_rows(z)
 
 
-def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
-               num_classes: int, mesh=None, chunk=None) -> TrainOutput:
+def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
+               config: Config | Static, num_classes: int, mesh=None,
+               chunk=None) -> TrainOutput:
   """One repeat. x: (N, n_max, d) float32; labels: (N, n_max) class ids.
 
   Per-participant steps map over the participant axis with
   :func:`sharding.over_participants` (a ``vmap``, or with ``mesh`` a
   ``shard_map`` of it; with ``chunk``, ``chunk`` participants at a time).
   """
-  mech = config.mechanism
+  static = _static(config)
+  mech = static.mechanism
   count, _, d = x.shape
-  k = config.k
+  k = static.k
   pca_key, fit_key = jax.random.split(key)
   pca_keys = jax.random.split(pca_key, count)
   fit_keys = jax.random.split(fit_key, count)
@@ -284,7 +320,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
 
   global_basis = jnp.zeros((d, k), x.dtype)
   if mech in ("nonpriv", "feddpdr"):
-    if config.aggregation == "subspace":
+    if static.aggregation == "subspace":
       global_basis = aggregation.subspace_aggregate(bases, weights)
     else:
       global_basis = aggregation.paper_aggregate(bases, weights)
@@ -299,50 +335,56 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *, config: Config,
   def fit(kk, zi, yi, mi, ni, pi, ti):
     return op.one_vs_rest(
         kk, zi, yi, mi, num_classes=num_classes, n=ni, p=pi, theta=ti,
-        lam=config.lam, loss=config.loss, h=config.huber_h, tol=config.tol,
-        max_iter=config.max_iter, private=mech != "nonpriv")
+        lam=static.lam, loss=static.loss, h=static.huber_h, tol=static.tol,
+        max_iter=static.max_iter, private=mech != "nonpriv")
 
   fits = each(fit)(fit_keys, z, labels, mask64, n, p, theta)
   global_betas = jnp.zeros(fits.beta.shape[1:], fits.beta.dtype)
   if mech in ("nonpriv", "feddpdr"):
     global_betas = aggregation.model_aggregate(
-        fits.beta, weights, paper=config.model_aggregation == "paper")
+        fits.beta, weights, paper=static.model_aggregation == "paper")
   return TrainOutput(bases, fits.beta, global_basis, global_betas,
                      fits.grad_norm, fits.iterations, fits.converged)
 
 
-def train(keys, x, labels, mask, sigma, n, p, theta, *, config: Config,
-          num_classes: int, mesh=None, chunk=None) -> TrainOutput:
-  """All repeats (one per key, vmapped). Call under ``jax.enable_x64``.
+@partial(jax.jit, static_argnames=("static", "num_classes", "mesh", "chunk"))
+def _train_all(keys, x, labels, mask, sigma, n, p, theta, *, static: Static,
+               num_classes: int, mesh, chunk) -> TrainOutput:
+  fn = partial(_train_one, config=static, num_classes=num_classes, mesh=mesh,
+               chunk=chunk)
+  return jax.vmap(fn, in_axes=(0,) + (None,) * 7)(
+      keys, x, labels, mask, sigma, n, p, theta)
+
+
+def train(keys, x, labels, mask, sigma, n, p, theta, *,
+          config: Config | Static, num_classes: int, mesh=None,
+          chunk=None) -> TrainOutput:
+  """All repeats (one per key, vmapped), jitted. Call under ``enable_x64``.
+
+  One module-level ``jax.jit``: only ``config.static``, ``num_classes``,
+  ``mesh``, ``chunk`` and the arrays' shapes select the executable, so
+  runs that differ in ε, δ or calibration reuse it.
 
   Args:
     keys: (S,) PRNG keys, one per repeat.
     x: (N, n_max, d) float32 rows (‖x‖ ≤ 1).
     labels: (N, n_max) class indices.
     mask: (N, n_max) 1 for real rows.
-    sigma, n, p, theta: (N,) arrays of :class:`Plan`.
-    config: the experiment (static).
+    sigma, n, p, theta: (N,) arrays of :class:`Plan` (traced).
+    config: the experiment, or its :class:`Static` part (static).
     num_classes: K (static).
     mesh: optional participant mesh (static; :mod:`federated.sharding`).
     chunk: optional number of participants mapped at once (static; bounds
       peak memory, see :func:`sharding.over_participants`).
   """
-  fn = partial(_train_one, config=config, num_classes=num_classes, mesh=mesh,
-               chunk=chunk)
-  return jax.vmap(fn, in_axes=(0,) + (None,) * 7)(
-      keys, x, labels, mask, sigma, n, p, theta)
+  return _train_all(keys, x, labels, mask, sigma, n, p, theta,
+                    static=_static(config), num_classes=num_classes,
+                    mesh=mesh, chunk=chunk)
 
 
-def evaluate(out: TrainOutput, x_test, y_test, *, config: Config,
-             num_classes: int, chunk: int | None = None):
-  """Test accuracy per repeat, and per participant for local mechanisms.
-
-  Returns:
-    ``(accuracy (S,), per_participant (S, N) or None)``.
-  """
-  x_test = jnp.asarray(x_test, jnp.float64)
-  y_test = jnp.asarray(y_test)
-
+@partial(jax.jit, static_argnames=("static", "num_classes", "chunk"))
+def _evaluate(out: TrainOutput, x_test, y_test, *, static: Static,
+              num_classes: int, chunk):
   def predict(basis, betas):
     z = x_test if basis is None else x_test @ basis
     scores = op.decision_scores(z, betas, num_classes)
@@ -351,16 +393,30 @@ def evaluate(out: TrainOutput, x_test, y_test, *, config: Config,
   def score(basis, betas):
     return metrics.accuracy(y_test, predict(basis, betas))
 
-  if config.mechanism in ("nonpriv", "feddpdr"):
+  if static.mechanism in ("nonpriv", "feddpdr"):
     return jax.vmap(score)(out.global_basis, out.global_betas), None
   # Local models: every participant's model on the whole test set, mapped
   # ``chunk`` participants at a time when given (as in training).
   each = partial(sharding.over_participants, mesh=None, chunk=chunk)
-  if config.mechanism == "dpdr_dpml":
+  if static.mechanism == "dpdr_dpml":
     per = jax.vmap(each(score))(out.bases, out.betas)
   else:
     per = jax.vmap(each(lambda w: score(None, w)))(out.betas)
   return jnp.mean(per, axis=1), per
+
+
+def evaluate(out: TrainOutput, x_test, y_test, *, config: Config | Static,
+             num_classes: int, chunk: int | None = None):
+  """Test accuracy per repeat, and per participant for local mechanisms.
+
+  Jitted (one module-level ``jax.jit``); call under ``jax.enable_x64``.
+
+  Returns:
+    ``(accuracy (S,), per_participant (S, N) or None)``.
+  """
+  return _evaluate(out, jnp.asarray(x_test, jnp.float64),
+                   jnp.asarray(y_test), static=_static(config),
+                   num_classes=num_classes, chunk=chunk)
 
 
 def check_data(participants: Participants, x_test, y_test, *,
@@ -407,93 +463,35 @@ def train_arguments(key: jax.Array, participants: Participants, plan: Plan,
           *(sharding.place(a, mesh) for a in per_participant))
 
 
-_CACHE: dict = {}
-_CACHE_SIZE = 16
+def check_chunk(participant_chunk: int | None) -> int | None:
+  """``participant_chunk`` checked (None, or a positive integer)."""
+  if participant_chunk is None:
+    return None
+  return validation.check_positive_int(participant_chunk,
+                                       "participant_chunk")
 
 
-def _compiled(args, *, config: Config, num_classes: int, mesh=None,
-              chunk=None):
-  """The compiled :func:`train` for these shapes, and its compile time.
-
-  Fields that only change the host-side calibration (ε, δ, calibration,
-  budget split, neighbouring relation) do not enter the trace, so sweeps
-  over them reuse one executable (compile time 0 after the first).
-  """
-  static = dataclasses.replace(
-      config, epsilon=1.0, delta=0.5, calibration="analytic",
-      budget_per_classifier=False, pca_fraction=0.5,
-      neighbouring="add_remove")
-  key = (static, num_classes, mesh, chunk,
-         tuple((a.shape, str(a.dtype)) for a in args))
-  if key in _CACHE:
-    return _CACHE[key], 0.0
-  fn = jax.jit(partial(train, config=static, num_classes=num_classes,
-                       mesh=mesh, chunk=chunk))
-  start = time.perf_counter()
-  compiled = fn.lower(*args).compile()
-  seconds = time.perf_counter() - start
-  if len(_CACHE) >= _CACHE_SIZE:
-    _CACHE.pop(next(iter(_CACHE)))
-  _CACHE[key] = compiled
-  return compiled, seconds
-
-
-def run(key: jax.Array, participants: Participants, x_test, y_test, *,
-        num_classes: int, config: Config, seeds: int = 1,
-        timing_repeats: int = 1, mesh=None,
-        participant_chunk: int | None = None) -> dict:
-  """Checks, calibrates, trains ``seeds`` vmapped repeats, evaluates.
+def summarise(plan: Plan, out: TrainOutput, accuracy, per_participant, *,
+              config: Config) -> dict:
+  """The results of one trained experiment, after the convergence check.
 
   Args:
-    key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
-    participants: padded data, labels as class indices in [0, K).
-    x_test, y_test: held-out rows (‖x‖ ≤ 1) and class indices.
-    num_classes: K.
+    plan: :func:`prepare`'s calibration.
+    out: :func:`train`'s outputs (host arrays or device arrays).
+    accuracy, per_participant: :func:`evaluate`'s outputs.
     config: the experiment.
-    seeds: repeats, vmapped over keys (the partition is the caller's).
-    timing_repeats: timed executions of the compiled training (median).
-    mesh: optional participant mesh (:func:`sharding.participant_mesh`):
-      the participant axis is split over its devices; results are the same.
-    participant_chunk: map this many participants at a time (default: all
-      at once). Peak memory then grows with the chunk, not with N; results
-      are the same up to rounding.
 
   Returns:
-    A JSON-ready dict: accuracy (mean over repeats), accuracy_per_seed,
-    accuracy_per_participant (local mechanisms), privacy, grad_norm_max,
-    iterations_max, seconds (training wall time, compiled, median),
-    cpu_seconds (CPU time of this process over the same call, all threads),
-    compile_seconds (0 when an executable was reused).
+    A JSON-ready dict: accuracy (mean over repeats), accuracy_std,
+    accuracy_per_seed, accuracy_per_participant (local mechanisms only),
+    privacy, epsilon_pca, epsilon_per_classifier, sigma_pca, grad_norm_max,
+    iterations_max, seeds.
 
   Raises:
-    ValueError: bad settings or data.
-    ConvergenceError: a fit hit ``max_iter``.
+    ConvergenceError: a fit hit ``max_iter``; the models are not released.
   """
-  seeds = validation.check_positive_int(seeds, "seeds")
-  d = np.asarray(participants.x).shape[-1]
-  plan = prepare(participants.sizes, d=d, num_classes=num_classes,
-                 config=config)
-  check_data(participants, x_test, y_test, num_classes=num_classes)
-  with jax.enable_x64(True):
-    args = train_arguments(key, participants, plan, seeds=seeds, mesh=mesh)
-    if participant_chunk is not None:
-      participant_chunk = validation.check_positive_int(
-          participant_chunk, "participant_chunk")
-    compiled, compile_seconds = _compiled(args, config=config,
-                                          num_classes=num_classes, mesh=mesh,
-                                          chunk=participant_chunk)
-    times, cpu_times = [], []
-    for _ in range(validation.check_positive_int(timing_repeats,
-                                                 "timing_repeats")):
-      start, cpu_start = time.perf_counter(), time.process_time()
-      out = jax.block_until_ready(compiled(*args))
-      times.append(time.perf_counter() - start)
-      cpu_times.append(time.process_time() - cpu_start)
-    acc, per = jax.jit(partial(evaluate, config=config,
-                               num_classes=num_classes,
-                               chunk=participant_chunk))(
-                                   out, x_test, y_test)
-    out, acc, per = jax.device_get((out, acc, per))
+  out, acc, per = jax.device_get((out, accuracy, per_participant))
+  acc = np.asarray(acc, np.float64)
   grad_max = float(np.max(out.grad_norm))
   if not np.all(out.converged):
     raise ConvergenceError(
@@ -512,13 +510,51 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
       "sigma_pca": float(plan.sigma[0]),
       "grad_norm_max": grad_max,
       "iterations_max": int(np.max(out.iterations)),
-      "seconds": float(np.median(times)),
-      "cpu_seconds": float(np.median(cpu_times)),
-      "compile_seconds": compile_seconds,
-      "seeds": seeds,
-      "devices": 1 if mesh is None else int(mesh.size),
-      "participant_chunk": participant_chunk,
+      "seeds": int(acc.shape[0]),
   }
   if per is not None:
-    result["accuracy_per_participant"] = per.tolist()
+    result["accuracy_per_participant"] = np.asarray(per).tolist()
   return result
+
+
+def run(key: jax.Array, participants: Participants, x_test, y_test, *,
+        num_classes: int, config: Config, seeds: int = 1, mesh=None,
+        participant_chunk: int | None = None) -> dict:
+  """Checks, calibrates, trains ``seeds`` vmapped repeats, evaluates.
+
+  The library's one-call entry point; timings and records are the
+  harness's (``launch.experiments.feddpdr.run_one``).
+
+  Args:
+    key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
+    participants: padded data, labels as class indices in [0, K).
+    x_test, y_test: held-out rows (‖x‖ ≤ 1) and class indices.
+    num_classes: K.
+    config: the experiment.
+    seeds: repeats, vmapped over keys (the partition is the caller's).
+    mesh: optional participant mesh (:func:`sharding.participant_mesh`):
+      the participant axis is split over its devices; results are the same.
+    participant_chunk: map this many participants at a time (default: all
+      at once). Peak memory then grows with the chunk, not with N; results
+      are the same up to rounding.
+
+  Returns:
+    :func:`summarise`'s dict.
+
+  Raises:
+    ValueError: bad settings or data.
+    ConvergenceError: a fit hit ``max_iter``.
+  """
+  seeds = validation.check_positive_int(seeds, "seeds")
+  chunk = check_chunk(participant_chunk)
+  d = np.asarray(participants.x).shape[-1]
+  plan = prepare(participants.sizes, d=d, num_classes=num_classes,
+                 config=config)
+  check_data(participants, x_test, y_test, num_classes=num_classes)
+  with jax.enable_x64(True):
+    args = train_arguments(key, participants, plan, seeds=seeds, mesh=mesh)
+    out = train(*args, config=config, num_classes=num_classes, mesh=mesh,
+                chunk=chunk)
+    acc, per = evaluate(out, x_test, y_test, config=config,
+                        num_classes=num_classes, chunk=chunk)
+    return summarise(plan, out, acc, per, config=config)

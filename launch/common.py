@@ -56,11 +56,11 @@ def run_cli(main: Callable[[list[str]], None]) -> None:
   ``error: …`` on stderr and exit 2 (``--debug_traceback`` re-raises).
   """
   def wrapped(argv):
-    if len(argv) > 1:
-      raise app.UsageError(
-          f"unexpected positional argument(s) {' '.join(argv[1:])!r}; "
-          f"every setting is a --flag=value (see --help)")
     try:
+      if len(argv) > 1:
+        raise app.UsageError(
+            f"unexpected positional argument(s) {' '.join(argv[1:])!r}; "
+            f"every setting is a --flag=value (see --help)")
       return main(argv)
     except USAGE_ERRORS as e:
       if DEBUG_TRACEBACK.value:
@@ -77,7 +77,15 @@ def run_cli(main: Callable[[list[str]], None]) -> None:
       sys.exit(2)
 
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  asked = [a for a in sys.argv[1:] if a.split("=")[0] in _HELP_FLAGS]
+  if asked:  # absl exits 1 after --help; a help request is not an error.
+    flags.FLAGS.mark_as_parsed()
+    app.usage(shorthelp="--helpfull" not in asked, writeto_stdout=True,
+              exitcode=0)
   app.run(wrapped, flags_parser=flags_parser)
+
+
+_HELP_FLAGS = ("-h", "--help", "-?", "--helpshort", "--helpfull")
 
 
 def check_output_path(path: str | None, flag: str = "--out") -> None:

@@ -13,7 +13,7 @@ JSON lines (``--out``), a Markdown table and a PNG beside it::
       --out=results/dplvq_mnist.jsonl
 
 Features are mapped to [−1, 1] by
-``launch.data.loaders.scale_to_box`` with public
+``dpcore.clipping.scale_to_box`` with public
 bounds (pixels: (0, 255); HAR: (−1, 1), as its documentation states). A
 tabular set without public bounds (Segment, WDBC) is refused by
 ``--bounds=auto``: pass public bounds with
@@ -22,20 +22,27 @@ tabular set without public bounds (Segment, WDBC) is refused by
 max, and the record says ``"scaling": "data_minmax"``. This step reads the
 private data and is NOT covered by the reported guarantee. The paper does
 the same without saying so.
-Every run prints its record as the last stdout line and appends it to
-``--out``; an interrupted table resumes where it stopped. The logic lives in
-``launch/dplvq_experiment.py`` (no flags), for notebooks and tests.
+``--bounds=LOW,HIGH`` covering less than half of a set's public range is
+refused (most values would be clipped).
+
+Every flag is checked before any data is read or code compiled (a mistake
+ends with one ``error:`` line and exit status 2), including the number of
+SGD steps T = E/q of one run, refused above ``--max_steps``. Every run
+prints its record as the last stdout line and appends it to ``--out``;
+finished runs found there are skipped (``skipping N finished runs``), so an
+interrupted table resumes where it stopped. Records put the guarantee under
+``privacy`` (``dpcore.accounting.PRIVACY_FIELDS``) and the DP-SGD plan (σ,
+ε₁, steps) under ``dpsgd``. The logic lives in
+``launch/experiments/dplvq.py`` (no flags), for notebooks and tests.
 """
 
 from __future__ import annotations
 
 import os
 
-import jax
-from absl import app, flags
+from absl import flags
 
 from launch import common
-from launch.experiments import dplvq as experiment
 
 _DATASET = flags.DEFINE_string("dataset", "digits", "mnist, segment, har, "
                                "digits, ... (launch.data.load_dataset).")
@@ -87,9 +94,12 @@ _TABLE_EPS = flags.DEFINE_string("table_epsilons", "0.75,1.5,2.5",
 _FIG_EPS = flags.DEFINE_string("figure_epsilons", "0.25,0.5,1,5",
                                "Extra ε for Fig. 1 (besides the table's).")
 _MODELS = flags.DEFINE_string("models", "glvq,gmlvq", "Table-mode models.")
+_MAX_STEPS = flags.DEFINE_integer(
+    "max_steps", 200_000, "Refuse settings whose SGD steps per run, "
+    "T = epochs/q, exceed this (raise it to run such a setting anyway).")
 
 
-def _settings() -> experiment.Settings:
+def _settings(experiment):
   return experiment.Settings(
       delta=_DELTA.value, q=_Q.value, clip=_CLIP.value, epochs=_EPOCHS.value,
       lr=_LR.value, sigma_rule=_SIGMA_RULE.value,
@@ -103,23 +113,56 @@ def _settings() -> experiment.Settings:
 
 def main(argv):
   del argv
+  # Heavy imports here, so --help and flag errors stay fast.
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from launch.data import loaders  # pylint: disable=g-import-not-at-top
+  from launch.experiments import (  # pylint: disable=g-import-not-at-top
+      dplvq as experiment,
+  )
+
   dataset = _DATASET.value
   out = _OUT.value or os.path.join("results", f"dplvq_{dataset}.jsonl")
+  common.check_output_path(out, "--out")
+  settings = _settings(experiment)
+  steps = experiment.check_settings(settings, max_steps=_MAX_STEPS.value)
+  if _TABLE.value:
+    models = experiment.parse_models(_MODELS.value)
+    table_eps = experiment.parse_epsilons("--table_epsilons",
+                                          _TABLE_EPS.value)
+    figure_eps = experiment.parse_epsilons("--figure_epsilons",
+                                           _FIG_EPS.value)
+  else:
+    experiment.check_run(model=_MODEL.value, trainer=_TRAINER.value,
+                         epsilon=_EPSILON.value)
+  loaders.check_dataset(dataset, data_dir=_DATA_DIR.value)
+  experiment.check_bounds(dataset, _BOUNDS.value)
+  common.progress(f"{dataset}: loading; {steps:,} SGD steps per run, "
+                  f"{settings.folds * settings.repeats} runs per setting")
   prepared = experiment.prepare(dataset, _DATA_DIR.value, _BOUNDS.value)
-  settings = _settings()
+  n = prepared.x.shape[0]
+  if settings.folds > n:
+    raise ValueError(f"--folds={settings.folds}: {dataset!r} has only {n} "
+                     f"rows; give at most {n} folds (e.g. --folds=5).")
   if not _TABLE.value:
+    eps = _EPSILON.value if _TRAINER.value == "dpsgd" else None
+    if experiment.is_done(common.done_keys(out, experiment.KEY_FIELDS),
+                          prepared, settings, _MODEL.value, _TRAINER.value,
+                          eps):
+      common.progress(f"skipping 1 finished run: this setting is already "
+                      f"in {out} (remove its line, or give another --out, "
+                      f"to run it again)")
+      return
     record = experiment.run_setting(
         jax.random.key(settings.seed), prepared, settings,
-        model=_MODEL.value, trainer=_TRAINER.value, epsilon=_EPSILON.value)
+        model=_MODEL.value, trainer=_TRAINER.value, epsilon=eps)
     common.emit_record(record, out)
     return
   summary = experiment.table(
-      prepared, settings, out=out,
-      models=[m for m in _MODELS.value.split(",") if m],
-      table_eps=common.parse_floats(_TABLE_EPS.value),
-      figure_eps=common.parse_floats(_FIG_EPS.value))
+      prepared, settings, out=out, models=models, table_eps=table_eps,
+      figure_eps=figure_eps)
   print(common.to_json(summary), flush=True)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run_cli(main)

@@ -49,12 +49,14 @@ data-independent.
 ``--release=output_perturbation`` requires a data-independent scaling and
 projects rows onto the unit ball.
 
-Privacy, plainly. ``--selection=paper`` (default, the paper's algorithm)
+Privacy, plainly. Every record's ``privacy`` has the fields of
+``dpcore.accounting.PRIVACY_FIELDS``; DPWSS-specific figures are under
+``dpwss``. ``--selection=paper`` (default, the paper's algorithm)
 has no DP guarantee: the record's ``privacy.epsilon`` is null, and the
 paper's figure is ``privacy.epsilon_nominal`` (with
-``epsilon_nominal_basic``/``_composed``: what composing the paper's
+``dpwss.epsilon_nominal_basic``/``_composed``: what composing the paper's
 per-selection claim would give, were it true; it is not — see
-``mechanisms/dpwss.py``). ``--selection=private`` reports the ledger's
+``mechanisms/svm/dpwss.py``). ``--selection=private`` reports the ledger's
 composition of its 2T draws at ``--delta`` in ``privacy.epsilon``; it
 covers the transcript only. In both, the trained SMO model is NOT
 differentially private (``model_is_private`` is false) unless
@@ -62,27 +64,30 @@ differentially private (``model_is_private`` is false) unless
 (w, b), under ``released_model``, is ε_release-DP on its own, and one more
 entry in the same ledger. The SMO model's metrics, objective and iteration
 counts in the record are diagnostics computed on non-private outputs.
+
+Every flag is checked, and every data set of a list found, before any data
+is read or code compiled; a mistake ends with one ``error:`` line and exit
+status 2. Records are printed, then appended to ``--out``; runs already in
+``--out`` are skipped (``skipping N finished runs``), so an interrupted
+table resumes. Files keep their precision: ``svmlight:`` sets load as
+float64, so with ``--shrinking=false --dtype=float64`` WSS2 follows
+LIBSVM's iterations on the same file.
 """
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
 from launch import common
-from launch.experiments.dpwss import (
-  run_selection_comparison,
-  run_setting,
-  run_table,
-)
-from mechanisms.svm import dpwss, kernels
 
 _DATASET = flags.DEFINE_string(
     "dataset", "heart", "Name(s) for launch.data.loaders.load_dataset "
     "(heart, breast_cancer, digits, svmlight:PATH, ...); comma-separated in "
-    "--table mode.")
+    "--table / --selection_table mode.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
 _CLASSES = flags.DEFINE_string(
-    "classes", None, "For multi-class sets: 'POS,NEG' class ids (e.g. 3,8).")
+    "classes", None, "For multi-class sets: 'POS,NEG', two class ids "
+    "(e.g. 3,8); the SVM is binary.")
 _SCALING = flags.DEFINE_enum(
     "scaling", "auto",
     ["auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
@@ -104,7 +109,8 @@ _TOTAL_EPSILON = flags.DEFINE_float(
     "bisection); overrides --epsilon.")
 _SIGMA = flags.DEFINE_float("sigma", 0.5, "Constant factor σ ∈ (0, 1).")
 _C = flags.DEFINE_float("c", 1.0, "C.")
-_KERNEL = flags.DEFINE_enum("kernel", "rbf", list(kernels.KERNELS), "Kernel.")
+_KERNEL = flags.DEFINE_enum("kernel", "rbf",
+                            ["linear", "poly", "rbf", "sigmoid"], "Kernel.")
 _GAMMA = flags.DEFINE_float("gamma", None, "γ (default 1/num_features).")
 _COEF0 = flags.DEFINE_float("coef0", 0.0, "coef0 (poly, sigmoid).")
 _DEGREE = flags.DEFINE_integer("degree", 3, "degree (poly).")
@@ -116,8 +122,7 @@ _RELEASE = flags.DEFINE_enum(
     "Private release of a linear (w, b); 'none' releases nothing private.")
 _RELEASE_EPSILON = flags.DEFINE_float("release_epsilon", 1.0,
                                       "ε of the output perturbation.")
-_DELTA = flags.DEFINE_float("delta", dpwss.DEFAULT_DELTA,
-                            "δ of the composed guarantee.")
+_DELTA = flags.DEFINE_float("delta", 1e-5, "δ of the composed guarantee.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Repeats (vmapped).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
 _DTYPE = flags.DEFINE_enum("dtype", "float64", ["float64", "float32"],
@@ -138,41 +143,97 @@ _TABLE_MD = flags.DEFINE_string("table_md", None, "Markdown table path.")
 _OUT = flags.DEFINE_string("out", "results/dpwss.jsonl", "JSON lines.")
 
 
+def _numbers(flag, values, kind):
+  try:
+    return tuple(kind(v) for v in values)
+  except ValueError:
+    raise ValueError(f"{flag}={','.join(values)!r}: expected a "
+                     f"comma-separated list of "
+                     f"{'integers' if kind is int else 'numbers'}.") from None
+
+
 def main(argv):
   del argv
-  classes = None
-  if _CLASSES.value:
-    classes = tuple(int(v) for v in _CLASSES.value.split(","))
+  # Heavy imports here, so --help and flag errors stay fast.
+  from launch.data import loaders  # pylint: disable=g-import-not-at-top
+  from launch.experiments import (  # pylint: disable=g-import-not-at-top
+      dpwss as experiment,
+  )
+
+  out = _OUT.value
+  if not out:
+    raise ValueError("--out: give a JSON-lines file path.")
+  common.check_output_path(out, "--out")
+  if _TABLE_MD.value:
+    common.check_output_path(_TABLE_MD.value, "--table_md")
+  if _TABLE.value and _SELECTION_TABLE.value:
+    raise ValueError("--table and --selection_table are two modes; give "
+                     "one of them.")
+  datasets = [d.strip() for d in _DATASET.value.split(",") if d.strip()]
+  table_mode = _TABLE.value or _SELECTION_TABLE.value
+  if not datasets:
+    raise ValueError(f"--dataset={_DATASET.value!r}: give a name "
+                     f"(e.g. heart).")
+  if len(datasets) > 1 and not table_mode:
+    raise ValueError(f"--dataset={_DATASET.value!r}: a list of data sets "
+                     f"needs --table or --selection_table; give one name "
+                     f"for a single run.")
+  classes = experiment.parse_classes(_CLASSES.value)
   settings = dict(
       data_dir=_DATA_DIR.value, classes=classes, scaling=_SCALING.value,
       c=_C.value, kernel=_KERNEL.value, gamma=_GAMMA.value,
       coef0=_COEF0.value, degree=_DEGREE.value, eps_stop=_EPS_STOP.value,
       max_iter=_MAX_ITER.value, delta=_DELTA.value, repeats=_REPEATS.value,
       seed=_SEED.value, dtype=_DTYPE.value, evaluate=_EVAL.value)
+  single = dict(
+      wss=_WSS.value, epsilon=_EPSILON.value, sigma=_SIGMA.value,
+      shrinking=_SHRINKING.value, release=_RELEASE.value,
+      release_epsilon=_RELEASE_EPSILON.value,
+      total_epsilon=_TOTAL_EPSILON.value, selection=_SELECTION.value)
+  if _SELECTION_TABLE.value:
+    totals = _numbers("--total_epsilons", _TOTAL_EPSILONS.value, float)
+    steps = _numbers("--iterations", _ITERATIONS.value, int)
+    experiment.check_setting(**settings, sigma=_SIGMA.value)
+  else:
+    experiment.check_setting(**settings, **(
+        {} if table_mode else single))
+  experiment.check_datasets(datasets, settings)
+  for name in datasets:  # no data read: public bounds are known by name
+    if not name.startswith(("svmlight:", "arff:")):
+      experiment.resolve_scaling(name, _SCALING.value,
+                                 loaders.public_bounds(name))
   if _SELECTION_TABLE.value:
     settings.pop("max_iter")
-    records = run_selection_comparison(
-        datasets=_DATASET.value.split(","), out=_OUT.value,
-        table_md=_TABLE_MD.value, sigma=_SIGMA.value,
-        total_epsilons=tuple(float(v) for v in _TOTAL_EPSILONS.value),
-        iterations=tuple(int(v) for v in _ITERATIONS.value), **settings)
+    records = experiment.run_selection_comparison(
+        datasets=datasets, out=out, table_md=_TABLE_MD.value,
+        sigma=_SIGMA.value, total_epsilons=totals, iterations=steps,
+        **settings)
     print(common.to_json({"selection_table": True, "records": len(records),
-                          "out": _OUT.value, "table_md": _TABLE_MD.value}))
+                          "out": out, "table_md": _TABLE_MD.value}))
     return
   if _TABLE.value:
-    records = run_table(datasets=_DATASET.value.split(","), out=_OUT.value,
-                        table_md=_TABLE_MD.value, **settings)
+    records = experiment.run_table(datasets=datasets, out=out,
+                                   table_md=_TABLE_MD.value, **settings)
     print(common.to_json({"table": True, "records": len(records),
-                          "out": _OUT.value, "table_md": _TABLE_MD.value}))
+                          "out": out, "table_md": _TABLE_MD.value}))
     return
-  record = run_setting(
-      dataset=_DATASET.value, wss=_WSS.value, epsilon=_EPSILON.value,
-      sigma=_SIGMA.value, shrinking=_SHRINKING.value, release=_RELEASE.value,
-      release_epsilon=_RELEASE_EPSILON.value,
-      total_epsilon=_TOTAL_EPSILON.value, selection=_SELECTION.value,
-      **settings)
-  common.emit_record(record, _OUT.value)
+  (name,) = datasets
+  common.progress(f"{name}: loading")
+  prepared = experiment.prepare(
+      name, data_dir=settings["data_dir"], classes=classes,
+      scaling=settings["scaling"], evaluate=settings["evaluate"],
+      release=single["release"])
+  args = {k: v for k, v in settings.items() if k != "data_dir"}
+  args.update(single, dataset=name, prepared=prepared)
+  if experiment.run_setting_key(args) in common.done_keys(
+      out, experiment.KEY_FIELDS):
+    common.progress(f"skipping 1 finished run: this setting is already in "
+                    f"{out} (remove its line, or give another --out, to "
+                    f"run it again)")
+    return
+  record = experiment.run_setting(progress=common.progress, **args)
+  common.emit_record(record, out)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run_cli(main)

@@ -1,66 +1,96 @@
-r"""FedDPDR-DPML experiments (Wang et al. 2024): one run or a paper sweep.
+r"""FedDPDR-DPML (Wang et al. 2024): accuracy against ε, or a paper sweep.
 
-One run (defaults: scikit-learn's digits, no download needed)::
+The main command (scikit-learn's digits, bundled, no download)::
 
   python -m launch.feddpdr
-  python -m launch.feddpdr --dataset=mnist --mechanism=feddpdr --epsilon=0.1
 
-prints one JSON object as its last stdout line and appends it to ``--out``.
-Sweeps reproduce the paper's Figs. 2–5 and Table 3::
+runs FedDPDR-DPML at ε ∈ {0.5, 2, 8} and the non-private baseline (one
+compiled program serves every ε), prints progress and then a table of test
+accuracy against the ε that holds (the privacy ledger's composition, per
+participant) on stderr, and one JSON record per run on stdout, appended to
+``--out`` (default ``runs/feddpdr.jsonl``, untracked). Its defaults (2
+participants × 600 rows, k = 10, λ = 1, 3 seeds) are chosen so that digits
+shows a trend above chance; the paper's settings are flags::
+
+  python -m launch.feddpdr --dataset=mnist --epsilon=0.1 --k=20 --lam=0.01 \
+      --participants=5 --n_per_participant=10000 --seeds=1
+
+Sweeps reproduce the paper's Figs. 2–5 and Table 3, with the paper's k, λ,
+N, n and ε for every one of those flags not given::
 
   python -m launch.feddpdr --dataset=mnist --sweep=fig3 --seeds=5 \
-      --out=results/feddpdr_mnist.jsonl
+      --out=runs/feddpdr_mnist.jsonl
 
 ``--sweep`` takes ``fig2`` (k), ``fig3`` (ε), ``fig4`` (n), ``fig5``
 (uneven sizes), ``table3`` (running time) or ``all``; finished runs found in
 ``--out`` are skipped (resume), and PNG plots are written beside ``--out``
-(see ``launch/plot_feddpdr.py``).
+(``launch/plot_feddpdr.py``).
+
+Every setting is checked before any data is loaded or any program compiled
+(a mistake ends with one ``error: …`` line naming the flag, exit status 2).
+Compiled programs are kept in JAX's persistent cache (``--jax_cache_dir``),
+so a second run starts in seconds.
 
 Data: rows are divided by the public pixel bound and normalised to unit L2
-norm (``launch.data.loaders.unit_rows``); CIFAR-10 goes through HOG first
-(``launch.data.hog``: 4 px cells, 9 bins, 2×2-cell blocks, 4 px stride), then
-unit rows. A data set without a test split (digits) is split 70/30 with a
-key derived from ``--seed``. Participants get disjoint random training rows
-(``--sizes``, or ``--participants`` × ``--n_per_participant``; if the
-default n_per_participant does not fit the data it is lowered to what fits,
-with a note on stderr; an explicit value that does not fit is refused).
-The partition comes from ``--seed``; the ``--seeds`` repeats share it and
-differ in the noise (vmapped over keys). Evaluation of each mechanism: see
+norm (``dpcore.clipping.unit_rows``); CIFAR-10 goes through HOG first
+(``launch.data.hog``), then unit rows. A data set without a test split
+(digits) is split 70/30 with a key derived from ``--seed``. Participants get
+disjoint random training rows (``--sizes``, or ``--participants`` ×
+``--n_per_participant``, which must fit in the training rows). The
+partition comes from ``--seed``; the ``--seeds`` repeats share it and differ
+in the noise (vmapped over keys). Evaluation of each mechanism: see
 ``federated/feddpdr.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
-import sys
 
-from absl import app, flags
+from absl import flags
 
-from federated import feddpdr
-from launch.experiments.feddpdr import experiment, sweep
+from launch import common
+
+MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")  # federated.feddpdr
+SWEEPS = ("fig2", "fig3", "fig4", "fig5", "table3", "all")
+# Settings of the paper's experiments, used by --sweep for flags not given.
+PAPER = {"epsilon": ["0.1"], "k": 20, "lam": 0.01, "participants": 5,
+         "n_per_participant": 10_000}
+# Training rows (after the 70/30 split where there is no test split), data
+# dimension and classes of the named sets, known without loading them, so
+# that sizes and k are checked before the data is read. Others are checked
+# right after loading, still before compiling.
+KNOWN_SHAPES = {"digits": (1258, 64, 10), "breast_cancer": (398, 30, 2),
+                "mnist": (60_000, 784, 10), "fashion_mnist": (60_000, 784, 10),
+                "cifar10": (50_000, 1764, 10)}
 
 _DATASET = flags.DEFINE_string("dataset", "digits",
                                "mnist, fashion_mnist, cifar10, digits, ...")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "where the data files are")
-_MECHANISM = flags.DEFINE_enum("mechanism", "feddpdr", feddpdr.MECHANISMS,
-                               "which mechanism (one run)")
-_EPSILON = flags.DEFINE_float("epsilon", 0.1,
-                              "total ε (ε₁ = ε₂ = ε/2 for the PCA methods)")
+_MECHANISM = flags.DEFINE_enum("mechanism", "feddpdr", MECHANISMS,
+                               "the private mechanism of the table")
+_EPSILON = flags.DEFINE_list(
+    "epsilon", ["0.5", "2", "8"],
+    "total ε per participant, one value or a list (ε₁ = ε₂ = ε/2 for the "
+    "PCA methods); one value with --sweep (default there: the paper's 0.1)")
+_BASELINE = flags.DEFINE_bool("baseline", True,
+                              "also run the non-private pipeline")
 _DELTA = flags.DEFINE_float("delta", 1e-4, "δ")
-_K = flags.DEFINE_integer("k", 20, "target dimension")
-_PARTICIPANTS = flags.DEFINE_integer("participants", 5, "N")
-_N_PER = flags.DEFINE_integer("n_per_participant", 10_000,
-                              "rows per participant")
+_K = flags.DEFINE_integer("k", 10, "target dimension (paper: 20)")
+_PARTICIPANTS = flags.DEFINE_integer("participants", 2, "N (paper: 5)")
+_N_PER = flags.DEFINE_integer("n_per_participant", 600,
+                              "rows per participant (paper: 10000)")
 _SIZES = flags.DEFINE_list("sizes", None,
                            "uneven rows per participant, e.g. 100,500,1000")
-_LAM = flags.DEFINE_float("lam", 0.01, "regularisation λ")
+_LAM = flags.DEFINE_float("lam", 1.0, "regularisation λ (paper: 0.01)")
 _LOSS = flags.DEFINE_enum("loss", "huber", ["huber", "logistic"], "loss")
 _AGGREGATION = flags.DEFINE_enum(
-    "aggregation", "subspace", list(feddpdr.AGGREGATIONS),
+    "aggregation", "subspace", ["subspace", "paper"],
     "basis aggregation: subspace (sign/rotation invariant) or paper "
     "((1/N) Σ wᵢ Uᵢ as printed)")
 _MODEL_AGGREGATION = flags.DEFINE_enum(
-    "model_aggregation", "weighted", list(feddpdr.MODEL_AGGREGATIONS),
+    "model_aggregation", "weighted", ["weighted", "paper"],
     "model aggregation: Σ wᵢβᵢ or the paper's (1/N) Σ wᵢβᵢ")
 _CALIBRATION = flags.DEFINE_enum(
     "calibration", "analytic", ["analytic", "classic"],
@@ -71,61 +101,216 @@ _BUDGET_PER_CLASSIFIER = flags.DEFINE_bool(
     "give each one-vs-rest classifier ε₂ (total K·ε₂, reported) instead of "
     "ε₂/K")
 _NEIGHBOURING = flags.DEFINE_enum(
-    "neighbouring", "replace", list(feddpdr.NEIGHBOURING),
+    "neighbouring", "replace", ["add_remove", "replace"],
     "what DP-PCA σ is calibrated for: replace (√2, default) or add_remove "
     "(1, the paper); the run is always accounted under replace")
 _TOL = flags.DEFINE_float("tol", 1e-8, "gradient-norm tolerance of the fits")
 _MAX_ITER = flags.DEFINE_integer("max_iter", 500, "L-BFGS iteration cap")
 _SEED = flags.DEFINE_integer("seed", 0, "seed of the partition and noise")
-_SEEDS = flags.DEFINE_integer("seeds", 1, "repeats (vmapped over keys)")
-_SWEEP = flags.DEFINE_enum(
-    "sweep", None, ["fig2", "fig3", "fig4", "fig5", "table3", "all"],
-    "run a grid of the paper instead of one run")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "repeats (vmapped over keys)")
+_SWEEP = flags.DEFINE_enum("sweep", None, SWEEPS,
+                           "run a grid of the paper instead of the table")
 _SWEEP_MECHANISMS = flags.DEFINE_list(
-    "sweep_mechanisms", list(feddpdr.MECHANISMS), "mechanisms in a sweep")
-_OUT = flags.DEFINE_string("out", "results/feddpdr.jsonl",
-                           "JSON-lines output file")
+    "sweep_mechanisms", list(MECHANISMS), "mechanisms in a sweep")
+_OUT = flags.DEFINE_string("out", "runs/feddpdr.jsonl",
+                           "JSON-lines output file ('' for none)")
 _PLOT = flags.DEFINE_bool("plot", True, "write PNG plots after a sweep")
 _SHARD = flags.DEFINE_bool(
     "shard_participants", False,
-    "split the participant axis over the local devices (single runs; the "
-    "record's 'devices' says how many were used)")
+    "split the participant axis over the local devices (the record's "
+    "'devices' says how many were used)")
 _CHUNK = flags.DEFINE_integer(
     "participant_chunk", None,
-    "map this many participants at a time (single runs; default: all at "
-    "once). Bounds peak memory for many participants: DP-PCA holds d x d "
-    "matrices per participant mapped together", lower_bound=1)
+    "map this many participants at a time (default: all at once). Bounds "
+    "peak memory for many participants: DP-PCA holds d x d matrices per "
+    "participant mapped together")
+_JAX_CACHE_DIR = flags.DEFINE_string(
+    "jax_cache_dir", os.path.join("~", ".cache", "dpjax", "jax"),
+    "JAX's persistent compilation cache ('' to turn it off)")
+
+
+def _value(flag, paper_key=None):
+  """A flag's value; with --sweep, the paper's value unless given."""
+  if _SWEEP.value and paper_key and not flag.present:
+    return PAPER[paper_key]
+  return flag.value
+
+
+def _positive(value, name, fix) -> None:
+  if value is None or not math.isfinite(value) or value <= 0:
+    raise ValueError(f"--{name}={value} must be a finite number > 0; {fix}.")
+
+
+def _at_least_one(value, name) -> None:
+  if value is None or value < 1:
+    raise ValueError(f"--{name}={value} must be an integer >= 1.")
+
+
+def _epsilons() -> list[float]:
+  raw = _value(_EPSILON, "epsilon")
+  if not raw:
+    raise ValueError("--epsilon is empty; give one or more ε > 0, e.g. "
+                     "--epsilon=0.5,2,8.")
+  values = []
+  for text in raw:
+    try:
+      eps = float(text)
+    except ValueError:
+      raise ValueError(f"--epsilon: {text!r} is not a number; give ε > 0, "
+                       f"e.g. --epsilon=0.5,2,8.") from None
+    _positive(eps, "epsilon", "e.g. --epsilon=0.5,2,8")
+    values.append(eps)
+  if _SWEEP.value and len(values) != 1:
+    raise ValueError(f"--epsilon={','.join(raw)}: a sweep takes one ε (the "
+                     f"fixed value of the grids over k, n and sizes), e.g. "
+                     f"--epsilon=0.1.")
+  return values
+
+
+def _sizes():
+  if _SIZES.value is None:
+    return None
+  if not _SIZES.value:
+    raise ValueError("--sizes is empty; give rows per participant, e.g. "
+                     "--sizes=100,500,1000, or leave it out for "
+                     "--participants x --n_per_participant.")
+  try:
+    sizes = [int(s) for s in _SIZES.value]
+  except ValueError:
+    raise ValueError(f"--sizes={','.join(_SIZES.value)}: give whole "
+                     f"numbers of rows, e.g. --sizes=100,500.") from None
+  if min(sizes) < 1:
+    raise ValueError(f"--sizes={','.join(_SIZES.value)}: every participant "
+                     f"needs at least one row.")
+  return sizes
+
+
+def validate() -> dict:
+  """Checks every flag (no data, no JAX); returns the settings.
+
+  Raises:
+    ValueError: a bad value; the message names the flag and the fix.
+  """
+  epsilons = _epsilons()
+  delta = _DELTA.value
+  if not (math.isfinite(delta) and 0 < delta < 1):
+    raise ValueError(f"--delta={delta} must lie strictly between 0 and 1, "
+                     f"e.g. --delta=1e-5.")
+  k = _value(_K, "k")
+  participants = _value(_PARTICIPANTS, "participants")
+  n_per = _value(_N_PER, "n_per_participant")
+  for value, name in ((k, "k"), (participants, "participants"),
+                      (n_per, "n_per_participant"),
+                      (_MAX_ITER.value, "max_iter"), (_SEEDS.value, "seeds")):
+    _at_least_one(value, name)
+  if _CHUNK.value is not None:
+    _at_least_one(_CHUNK.value, "participant_chunk")
+  lam = _value(_LAM, "lam")
+  _positive(lam, "lam", "e.g. --lam=1.0 (the paper: 0.01)")
+  _positive(_TOL.value, "tol", "e.g. --tol=1e-8")
+  sizes = _sizes()
+  mechanisms = list(_SWEEP_MECHANISMS.value)
+  if _SWEEP.value:
+    if not mechanisms:
+      raise ValueError("--sweep_mechanisms is empty; name one or more of "
+                       f"{', '.join(MECHANISMS)}.")
+    for mech in mechanisms:
+      if mech not in MECHANISMS:
+        raise ValueError(f"--sweep_mechanisms: unknown {mech!r}; choose "
+                         f"from {', '.join(MECHANISMS)}.")
+  if _CALIBRATION.value == "classic" and _MECHANISM.value in (
+      "feddpdr", "dpdr_dpml"):
+    worst = max(epsilons) / 2
+    if worst >= 1:
+      raise ValueError(
+          f"--calibration=classic is proven only for ε₁ < 1, and "
+          f"--epsilon={max(epsilons):g} gives ε₁ = {worst:g}; use "
+          f"--calibration=analytic or --epsilon below 2.")
+  if _DATA_DIR.value is not None and not os.path.isdir(
+      os.path.expanduser(_DATA_DIR.value)):
+    raise ValueError(f"--data_dir={_DATA_DIR.value!r} is not a directory; "
+                     f"give the directory holding the data files, or leave "
+                     f"it out.")
+  shape = KNOWN_SHAPES.get(_DATASET.value)
+  if shape is not None:
+    rows, d, _ = shape
+    _check_rows(rows, sizes, participants, n_per)
+    uses_k = _MECHANISM.value != "dpml" or _BASELINE.value
+    if uses_k and not _SWEEP.value and k > d:
+      raise ValueError(f"--k={k} exceeds the data dimension d={d} of "
+                       f"{_DATASET.value}; choose --k <= {d}.")
+  cache = _JAX_CACHE_DIR.value
+  if cache and os.path.exists(os.path.expanduser(cache)) and not os.path.isdir(
+      os.path.expanduser(cache)):
+    raise ValueError(f"--jax_cache_dir={cache!r} is a file; give a "
+                     f"directory, or '' to turn the cache off.")
+  common.check_output_path(_OUT.value, "--out")
+  return dict(epsilons=epsilons, delta=delta, k=k, participants=participants,
+              n_per=n_per, sizes=sizes, lam=lam, mechanisms=mechanisms)
+
+
+def _fix(rows: int, participants: int) -> str:
+  """How to make --participants x --n_per_participant fit in ``rows``."""
+  if participants > rows:
+    return f"lower --participants to at most {rows}"
+  return (f"lower --n_per_participant to at most {rows // participants} "
+          f"or --participants")
+
+
+def _check_rows(rows, sizes, participants, n_per) -> None:
+  if sizes is not None:
+    if sum(sizes) > rows:
+      raise ValueError(
+          f"--sizes asks for {sum(sizes)} rows but {_DATASET.value} has "
+          f"{rows} training rows; lower --sizes.")
+  elif participants * n_per > rows and not _SWEEP.value:
+    raise ValueError(
+        f"--participants={participants} x --n_per_participant={n_per} = "
+        f"{participants * n_per} rows exceeds the {rows} training rows of "
+        f"{_DATASET.value}; {_fix(rows, participants)}.")
 
 
 def main(argv):
   del argv
+  s = validate()
+  # Heavy imports only now: --help and flag mistakes stay fast.
+  from federated import feddpdr  # pylint: disable=g-import-not-at-top
+  from launch.data import loaders  # pylint: disable=g-import-not-at-top
+  from launch.experiments import feddpdr as ex  # pylint: disable=g-import-not-at-top
+
+  loaders.check_dataset(_DATASET.value, data_dir=_DATA_DIR.value)
   base = feddpdr.Config(
-      mechanism=_MECHANISM.value, epsilon=_EPSILON.value, delta=_DELTA.value,
-      k=_K.value, lam=_LAM.value, loss=_LOSS.value,
+      mechanism=_MECHANISM.value, epsilon=s["epsilons"][0], delta=s["delta"],
+      k=s["k"], lam=s["lam"], loss=_LOSS.value,
       aggregation=_AGGREGATION.value,
       model_aggregation=_MODEL_AGGREGATION.value,
       calibration=_CALIBRATION.value,
       budget_per_classifier=_BUDGET_PER_CLASSIFIER.value,
       neighbouring=_NEIGHBOURING.value, tol=_TOL.value,
       max_iter=_MAX_ITER.value)
+  for eps in s["epsilons"]:  # library checks (e.g. classic calibration)
+    dataclasses.replace(base, epsilon=eps).check(d=10**9)
+  ex.enable_compilation_cache(_JAX_CACHE_DIR.value)
   if _SWEEP.value:
-    for mech in _SWEEP_MECHANISMS.value:
-      if mech not in feddpdr.MECHANISMS:
-        raise app.UsageError(f"--sweep_mechanisms: unknown {mech!r}")
-    sweep(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-          sweep_name=_SWEEP.value, mechanisms=_SWEEP_MECHANISMS.value,
-          seed=_SEED.value, seeds=_SEEDS.value, out=_OUT.value, base=base,
-          participants=_PARTICIPANTS.value, n_per=_N_PER.value,
-          plot=_PLOT.value)
+    ex.sweep(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+             sweep_name=_SWEEP.value, mechanisms=s["mechanisms"],
+             seed=_SEED.value, seeds=_SEEDS.value, out=_OUT.value, base=base,
+             participants=s["participants"], n_per=s["n_per"],
+             plot=_PLOT.value)
     return
-  experiment(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-             participants=_PARTICIPANTS.value, n_per=_N_PER.value,
-             n_per_explicit=_N_PER.present, sizes=_SIZES.value,
-             seed=_SEED.value, seeds=_SEEDS.value, config=base,
-             out=_OUT.value, shard=_SHARD.value,
-             participant_chunk=_CHUNK.value)
+  common.progress(f"loading {_DATASET.value}")
+  prepared = ex.prepare_data(_DATASET.value, data_dir=_DATA_DIR.value,
+                             seed=_SEED.value)
+  sizes = ex.resolve_sizes(available=len(prepared.y_train),
+                           participants=s["participants"], n_per=s["n_per"],
+                           sizes=s["sizes"])
+  ex.check_against_data(base, d=prepared.x_train.shape[1],
+                        num_classes=len(prepared.classes), sizes=sizes)
+  ex.budget_table(prepared, sizes=sizes, seed=_SEED.value,
+                  seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
+                  baseline=_BASELINE.value, out=_OUT.value,
+                  shard=_SHARD.value, participant_chunk=_CHUNK.value)
 
 
 if __name__ == "__main__":
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  sys.exit(app.run(main))
+  common.run_cli(main)

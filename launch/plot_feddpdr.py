@@ -1,6 +1,6 @@
 """Plots of FedDPDR-DPML sweeps, drawn from their JSON-lines files.
 
-``python -m launch.plot_feddpdr results/feddpdr_mnist.jsonl`` writes one PNG
+``python -m launch.plot_feddpdr runs/feddpdr_mnist.jsonl`` writes one PNG
 per (data set, figure) beside the file, e.g.
 ``feddpdr_mnist_mnist_fig3.png``: accuracy against the swept parameter, one
 curve per mechanism, the mean over the vmapped repeats with a band of ±1
@@ -44,7 +44,7 @@ def _curves(records, param):
   curves = defaultdict(dict)
   for r in records:
     if r.get("accuracy") is None:
-      continue
+      continue  # a failed run (its record says why)
     accs = np.asarray(r.get("accuracy_per_seed", [r["accuracy"]]), float)
     curves[r["mechanism"]][_x_value(r, param)] = accs
   return curves
@@ -66,9 +66,10 @@ def plot_figure(records, figure: str, path: str, title: str) -> str:
     if mech not in curves:
       continue
     c = curves[mech]
-    if mech == "dpml" and figure == "fig2":
-      # DPML does not reduce the dimension: one value for every k.
-      acc = next(iter(c.values()))
+    if list(c) == [None]:
+      # A setting the mechanism does not use (DPML has no k, Non-Priv no
+      # ε; recorded as null): one value, drawn flat across the others'.
+      acc = c[None]
       xs = xs_all
       mean = np.full(len(xs), acc.mean())
       std = np.full(len(xs), acc.std())

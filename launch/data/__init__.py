@@ -2,6 +2,7 @@
 (``formats``: IDX, LIBSVM/svmlight, ARFF) and HOG features (``hog``)."""
 
 from launch.data import formats, hog, loaders
-from launch.data.loaders import Dataset, load_dataset
+from launch.data.loaders import Dataset, describe_sources, load_dataset
 
-__all__ = ["Dataset", "formats", "hog", "load_dataset", "loaders"]
+__all__ = ["Dataset", "describe_sources", "formats", "hog", "load_dataset",
+           "loaders"]

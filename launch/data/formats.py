@@ -17,19 +17,41 @@ files as well as plain ones.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import pickle
 import re
+import zlib
 
 import numpy as np
 
 
-def _open_maybe_gzip(path: str):
-  """Opens ``path`` for binary reading, decompressing when it is gzipped."""
+def _read_bytes(path: str) -> bytes:
+  """The whole content of ``path``, decompressed when gzip or bzip2.
+
+  Compression is recognised by the file's magic bytes, not its name.
+
+  Raises:
+    ValueError: a compressed file is corrupt or truncated (naming it).
+  """
   with open(path, "rb") as f:
-    gzipped = f.read(2) == b"\x1f\x8b"
-  return gzip.open(path, "rb") if gzipped else open(path, "rb")
+    raw = f.read()
+  try:
+    if raw[:2] == b"\x1f\x8b":
+      return gzip.decompress(raw)
+    if raw[:3] == b"BZh":
+      return bz2.decompress(raw)
+  except (OSError, EOFError, zlib.error, ValueError) as e:
+    kind = "gzip" if raw[:2] == b"\x1f\x8b" else "bzip2"
+    raise ValueError(f"{path}: corrupt or truncated {kind} file ({e}); "
+                     f"download or decompress it again.") from None
+  return raw
+
+
+def _open_maybe_gzip(path: str):
+  """``path``'s content (decompressed) as a binary file object."""
+  return io.BytesIO(_read_bytes(path))
 
 
 # ----------------------------------------------------------------------------
@@ -160,24 +182,51 @@ def read_svmlight(paths, *, n_features: int | None = None
   """Reads svmlight files that share one feature space and one label map.
 
   Args:
-    paths: the files (e.g. train and test); ``.gz``/``.bz2`` by extension.
+    paths: the files (e.g. train and test), plain, gzip or bzip2 (told by
+      their magic bytes).
     n_features: the number of features, when the files may not mention the
       last one; by default the largest index found in any file.
 
   Returns:
-    One ``(x, y)`` per file: dense float32 ``(n, d)`` features (mind the
-    memory of wide sparse sets such as rcv1) and int64 labels mapped by
-    :func:`svmlight_labels` over all the files together.
+    One ``(x, y)`` per file: dense float64 ``(n, d)`` features, the file's
+    values as LIBSVM reads them (mind the memory of wide sparse sets such as
+    rcv1), and int64 labels mapped by :func:`svmlight_labels` over all the
+    files together.
+
+  Raises:
+    ValueError: a file is empty, corrupt or malformed (the message names
+      it), or the labels are not class ids of at least two classes.
   """
   from sklearn.datasets import (  # pylint: disable=g-import-not-at-top
+      load_svmlight_file,
       load_svmlight_files,
   )
 
-  parts = load_svmlight_files(list(paths), n_features=n_features,
-                              dtype=np.float64)
-  xs = [np.asarray(m.toarray(), np.float32) for m in parts[0::2]]
+  paths = list(paths)
+  contents = [_read_bytes(p) for p in paths]
+  for path, content in zip(paths, contents, strict=True):
+    if not content.strip():
+      raise ValueError(f"{path}: the svmlight file is empty (no rows).")
+  try:
+    parts = load_svmlight_files([io.BytesIO(c) for c in contents],
+                                n_features=n_features, dtype=np.float64)
+  except ValueError as e:
+    for path, content in zip(paths, contents, strict=True):
+      try:
+        load_svmlight_file(io.BytesIO(content), dtype=np.float64)
+      except ValueError as own:
+        raise ValueError(f"{path}: not a valid svmlight/LIBSVM file "
+                         f"({own}).") from None
+    raise ValueError(f"{', '.join(paths)}: {e}") from None
+  xs = [np.asarray(m.toarray(), np.float64) for m in parts[0::2]]
   ys = parts[1::2]
-  labels = svmlight_labels(np.concatenate(ys))
+  for path, y in zip(paths, ys, strict=True):
+    if len(y) == 0:
+      raise ValueError(f"{path}: the svmlight file holds no rows.")
+  try:
+    labels = svmlight_labels(np.concatenate(ys))
+  except ValueError as e:
+    raise ValueError(f"{', '.join(paths)}: {e}") from None
   ys = np.split(labels, np.cumsum([len(y) for y in ys])[:-1])
   return list(zip(xs, ys, strict=True))
 
@@ -306,8 +355,19 @@ def read_har_split(x_path: str,
   Raises:
     ValueError: a label is not an integer in 1..6.
   """
-  x = np.loadtxt(x_path, dtype=np.float64, ndmin=2)
-  y = np.loadtxt(y_path, dtype=np.float64, ndmin=1)
+  try:
+    x = np.loadtxt(io.BytesIO(_read_bytes(x_path)), dtype=np.float64,
+                   ndmin=2)
+  except ValueError as e:
+    raise ValueError(f"{x_path}: not a HAR feature file ({e}).") from None
+  try:
+    y = np.loadtxt(io.BytesIO(_read_bytes(y_path)), dtype=np.float64,
+                   ndmin=1)
+  except ValueError as e:
+    raise ValueError(f"{y_path}: not a HAR label file ({e}).") from None
+  if len(y) == 0 or len(y) != len(x):
+    raise ValueError(f"{x_path} has {len(x)} rows and {y_path} {len(y)} "
+                     f"labels; expected the same, non-zero number.")
   if (y != np.round(y)).any() or y.min() < 1 or y.max() > 6:
     raise ValueError(f"{y_path}: HAR labels must be integers 1..6.")
   return x, y.astype(np.int64) - 1

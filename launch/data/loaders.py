@@ -1,7 +1,13 @@
 """Datasets for the launch scripts: offline-first loaders, public preprocessing.
 
 ``load_dataset(name, data_dir=...)`` returns a :class:`Dataset` of raw values
-(float32 features, int64 labels). Nothing is downloaded at run time; every
+(int64 labels; features as float32 for image sets, whose 8-bit pixels it
+holds exactly, and float64 for svmlight, ARFF, text and scikit-learn sets, so
+a file's values reach a float64 solver unrounded: LIBSVM reads them as
+doubles). ``check_dataset(name, data_dir=...)`` resolves a name and finds
+its files without reading them, so a script can refuse a bad name before
+any work; ``public_bounds(name)`` gives a named set's public bounds without
+loading it. Nothing is downloaded at run time; every
 loader reads files that are already on the machine and, when they are
 missing, raises ``FileNotFoundError`` naming the files, where to put them and
 the commands that provide them.
@@ -66,11 +72,13 @@ one is given. ``describe_sources()`` prints the resolved locations.
 
 About bounds: ``bounds`` are *public* per-feature limits, known without looking
 at the data (pixel ranges). Tabular sets have none that are public, so their
-bounds are ``None`` and :func:`scale_to_box` refuses them; pass bounds you can
-justify. ``heart_scale`` and HAR were rescaled to [-1, 1] by their publishers
-from the data's own minima and maxima; we take [-1, 1] as given because the
-files are published that way, but that rescaling is outside any guarantee
-computed here.
+bounds are ``None`` and :func:`dpcore.clipping.scale_to_box` refuses them;
+pass bounds you can justify. The privacy-relevant preprocessing (public-bounds
+scaling, per-row norms) lives in :mod:`dpcore.clipping`
+(``scale_to_box``, ``unit_rows``), not here. ``heart_scale`` and HAR were
+rescaled to [-1, 1] by their publishers from the data's own minima and
+maxima; we take [-1, 1] as given because the files are published that way,
+but that rescaling is outside any guarantee computed here.
 
 >>> ds = load_dataset("digits")
 >>> ds.x_train.shape, ds.image_shape, ds.bounds
@@ -100,8 +108,7 @@ from launch.data.formats import (
 
 __all__ = [
     "BUNDLED_DIR", "ENV_DATA_DIR", "Bounds", "Dataset", "load_dataset",
-    "describe_sources",
-    "unit_rows", "scale_to_box",
+    "describe_sources", "check_dataset", "public_bounds", "PUBLIC_BOUNDS",
     # File-format readers, re-exported from launch.data.formats.
     "read_arff", "read_cifar_batch", "read_har_split", "read_idx",
     "read_idx_images", "read_svmlight", "svmlight_labels",
@@ -124,9 +131,11 @@ class Dataset:
 
   Attributes:
     name: the name it was loaded under.
-    x_train: float32 ``(n, d)``; images flattened in HWC order.
+    x_train: ``(n, d)`` features: float32 for image sets (flattened in HWC
+      order), float64 for every other set (the file's own precision).
     y_train: int64 ``(n,)`` labels.
-    x_test: float32 ``(m, d)`` or ``None`` when the source has no split.
+    x_test: ``(m, d)`` like ``x_train``, or ``None`` when the source has no
+      split.
     y_test: int64 ``(m,)`` or ``None``.
     classes: sorted tuple of the label values present.
     image_shape: ``(height, width, channels)`` for images, else ``None``.
@@ -152,15 +161,20 @@ class Dataset:
 
 def _make(name, x_train, y_train, x_test=None, y_test=None, *,
           image_shape=None, bounds=None) -> Dataset:
-  """Builds a Dataset, converting dtypes and checking shapes agree."""
-  x_train = np.ascontiguousarray(x_train, np.float32)
+  """Builds a Dataset, converting dtypes and checking shapes agree.
+
+  Image sets (``image_shape`` given) are stored as float32, which holds
+  their 8-bit pixels exactly; every other set keeps float64.
+  """
+  dtype = np.float32 if image_shape is not None else np.float64
+  x_train = np.ascontiguousarray(x_train, dtype)
   y_train = np.asarray(y_train, np.int64)
   if x_train.ndim != 2 or y_train.shape != (x_train.shape[0],):
     raise ValueError(f"{name}: features {x_train.shape} and labels "
                      f"{y_train.shape} do not match.")
   labels = [y_train]
   if x_test is not None:
-    x_test = np.ascontiguousarray(x_test, np.float32)
+    x_test = np.ascontiguousarray(x_test, dtype)
     y_test = np.asarray(y_test, np.int64)
     if (x_test.ndim != 2 or x_test.shape[1] != x_train.shape[1]
         or y_test.shape != (x_test.shape[0],)):
@@ -378,7 +392,8 @@ def _load_tfds(name: str, root: str) -> Dataset:
       original = np.argsort(_tfds_stored_keys(split, len(examples)))
       images, labels = images[original], labels[original]
     arrays += [images.reshape(len(images), -1), labels]
-  return _make(name, *arrays, image_shape=images.shape[1:], bounds=(0, 255))
+  return _make(name, *arrays, image_shape=images.shape[1:],
+               bounds=PUBLIC_BOUNDS[name])
 
 
 def _try_tfds(name: str, data_dir: str | None) -> Dataset | None:
@@ -425,7 +440,7 @@ def _load_sklearn(name: str, data_dir: str | None) -> Dataset:
   if name == "digits":
     bunch = datasets.load_digits()
     return _make(name, bunch.data, bunch.target, image_shape=(8, 8, 1),
-                 bounds=(0, 16))
+                 bounds=PUBLIC_BOUNDS[name])
   bunch = datasets.load_breast_cancer()
   return _make(name, bunch.data, bunch.target)
 
@@ -482,8 +497,61 @@ def _resolve(path: str, data_dir: str | None) -> str:
   if data_dir is not None and not os.path.isabs(path):
     path = os.path.join(os.path.expanduser(data_dir), path)
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"File {path!r} does not exist.")
+    raise FileNotFoundError(f"file {path!r} does not exist (or is not a "
+                            f"regular file).")
   return path
+
+
+PUBLIC_BOUNDS = {"mnist": (0.0, 255.0), "fashion_mnist": (0.0, 255.0),
+                 "cifar10": (0.0, 255.0), "digits": (0.0, 16.0),
+                 "heart": (-1.0, 1.0), "har": (-1.0, 1.0)}
+"""Public feature bounds of the named sets that have them (see above)."""
+
+NAMES = tuple(_LOADERS)
+
+
+def public_bounds(name: str):
+  """The public ``(low, high)`` of a named set, ``None`` if it has none.
+
+  Known without loading (or looking at) the data.
+  """
+  return PUBLIC_BOUNDS.get(name)
+
+
+def _split_spec(name: str, data_dir: str | None):
+  """``("svmlight"|"arff", [paths])`` for a file spec, else ``None``."""
+  kind, sep, spec = name.partition(":")
+  if not (sep and kind in ("svmlight", "arff")):
+    return None
+  parts = [p for p in spec.split(",") if p.strip()]
+  if len(parts) not in (1, 2):
+    raise ValueError(f"dataset {name!r}: give {kind}:PATH or "
+                     f"{kind}:TRAIN,TEST, got {len(parts)} path(s).")
+  return kind, [_resolve(p, data_dir) for p in parts]
+
+
+def check_dataset(name: str, *, data_dir: str | None = None) -> None:
+  """Refuses a dataset name that :func:`load_dataset` could not load.
+
+  Cheap: resolves the name and finds its files (for ``svmlight:``/``arff:``
+  specs and the file-backed sets) without reading them, so a script can
+  check every name of a list before its first run.
+
+  Raises:
+    ValueError: unknown name or malformed spec.
+    FileNotFoundError: the files are not there (the message says how to get
+      them).
+  """
+  if _split_spec(name, data_dir) is not None:
+    return
+  if name not in _LOADERS:
+    raise ValueError(f"unknown dataset {name!r}; choose one of "
+                     f"{sorted(_LOADERS)} or svmlight:PATH / arff:PATH.")
+  if name in _SOURCES:
+    if name in ("mnist", "fashion_mnist", "cifar10"):
+      if any(_tfds_is_built(r, name) for r in _tfds_data_dirs(data_dir)):
+        return
+    _locate(name, data_dir)
 
 
 def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
@@ -506,16 +574,14 @@ def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
       to put where and how to get them.
     ValueError: unknown name or malformed file.
   """
-  kind, sep, spec = name.partition(":")
-  if sep and kind in ("svmlight", "arff"):
-    paths = [_resolve(p, data_dir) for p in spec.split(",")]
-    if len(paths) not in (1, 2):
-      raise ValueError(f"{name}: give one file or TRAIN,TEST, got {paths}.")
+  spec = _split_spec(name, data_dir)
+  if spec is not None:
+    kind, paths = spec
     if kind == "svmlight":
       return _load_svmlight(name, paths)
     return _make(name, *[a for xy in _read_arffs(name, paths) for a in xy])
   if name not in _LOADERS:
-    raise ValueError(f"Unknown dataset {name!r}; choose one of "
+    raise ValueError(f"unknown dataset {name!r}; choose one of "
                      f"{sorted(_LOADERS)} or svmlight:PATH / arff:PATH.")
   return _LOADERS[name](name, data_dir)
 
@@ -532,90 +598,3 @@ def describe_sources(data_dir: str | None = None) -> str:
   lines.append("digits, breast_cancer: bundled with scikit-learn")
   lines.append("svmlight:PATH[,TEST], arff:PATH[,TEST]: the files named")
   return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------
-# Data-independent preprocessing.
-
-
-def _bounds_arrays(bounds, d: int) -> tuple[np.ndarray, np.ndarray]:
-  try:
-    low, high = bounds
-  except (TypeError, ValueError):
-    raise ValueError(f"bounds must be a pair (low, high) of numbers or "
-                     f"length-{d} arrays, got {bounds!r}.") from None
-  try:
-    low = np.broadcast_to(np.asarray(low, np.float64), (d,))
-    high = np.broadcast_to(np.asarray(high, np.float64), (d,))
-  except ValueError:
-    raise ValueError(f"bounds arrays must be scalars or have length {d} (the "
-                     f"number of features).") from None
-  if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))
-          and np.all(low < high)):
-    raise ValueError(f"bounds need finite low < high for every feature, got "
-                     f"{bounds!r}.")
-  return low, high
-
-
-def _features(x) -> np.ndarray:
-  arr = np.asarray(x, np.float64)
-  if arr.ndim != 2:
-    raise ValueError(f"x must be 2-D (rows are examples), got {arr.shape}.")
-  if not np.all(np.isfinite(arr)):
-    raise ValueError("x contains NaN or infinite values; drop or impute them.")
-  return arr
-
-
-def unit_rows(x, bounds: Bounds | None) -> np.ndarray:
-  """Divides by the public upper bound, then scales every row to norm 1.
-
-  Each row is rescaled by its own norm only (zero rows stay zero), so the
-  map is data-independent and ``‖x_i‖ ≤ 1`` holds by construction; this is
-  the preprocessing of FedDPDR. Dividing by a scalar ``high`` does not change
-  the direction of a row; per-feature ``high`` arrays reweight features.
-
-  Args:
-    x: ``(n, d)`` features.
-    bounds: public ``(low, high)``; ``high`` must be > 0. ``None`` skips the
-      division.
-
-  Returns:
-    float32 ``(n, d)`` with every row of norm 1 or 0.
-  """
-  arr = _features(x)
-  if bounds is not None:
-    _, high = _bounds_arrays(bounds, arr.shape[1])
-    if np.any(high <= 0):
-      raise ValueError(f"unit_rows divides by the upper bound, which must be "
-                       f"> 0, got bounds={bounds!r}.")
-    arr = arr / high
-  norms = np.linalg.norm(arr, axis=1, keepdims=True)
-  return (arr / np.where(norms > 0, norms, 1.0)).astype(np.float32)
-
-
-def scale_to_box(x, bounds: Bounds | None) -> np.ndarray:
-  """Maps public bounds ``(low, high)`` affinely to [-1, 1], then clips.
-
-  Args:
-    x: ``(n, d)`` features.
-    bounds: public ``(low, high)``, scalars or per-feature arrays.
-
-  Returns:
-    float32 ``(n, d)`` in [-1, 1].
-
-  Raises:
-    ValueError: for ``bounds=None``. Bounds computed from the data (its min
-      and max) are a query on the private data and would void the privacy
-      guarantee; state bounds known in advance instead.
-  """
-  arr = _features(x)
-  if bounds is None:
-    raise ValueError(
-        "scale_to_box needs public bounds, got None. Taking the minimum and "
-        "maximum of the data is itself a query on the private data and is not "
-        "covered by the privacy guarantee. Pass bounds known without looking "
-        "at the data: bounds=(low, high) as numbers or per-feature arrays "
-        "(e.g. (0, 255) for pixels).")
-  low, high = _bounds_arrays(bounds, arr.shape[1])
-  scaled = 2.0 * (arr - low) / (high - low) - 1.0
-  return np.clip(scaled, -1.0, 1.0).astype(np.float32)

@@ -15,6 +15,7 @@ import zlib
 import jax
 import numpy as np
 
+from dpcore import clipping
 from launch import common
 from launch.data import loaders as data
 from launch.experiments import lvq_eval
@@ -23,6 +24,12 @@ KEY_FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
               "epochs", "learning_rate", "sigma_rule", "folds", "repeats",
               "seed", "scaling", "rank", "normalise", "phi", "init_variant")
 DEFAULT_LR = {"glvq": 0.05, "gmlvq": 0.05}
+MODELS = ("glvq", "gmlvq")
+TRAINERS = ("dpsgd", "sgd", "bfgs")
+DEFAULT_MAX_STEPS = 200_000
+# --bounds=LOW,HIGH is refused when it covers less than this share of a
+# set's public range (most values would be clipped to the box's faces).
+MIN_BOUNDS_COVERAGE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +78,156 @@ class Prepared:
   scaling: str
 
 
+def _flag(flag, value, ok, fix):
+  if not ok:
+    raise ValueError(f"{flag}={value!r}: {fix}")
+
+
+def check_settings(s: Settings, *, max_steps: int = DEFAULT_MAX_STEPS
+                   ) -> int:
+  """Refuses bad shared settings before any data is read; returns T.
+
+  Every message names the flag, the value and the fix. T = round(E/q) is
+  the number of (DP-)SGD steps of one run; above ``max_steps`` the setting
+  is refused (``--max_steps`` allows it).
+  """
+  def number(v):
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)
+            and np.isfinite(v))
+
+  _flag("--delta", s.delta, number(s.delta) and 0 < s.delta < 1,
+        "δ must satisfy 0 < δ < 1 (e.g. --delta=1e-5).")
+  _flag("--q", s.q, number(s.q) and 0 < s.q <= 1,
+        "the Poisson sampling rate must lie in (0, 1] (e.g. --q=0.01).")
+  _flag("--clip", s.clip, number(s.clip) and s.clip > 0,
+        "the clipping norm must be > 0 (e.g. --clip=0.5).")
+  _flag("--epochs", s.epochs, isinstance(s.epochs, int) and s.epochs >= 1,
+        "give a whole number of epochs ≥ 1.")
+  _flag("--lr", s.lr, s.lr is None or (number(s.lr) and s.lr > 0),
+        "the learning rate must be > 0 (or omit it for 0.05).")
+  _flag("--sigma_rule", s.sigma_rule, s.sigma_rule in ("accountant", "paper"),
+        "choose accountant or paper.")
+  _flag("--init_fraction", s.init_fraction,
+        number(s.init_fraction) and 0 < s.init_fraction < 1,
+        "ε₁/ε must lie in (0, 1) (paper: 0.2).")
+  _flag("--init_mechanism", s.init_mechanism,
+        s.init_mechanism in ("laplace", "gaussian"),
+        "choose laplace or gaussian.")
+  _flag("--folds", s.folds, isinstance(s.folds, int) and s.folds >= 2,
+        "k-fold cross-validation needs at least 2 folds (e.g. --folds=5).")
+  _flag("--repeats", s.repeats, isinstance(s.repeats, int) and s.repeats >= 1,
+        "give at least 1 repeat.")
+  _flag("--train_on", s.train_on,
+        s.train_on in ("auto", "one_fold", "other_folds"),
+        "choose auto, one_fold or other_folds.")
+  _flag("--rank", s.rank,
+        s.rank is None or (isinstance(s.rank, int) and s.rank >= 1),
+        "the rank of Ω must be ≥ 1 (or omit it for full rank).")
+  _flag("--phi", s.phi, s.phi in ("identity", "sigmoid"),
+        "choose identity or sigmoid.")
+  _flag("--prototypes_per_class", s.prototypes_per_class,
+        isinstance(s.prototypes_per_class, int)
+        and s.prototypes_per_class >= 1, "give at least 1.")
+  _flag("--bfgs_iterations", s.bfgs_iterations,
+        isinstance(s.bfgs_iterations, int) and s.bfgs_iterations >= 1,
+        "give at least 1.")
+  _flag("--parallel", s.parallel,
+        isinstance(s.parallel, int) and s.parallel >= 1, "give at least 1.")
+  _flag("--max_steps", max_steps,
+        isinstance(max_steps, int) and max_steps >= 1, "give at least 1.")
+  steps = lvq_eval.sgd_steps(s.epochs, s.q)
+  if steps > max_steps:
+    raise ValueError(
+        f"--q={s.q:g} with --epochs={s.epochs} means T = E/q = {steps:,} "
+        f"SGD steps per run ({s.folds * s.repeats} runs), above "
+        f"--max_steps={max_steps:,}; raise --q or lower --epochs, or pass "
+        f"--max_steps={steps} to run it anyway.")
+  return steps
+
+
+def check_run(*, model: str, trainer: str, epsilon) -> None:
+  """Refuses a bad (model, trainer, ε) of a single run."""
+  _flag("--model", model, model in MODELS, f"choose one of {MODELS}.")
+  _flag("--trainer", trainer, trainer in TRAINERS,
+        f"choose one of {TRAINERS}.")
+  if trainer == "dpsgd":
+    _flag("--epsilon", epsilon,
+          isinstance(epsilon, (int, float)) and np.isfinite(epsilon)
+          and epsilon > 0, "the total ε must be > 0 (e.g. --epsilon=1.5).")
+
+
+def parse_models(text: str) -> list[str]:
+  """``"glvq,gmlvq"`` → the list, refusing unknown names."""
+  models = [m.strip() for m in text.split(",") if m.strip()]
+  bad = [m for m in models if m not in MODELS]
+  if bad or not models:
+    raise ValueError(f"--models={text!r}: unknown model(s) {bad}; give a "
+                     f"comma-separated subset of {MODELS}.")
+  return models
+
+
+def parse_epsilons(flag: str, text: str) -> list[float]:
+  """``"0.75,1.5"`` → floats > 0, or a message naming ``flag``."""
+  try:
+    values = common.parse_floats(text)
+  except ValueError:
+    raise ValueError(f"{flag}={text!r}: expected comma-separated numbers "
+                     f"(e.g. 0.75,1.5,2.5).") from None
+  bad = [v for v in values if not (np.isfinite(v) and v > 0)]
+  if bad:
+    raise ValueError(f"{flag}={text!r}: every ε must be > 0, got {bad}.")
+  return values
+
+
+def parse_bounds(bounds: str):
+  """``--bounds``: ``"auto"``, ``"data_minmax"`` or ``(low, high)``."""
+  if bounds in ("auto", "data_minmax"):
+    return bounds
+  try:
+    parsed = common.parse_floats(bounds)
+  except ValueError:
+    parsed = []
+  if len(parsed) != 2 or not (np.all(np.isfinite(parsed))
+                              and parsed[0] < parsed[1]):
+    raise ValueError(f"--bounds={bounds!r}: give LOW,HIGH with LOW < HIGH "
+                     f"(e.g. --bounds=0,255), 'auto' or 'data_minmax'.")
+  return tuple(parsed)
+
+
+def check_bounds(name: str, bounds: str) -> None:
+  """Refuses ``--bounds`` that would clip most of a set's public range.
+
+  Needs no data: compares ``LOW,HIGH`` with the set's public bounds, when
+  it has some; refuses ``auto`` on a set without public bounds.
+  """
+  box = parse_bounds(bounds)
+  public = data.public_bounds(name)
+  if box == "auto":
+    if public is None:
+      _no_public_bounds(name)
+    return
+  if box == "data_minmax" or public is None:
+    return
+  low, high = public
+  covered = max(0.0, min(high, box[1]) - max(low, box[0])) / (high - low)
+  if covered < MIN_BOUNDS_COVERAGE:
+    raise ValueError(
+        f"--bounds={bounds}: {name!r} has public bounds [{low:g}, "
+        f"{high:g}], of which [{box[0]:g}, {box[1]:g}] covers "
+        f"{100 * covered:.0f}%: most values would be clipped to the faces "
+        f"of the box. Use --bounds=auto (the public bounds) or bounds "
+        f"that cover the data's range.")
+
+
+def _no_public_bounds(name):
+  raise ValueError(
+      f"{name!r} has no public feature bounds, and reading them off the "
+      f"data would be a query on the private data that no guarantee "
+      f"covers. Pass --bounds=LOW,HIGH if public bounds are known, or "
+      f"--bounds=data_minmax to reproduce the paper's min/max scaling, "
+      f"labelled in the records as not covered by the guarantee.")
+
+
 def prepare(name: str, data_dir: str | None = None,
             bounds: str = "auto") -> Prepared:
   """Loads and pools a data set and maps it to [−1, 1]^d.
@@ -90,33 +247,32 @@ def prepare(name: str, data_dir: str | None = None,
     ValueError: malformed ``bounds``, or ``"auto"`` for a data set without
       public bounds.
   """
+  parsed = parse_bounds(bounds)
   ds = data.load_dataset(name, data_dir=data_dir)
   x, y = ds.x_train, ds.y_train
   if ds.x_test is not None:
     x = np.concatenate([x, ds.x_test])
     y = np.concatenate([y, ds.y_test])
-  if bounds == "data_minmax":
+  if parsed == "data_minmax":
     # Not private: the min/max are statistics of the data (see docstring).
     low, high = x.min(axis=0), x.max(axis=0)
     high = np.where(high > low, high, low + 1.0)
     box, scaling = (low, high), "data_minmax"
-  elif bounds != "auto":
-    parsed = common.parse_floats(bounds)
-    if len(parsed) != 2 or not parsed[0] < parsed[1]:
-      raise ValueError(f"bounds must be 'LOW,HIGH' with LOW < HIGH, 'auto' "
-                       f"or 'data_minmax', got {bounds!r}.")
-    box, scaling = tuple(parsed), "public_bounds_flag"
+  elif parsed != "auto":
+    box, scaling = parsed, "public_bounds_flag"
+    if ds.bounds is None:
+      # A warning for the operator only; nothing is released from it.
+      outside = float(np.mean((x < box[0]) | (x > box[1])))
+      if outside > MIN_BOUNDS_COVERAGE:
+        common.progress(
+            f"warning: --bounds={bounds}: {100 * outside:.0f}% of "
+            f"{name!r}'s values lie outside [{box[0]:g}, {box[1]:g}] and "
+            f"will be clipped to the box's faces.")
   elif ds.bounds is not None:
     box, scaling = ds.bounds, "public_bounds"
   else:
-    raise ValueError(
-        f"{name!r} has no public feature bounds, and reading them off the "
-        f"data would be a query on the private data that no guarantee "
-        f"covers. Pass bounds='LOW,HIGH' (--bounds=LOW,HIGH) if public "
-        f"bounds are known, or bounds='data_minmax' (--bounds=data_minmax) "
-        f"to reproduce the paper's min/max scaling, labelled in the records "
-        f"as not covered by the guarantee.")
-  x = data.scale_to_box(x, box)
+    _no_public_bounds(name)
+  x = np.asarray(clipping.scale_to_box(x, box))
   y = np.searchsorted(np.asarray(ds.classes), y)
   return Prepared(name, x, y.astype(np.int32), len(ds.classes), scaling)
 
@@ -146,6 +302,7 @@ def run_setting(key: jax.Array, prepared: Prepared, settings: Settings, *,
       bfgs_iterations=s.bfgs_iterations, ghost_clipping=s.ghost_clipping,
       init_mechanism=s.init_mechanism, progress=progress)
   return {"dataset": prepared.dataset, **record, "sigma_rule": s.sigma_rule,
+          "parallel": s.parallel,
           "scaling": prepared.scaling,
           "privacy_covers_scaling": prepared.scaling != "data_minmax",
           "seed": s.seed, "platform": jax.default_backend(),
@@ -163,11 +320,21 @@ def _probe(prepared: Prepared, s: Settings, model, trainer, eps) -> dict:
           "init_variant": s.init_variant()}
 
 
+def is_done(done: set, prepared: Prepared, s: Settings, model, trainer,
+            eps) -> bool:
+  """Whether ``done`` (:func:`launch.common.done_keys`) holds this run."""
+  probe = _probe(prepared, s, model, trainer,
+                 eps if trainer == "dpsgd" else None)
+  return common.record_key(probe, KEY_FIELDS) in done
+
+
 def table(prepared: Prepared, settings: Settings, *, out: str, models,
           table_eps, figure_eps) -> dict:
   """Table 1 + Fig. 1: runs what ``out`` lacks, then writes both.
 
-  Settings run cheap first (SGD, then DP-SGD by ε), full-batch L-BFGS
+  Finished runs found in ``out`` are skipped (said once); each new record
+  is printed, then appended (:func:`launch.common.emit_record`). Settings
+  run cheap first (SGD, then DP-SGD by ε), full-batch L-BFGS
   (costly for GMLVQ) last; each record is appended to ``out`` as soon as
   it is done, so an interrupted table resumes where it stopped. Writes
   ``<out stem>_table.md`` and ``<out stem>_fig1.png``.
@@ -179,16 +346,16 @@ def table(prepared: Prepared, settings: Settings, *, out: str, models,
   grid += [(m, "dpsgd", e) for e in eps_all for m in models]
   grid += [(m, "bfgs", None) for m in models]
   done = common.done_keys(out, KEY_FIELDS)
+  todo = [g for g in grid if not is_done(done, prepared, s, *g)]
+  if len(todo) < len(grid):
+    common.progress(f"skipping {len(grid) - len(todo)} finished runs "
+                    f"(found in {out})")
   last = None
-  for model, trainer, eps in grid:
-    probe = _probe(prepared, s, model, trainer, eps)
-    if common.record_key(probe, KEY_FIELDS) in done:
-      common.progress(f"skip (done): {model} {trainer} ε={eps}")
-      continue
-    common.progress(f"start: {model} {trainer} ε={eps}")
+  for i, (model, trainer, eps) in enumerate(todo, 1):
+    common.progress(f"setting {i}/{len(todo)}: {model} {trainer} ε={eps}")
     last = run_setting(key, prepared, s, model=model, trainer=trainer,
                        epsilon=eps)
-    common.append_jsonl(out, last)
+    common.emit_record(last, out)
     common.progress(f"done: {model} {trainer} ε={eps}: error "
                     f"{last['error_mean']:.4f} ({last['error_std']:.4f}) in "
                     f"{last['seconds']:.0f}s")

@@ -10,7 +10,7 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, metrics
+from dpcore import accounting, clipping, metrics
 from launch import common
 from launch.data import loaders as data
 from mechanisms.erm import output_perturbation
@@ -34,83 +34,224 @@ PRIVATE_SIGMA = 0.5
 
 # -- data -------------------------------------------------------------------
 
-def _binary_labels(y, classes):
+SCALINGS = ("auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
+            "unit_ball")
+
+
+def parse_classes(text) -> tuple[int, int] | None:
+  """``"POS,NEG"`` (or a pair) → ``(pos, neg)``; None/"" → None.
+
+  Raises:
+    ValueError: not exactly two distinct integers (the SVM is binary).
+  """
+  if text is None or text == "":
+    return None
+  parts = text.split(",") if isinstance(text, str) else list(text)
+  try:
+    values = tuple(int(str(v).strip()) for v in parts)
+  except ValueError:
+    raise ValueError(f"--classes={text!r}: class ids must be integers, "
+                     f"e.g. --classes=3,8.") from None
+  if len(values) != 2 or values[0] == values[1]:
+    raise ValueError(
+        f"--classes={text!r}: the SVM is binary, so give exactly two "
+        f"different class ids POS,NEG (e.g. --classes=3,8).")
+  return values
+
+
+def _binary_labels(y, classes, name):
   y = np.asarray(y)
   values = np.unique(y)
   if classes is not None:
     pos, neg = classes
+    missing = [c for c in (pos, neg) if c not in values]
+    if missing:
+      raise ValueError(
+          f"--classes={pos},{neg}: class(es) {missing} do not occur in "
+          f"{name!r}, whose labels are {values.tolist()}; pick two of "
+          f"those.")
     keep = (y == pos) | (y == neg)
     return keep, np.where(y[keep] == pos, 1.0, -1.0)
   if len(values) != 2:
     raise ValueError(
-        f"the dataset has {len(values)} classes; pick two with "
-        f"--classes=POS,NEG (e.g. --classes=3,8).")
+        f"{name!r} has {len(values)} classes {values.tolist()[:20]}; the "
+        f"SVM is binary: pick two with --classes=POS,NEG (e.g. "
+        f"--classes={values[0]},{values[-1]}).")
   return np.ones(y.shape, bool), np.where(y == values.max(), 1.0, -1.0)
 
 
-def _scale(x, ds, scaling, fit_rows):
+def _scale(x, bounds, scaling, fit_rows):
+  """``x`` scaled by rule ``scaling`` (float64 throughout)."""
   if scaling == "none":
     return x
   if scaling == "minmax":
+    # Reads the data: outside any guarantee (see launch/dpwss.py).
     low, high = fit_rows.min(axis=0), fit_rows.max(axis=0)
     span = np.where(high > low, high - low, 1.0)
     return 2.0 * (x - low) / span - 1.0
-  if scaling == "box":
-    return data.scale_to_box(x, ds.bounds).astype(np.float64)
-  if scaling == "unit_rows":
-    return data.unit_rows(x, ds.bounds).astype(np.float64)
-  return x / np.maximum(1.0, np.linalg.norm(x, axis=1, keepdims=True))
+  with jax.enable_x64(True):
+    if scaling == "box":
+      return np.asarray(clipping.scale_to_box(x, bounds), np.float64)
+    if scaling == "unit_rows":
+      return np.asarray(clipping.unit_rows(x, bounds), np.float64)
+    return np.asarray(clipping.clip_rows(x, max_norm=1.0), np.float64)
+
+
+def resolve_scaling(name, scaling, bounds):
+  """The concrete rule ``auto``/``auto_minmax`` stands for on ``name``.
+
+  Raises:
+    ValueError: ``auto`` for a set without public bounds, or ``box`` for
+      one (minmax reads the data and has to be asked for by name).
+  """
+  if scaling not in SCALINGS:
+    raise ValueError(f"--scaling={scaling!r}: choose one of {SCALINGS}.")
+  if scaling in ("auto", "auto_minmax"):
+    if bounds is not None:
+      return "box"
+    if name.startswith("svmlight:"):
+      return "none"
+    if scaling == "auto_minmax":
+      return "minmax"
+    raise ValueError(
+        f"{name!r} has no public feature bounds, and min/max scaling reads "
+        f"the data, outside any guarantee. Pass --scaling=auto_minmax to "
+        f"min/max-scale such sets as LIBSVM's svm-scale did for the "
+        f"paper (labelled 'minmax' in the record), or a data-independent "
+        f"--scaling=unit_rows, unit_ball or none.")
+  if scaling == "box" and bounds is None:
+    raise ValueError(f"--scaling=box: {name!r} has no public feature "
+                     f"bounds to map; use unit_rows, unit_ball, none or "
+                     f"(reading the data) minmax.")
+  return scaling
 
 
 def prepare(name, *, data_dir, classes, scaling, evaluate, release):
-  """Loads a dataset as float64 ±1 train/eval arrays and the scaling used."""
+  """Loads a dataset as float64 ±1 train/eval arrays and the scaling used.
+
+  The file's own precision is kept (float64 from svmlight/ARFF files), so
+  a float64 solver follows LIBSVM's path on the same file. With a private
+  ``release`` the rows are also bounded to the unit ball
+  (:func:`release_rows`).
+  """
   ds = data.load_dataset(name, data_dir=data_dir)
-  if scaling in ("auto", "auto_minmax"):
-    if ds.bounds is not None:
-      scaling = "box"
-    elif name.startswith("svmlight:"):
-      scaling = "none"
-    elif scaling == "auto_minmax":
-      scaling = "minmax"
-    else:
-      raise ValueError(
-          f"{name!r} has no public feature bounds, and min/max scaling reads "
-          f"the data, outside any guarantee. Pass --scaling=auto_minmax to "
-          f"min/max-scale such sets as LIBSVM's svm-scale did for the "
-          f"paper (labelled 'minmax' in the record), or a data-independent "
-          f"--scaling=unit_rows, unit_ball or none.")
+  scaling = resolve_scaling(name, scaling, ds.bounds)
   if release != "none":
-    if scaling == "minmax":
-      raise ValueError("--release=output_perturbation needs data-independent "
-                       "scaling; minmax reads the data. Use --scaling="
-                       "unit_rows, unit_ball or none.")
-  keep, y_train = _binary_labels(ds.y_train, classes)
+    check_release_scaling(scaling)
+  keep, y_train = _binary_labels(ds.y_train, classes, name)
   x_train = np.asarray(ds.x_train, np.float64)[keep]
   if evaluate == "test":
     if ds.x_test is None:
-      raise ValueError(f"{name} has no test split; use --eval=train.")
-    keep_t, y_eval = _binary_labels(ds.y_test, classes)
+      raise ValueError(f"--eval=test: {name!r} has no test split; use "
+                       f"--eval=train.")
+    keep_t, y_eval = _binary_labels(ds.y_test, classes, name)
     x_eval = np.asarray(ds.x_test, np.float64)[keep_t]
   else:
     x_eval, y_eval = x_train, y_train
   fit = x_train
-  x_train = _scale(x_train, ds, scaling, fit)
-  x_eval = _scale(x_eval, ds, scaling, fit)
-  if release != "none" and scaling != "unit_ball":
-    x_train = _scale(x_train, ds, "unit_ball", None)
-    x_eval = _scale(x_eval, ds, "unit_ball", None)
+  x_train = _scale(x_train, ds.bounds, scaling, fit)
+  x_eval = _scale(x_eval, ds.bounds, scaling, fit)
+  if release != "none":
+    x_train, x_eval = release_rows(x_train), release_rows(x_eval)
   return x_train, y_train, x_eval, y_eval, scaling
 
 
 # -- one setting --------------------------------------------------------------
 
 def _report(y, scores) -> dict:
-  rep = metrics.binary_report(np.asarray(y, np.int32), np.asarray(scores))
-  return {k: float(rep[k]) for k in METRICS}
+  """The metrics at full precision (float64 scores, Python floats)."""
+  with jax.enable_x64(True):
+    rep = metrics.binary_report(np.asarray(y, np.int32),
+                                np.asarray(scores, np.float64))
+    return {k: float(rep[k]) for k in METRICS}
 
 
 def _mean_metrics(per_repeat):
   return {k: float(np.mean([r[k] for r in per_repeat])) for k in METRICS}
+
+
+def _number(value, flag, *, low=None, low_open=True, integer=False,
+            fix=""):
+  """``value`` checked as a finite number above ``low``; names the flag."""
+  kind = "an integer" if integer else "a finite number"
+  ok = isinstance(value, (int, float, np.integer, np.floating)) and not (
+      isinstance(value, bool))
+  if ok and integer:
+    ok = float(value) == int(value)
+  if ok:
+    ok = bool(np.isfinite(value))
+  if ok and low is not None:
+    ok = value > low if low_open else value >= low
+  if not ok:
+    bound = "" if low is None else (f" {'>' if low_open else '≥'} {low:g}")
+    raise ValueError(f"{flag}={value!r}: must be {kind}{bound}"
+                     f"{'; ' + fix if fix else '.'}")
+  return value
+
+
+def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
+                  c=1.0, kernel="rbf", gamma=None, coef0=0.0, degree=3,
+                  eps_stop=1e-3, max_iter=None, release="none",
+                  release_epsilon=1.0, delta=dpwss.DEFAULT_DELTA, repeats=5,
+                  total_epsilon=None, scaling="auto", evaluate="train",
+                  dtype="float64", **unused) -> None:
+  """Refuses a bad setting before any data is read or code compiled.
+
+  Every message names the flag, the value and the fix.
+
+  Raises:
+    ValueError: the first bad value found.
+  """
+  del unused
+  if wss not in ("wss2", "dpwss"):
+    raise ValueError(f"--wss={wss!r}: choose wss2 or dpwss.")
+  if selection not in dpwss.SELECTIONS:
+    raise ValueError(f"--selection={selection!r}: choose 'paper' (the "
+                     f"paper's DPWSS, no guarantee) or 'private'.")
+  if not (isinstance(delta, (int, float)) and 0.0 < delta < 1.0):
+    raise ValueError(f"--delta={delta!r}: δ must satisfy 0 < δ < 1 "
+                     f"(e.g. --delta=1e-5).")
+  if wss == "dpwss":
+    _number(epsilon, "--epsilon", low=0.0,
+            fix="ε per draw must be > 0 (e.g. --epsilon=1).")
+    if not (isinstance(sigma, (int, float)) and 0.0 < sigma < 1.0):
+      raise ValueError(f"--sigma={sigma!r}: σ must lie in (0, 1) "
+                       f"(e.g. --sigma=0.5).")
+    if total_epsilon is not None:
+      _number(total_epsilon, "--total_epsilon", low=0.0)
+      if max_iter is None:
+        raise ValueError("--total_epsilon needs --max_iter: the budget is "
+                         "split over the selections of max_iter "
+                         "iterations.")
+    if selection == "private" and max_iter is None:
+      raise ValueError("--selection=private runs exactly --max_iter "
+                       "iterations (its stopping rule may not read the "
+                       "data); pass --max_iter=T, e.g. --max_iter=2000.")
+  _number(c, "--c", low=0.0)
+  _number(eps_stop, "--eps_stop", low=0.0)
+  if kernel not in kernels.KERNELS:
+    raise ValueError(f"--kernel={kernel!r}: choose one of {kernels.KERNELS}.")
+  if gamma is not None:
+    _number(gamma, "--gamma", low=0.0, fix="omit it for 1/num_features.")
+  _number(coef0, "--coef0")
+  _number(degree, "--degree", low=1, low_open=False, integer=True)
+  if max_iter is not None:
+    _number(max_iter, "--max_iter", low=1, low_open=False, integer=True)
+  _number(repeats, "--repeats", low=1, low_open=False, integer=True)
+  if release not in ("none", "output_perturbation"):
+    raise ValueError(f"--release={release!r}: choose none or "
+                     f"output_perturbation.")
+  if release != "none":
+    _number(release_epsilon, "--release_epsilon", low=0.0,
+            fix="the release's ε must be > 0 (e.g. --release_epsilon=1).")
+    output_perturbation.check_linear_kernel(kernel)
+    check_release_scaling(scaling)
+  if scaling not in SCALINGS:
+    raise ValueError(f"--scaling={scaling!r}: choose one of {SCALINGS}.")
+  if evaluate not in ("train", "test"):
+    raise ValueError(f"--eval={evaluate!r}: choose train or test.")
+  if dtype not in ("float64", "float32"):
+    raise ValueError(f"--dtype={dtype!r}: choose float64 or float32.")
 
 
 def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
@@ -120,7 +261,7 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
                 release_epsilon=1.0, delta=dpwss.DEFAULT_DELTA, repeats=5,
                 seed=0, dtype="float64", evaluate="train", baseline=None,
                 prepared=None, total_epsilon=None,
-                selection="paper") -> dict:
+                selection="paper", progress=None) -> dict:
   """Trains one setting (all repeats) and returns its JSON record.
 
   ``baseline`` is an optional WSS2 record of the same data/settings for
@@ -129,16 +270,23 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   ``max_iter``) the per-selection ε is derived from that total target:
   a real budget for ``selection="private"`` (2·max_iter draws), a nominal
   one for ``"paper"`` (max_iter draws, none of them DP).
+
+  The record's ``"privacy"`` has exactly the fields of
+  :data:`dpcore.accounting.PRIVACY_FIELDS`; DPWSS-specific figures are in
+  ``"dpwss"`` (:func:`mechanisms.svm.dpwss.selection_report` plus what the
+  privacy covers).
   """
-  dpwss.check_selection(selection)
+  check_setting(wss=wss, selection=selection, epsilon=epsilon, sigma=sigma,
+                c=c, kernel=kernel, gamma=gamma, coef0=coef0, degree=degree,
+                eps_stop=eps_stop, max_iter=max_iter, release=release,
+                release_epsilon=release_epsilon, delta=delta,
+                repeats=repeats, total_epsilon=total_epsilon,
+                scaling=scaling if prepared is None else prepared[4],
+                evaluate=evaluate, dtype=dtype)
   if total_epsilon is not None and wss == "dpwss":
-    if max_iter is None:
-      raise ValueError("--total_epsilon needs --max_iter: the budget is "
-                       "split over the selections of max_iter iterations.")
     epsilon = dpwss.epsilon_per_iteration(total_epsilon, max_iter=max_iter,
                                           delta=delta, selection=selection)
   if release != "none":
-    output_perturbation.check_linear_kernel(kernel)
     release_epsilon = float(release_epsilon)
   if prepared is None:
     prepared = prepare(dataset, data_dir=data_dir, classes=classes,
@@ -151,6 +299,12 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   key = jax.random.fold_in(jax.random.key(seed),
                            zlib.crc32(dataset.encode()))
   train_key, release_key = jax.random.split(key)
+  if progress is not None:
+    progress(f"{dataset}: {wss}"
+             + (f" ({selection}, ε={epsilon:.4g}, σ={sigma:g}, "
+                f"{repeats} repeats)" if wss == "dpwss" else "")
+             + f", shrinking={bool(shrinking)}: compiling and training "
+             f"on {x.shape[0]} rows")
   if wss == "wss2":
     model, compile_s, seconds = common.timed(
         lambda: smo_train.wss2_train(x, y, **common_args))
@@ -164,7 +318,8 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   per_repeat = []
   for m in models:
     rec = _report(y_eval, m.decision_function(x_eval))
-    rec.update(obj=m.objective, iterations=m.iterations,
+    rec.update(obj=float(m.objective), bias=float(m.bias),
+               iterations=int(m.iterations),
                exit_reason=m.exit_reason, n_sv=int(m.support.size))
     per_repeat.append(rec)
   iterations = [r["iterations"] for r in per_repeat]
@@ -190,30 +345,29 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
       "seconds": seconds, "compile_seconds": compile_s,
   }
   # Privacy of everything released, in one ledger.
-  ledger = None
+  ledger = accounting.PrivacyLedger()
   release_rec = None
   if release != "none":
-    ledger = _ledger_with_release(release_epsilon)
+    output_perturbation.record(ledger, epsilon=release_epsilon)
     release_rec = _release(release_key, x, y, x_eval, y_eval, c=c,
                            epsilon=release_epsilon, repeats=repeats)
   if wss == "dpwss":
     record["privacy"] = dpwss.privacy_report(
         epsilon, max(iterations), selection=selection, delta=delta,
         ledger=ledger)
-  elif ledger is not None:
-    g = ledger.guarantee(delta)
-    record["privacy"] = {
-        "epsilon_per_selection": None, "iterations": max(iterations),
-        "epsilon_nominal": None, "epsilon_basic": g.basic_epsilon,
-        "epsilon": g.epsilon, "delta": g.delta}
+    record["dpwss"] = dpwss.selection_report(
+        epsilon, max(iterations), selection=selection, delta=delta)
+  elif release != "none":
+    record["privacy"] = ledger.report(delta)
+    record["dpwss"] = None
   else:
-    record["privacy"] = {
-        "epsilon_per_selection": None, "iterations": max(iterations),
-        "epsilon_nominal": None, "epsilon_basic": float("inf"),
-        "epsilon": float("inf"), "delta": None}
-  record["privacy"]["covers"] = (
+    record["privacy"] = accounting.no_guarantee_record(
+        accounting.NON_PRIVATE)
+    record["dpwss"] = None
+  record["privacy_scope"] = (
       "everything the run publishes: the selection transcript (DPWSS) and "
-      "any released_model; per run, the repeats are independent runs")
+      "any released_model; each repeat counts as its own run (one "
+      "selection transcript and one release each)")
   record["model_is_private"] = release != "none"
   if release_rec is not None:
     record["released_model"] = release_rec
@@ -223,7 +377,8 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
       baseline = run_setting(
           dataset=dataset, wss="wss2", c=c, kernel=kernel, gamma=gamma,
           coef0=coef0, degree=degree, eps_stop=eps_stop, shrinking=shrinking,
-          max_iter=None, dtype=dtype, evaluate=evaluate, prepared=prepared)
+          max_iter=None, dtype=dtype, evaluate=evaluate, prepared=prepared,
+          delta=delta, progress=progress)
     record["wss2_obj"] = baseline["obj"]
     record["wss2_iterations"] = baseline["iterations"]
     record["obj_error"] = abs(record["obj"] - baseline["obj"])
@@ -246,22 +401,42 @@ def _privacy_note(wss, selection) -> str:
           "2T selected indices (replace-one neighbours). " + model)
 
 
-def _ledger_with_release(epsilon):
-  ledger = accounting.PrivacyLedger()
-  ledger.record_pure(epsilon, label="output_perturbation")
-  return ledger
+# -- the private release and its scaling rules --------------------------------
+
+
+def check_release_scaling(scaling) -> None:
+  """A private release needs data-independent scaling (not ``minmax``)."""
+  if scaling in ("minmax", "auto_minmax"):
+    raise ValueError(
+        f"--release=output_perturbation needs data-independent scaling; "
+        f"--scaling={scaling} reads the data (min/max). Use --scaling="
+        f"unit_rows, unit_ball, box or none.")
+
+
+def release_rows(x) -> np.ndarray:
+  """Rows bounded to the unit ball (x/max(1, ‖x‖); non-finite rows → 0).
+
+  Output perturbation's sensitivity 2C assumes ‖x‖ ≤ 1; this per-row,
+  data-independent map makes it hold (:func:`dpcore.clipping.clip_rows`).
+  """
+  with jax.enable_x64(True):
+    return np.asarray(clipping.clip_rows(np.asarray(x, np.float64),
+                                         max_norm=1.0), np.float64)
 
 
 def _release(key, x, y, x_eval, y_eval, *, c, epsilon, repeats) -> dict:
-  """Output-perturbed linear models (one noise draw per repeat)."""
+  """Output-perturbed linear models (one noise draw per repeat).
+
+  Its ledger entry is :func:`mechanisms.erm.output_perturbation.record`.
+  """
   releases = output_perturbation.private_linear_svms(
       jax.random.split(key, repeats), x, y, c=c, epsilon=epsilon)
   per = [_report(y_eval, rel.decision_function(x_eval)) for rel in releases]
   return {"epsilon": epsilon, "delta": 0.0,
           "privacy_scope": "the released (w, b) alone, fitted on the data "
                            "independently of the SMO run",
-          "sensitivity": 2 * c,
-          "noise_scale": 2 * c / epsilon,
+          "sensitivity": output_perturbation.sensitivity(c),
+          "noise_scale": output_perturbation.sensitivity(c) / epsilon,
           "bias": "constant feature appended: x~ = [x, 1]/sqrt(2)",
           **_mean_metrics(per), "per_repeat": per}
 
@@ -277,21 +452,63 @@ def _prepare_for_table(name: str, settings: dict):
                  release="none")
 
 
-def run_table(*, datasets, out, table_md=None, **settings) -> list[dict]:
-  """The paper's Table-3 grid on each dataset; resumes from ``out``."""
+def check_datasets(datasets, settings: dict) -> None:
+  """Resolves every name of a ``--dataset=a,b`` list before any run.
+
+  Raises:
+    ValueError: an empty list or an unknown name.
+    FileNotFoundError: a set's files are missing.
+  """
+  if not datasets:
+    raise ValueError("--dataset: give at least one name (e.g. heart).")
+  for name in datasets:
+    data.check_dataset(name, data_dir=settings.get("data_dir"))
+
+
+def _prepare_all(datasets, settings: dict, progress) -> dict:
+  """Every data set of a table, loaded and checked before the first run."""
+  check_datasets(datasets, settings)
+  prepared = {}
+  for name in datasets:
+    progress(f"{name}: loading and checking")
+    prepared[name] = _prepare_for_table(name, settings)
+  return prepared
+
+
+def _skipping(grid_args, done, name, progress) -> None:
+  finished = sum(run_setting_key(a) in done for a in grid_args)
+  if finished:
+    progress(f"{name}: skipping {finished} finished runs (found in --out)")
+
+
+def run_table(*, datasets, out, table_md=None, progress=common.progress,
+              **settings) -> list[dict]:
+  """The paper's Table-3 grid on each dataset; resumes from ``out``.
+
+  Every data set is loaded and checked before the first run; each record
+  is printed, then appended to ``out`` (:func:`launch.common.emit_record`).
+  """
+  check_setting(**settings)
+  prepared_all = _prepare_all(datasets, settings, progress)
   done = common.done_keys(out, KEY_FIELDS)
   records = []
-  for name in datasets:
-    prepared = _prepare_for_table(name, settings)
+  for d, name in enumerate(datasets, 1):
+    progress(f"dataset {d}/{len(datasets)}: {name}")
+    prepared = prepared_all[name]
+    base_args = {k: v for k, v in settings.items() if k != "data_dir"}
+    base_args.update(dataset=name, prepared=prepared)
+    grid = [dict(base_args, shrinking=sh, wss="wss2") for sh in (True, False)]
+    grid += [dict(base_args, shrinking=sh, wss="dpwss", epsilon=e, sigma=g)
+             for sh in (True, False) for e, g in TABLE_GRID]
+    _skipping(grid, done, name, progress)
     for shrinking in (True, False):
-      base_args = {k: v for k, v in settings.items()
-                   if k not in ("data_dir",)}
-      base_args.update(dataset=name, shrinking=shrinking, prepared=prepared)
-      baseline = _cached(records, out, done, dict(base_args, wss="wss2"))
+      args = dict(base_args, shrinking=shrinking)
+      baseline = _cached(records, out, done, dict(args, wss="wss2"),
+                         progress=progress)
       for eps, sig in TABLE_GRID:
         _cached(records, out, done,
-                dict(base_args, wss="dpwss", epsilon=eps, sigma=sig),
-                baseline=baseline)
+                dict(args, wss="dpwss", epsilon=eps, sigma=sig),
+                baseline=baseline, progress=progress)
   if table_md:
     all_records = common.read_jsonl(out)
     with open(table_md, "w", encoding="utf-8") as f:
@@ -300,20 +517,20 @@ def run_table(*, datasets, out, table_md=None, **settings) -> list[dict]:
   return records
 
 
-def _cached(records, out, done, args, baseline=None):
+def _cached(records, out, done, args, baseline=None,
+            progress=common.progress):
   probe = run_setting_key(args)
   if probe in done:
     for r in reversed(common.read_jsonl(out)):
       if common.record_key(r, KEY_FIELDS) == probe:
         records.append(r)
         return r
-  common.progress(f"{args['dataset']} {args['wss']} "
-                  f"{args.get('selection', '')} eps={args.get('epsilon')} "
-                  f"total={args.get('total_epsilon')} "
-                  f"T={args.get('max_iter')} sigma={args.get('sigma')} "
-                  f"shrinking={args['shrinking']}")
-  rec = run_setting(baseline=baseline, **args)
-  common.append_jsonl(out, rec)
+  rec = run_setting(baseline=baseline, progress=progress, **args)
+  common.emit_record(rec, out)
+  progress(f"{args['dataset']}: done in {rec['seconds']:.1f}s "
+           f"(+{rec['compile_seconds']:.1f}s compiling), "
+           f"{rec['iterations']:,.0f} iterations, accuracy "
+           f"{rec['accuracy']:.4f}")
   records.append(rec)
   return rec
 
@@ -398,7 +615,7 @@ def _cell(record, metric):
     privacy = record["privacy"]
     if metric == "epsilon_guarantee":
       return "none" if privacy.get("epsilon") is None else privacy["epsilon"]
-    return privacy.get(metric)
+    return (record.get("dpwss") or {}).get(metric)
   return record.get(metric)
 
 
@@ -420,7 +637,8 @@ def run_selection_comparison(*, datasets, out, table_md=None,
                              paper_settings=PAPER_SETTINGS,
                              total_epsilons=PRIVATE_TOTAL_EPSILONS,
                              iterations=PRIVATE_ITERATIONS,
-                             sigma=PRIVATE_SIGMA, **settings) -> list[dict]:
+                             sigma=PRIVATE_SIGMA, progress=common.progress,
+                             **settings) -> list[dict]:
   """WSS2, the paper's selection and the private one, on each dataset.
 
   Shrinking off everywhere (the private selection scores every row). The
@@ -429,25 +647,33 @@ def run_selection_comparison(*, datasets, out, table_md=None,
   run's δ) over exactly T iterations, T from ``iterations``. Resumes from
   ``out``; writes :func:`selection_markdown` to ``table_md``.
   """
+  settings = {k: v for k, v in settings.items()
+              if k not in ("shrinking", "max_iter", "selection",
+                           "total_epsilon")}
+  check_setting(**settings, sigma=sigma)
+  for total in total_epsilons:
+    _number(total, "--total_epsilons", low=0.0)
+  for steps in iterations:
+    _number(steps, "--iterations", low=1, low_open=False, integer=True)
+  prepared_all = _prepare_all(datasets, settings, progress)
   done = common.done_keys(out, KEY_FIELDS)
   records = []
-  settings = {k: v for k, v in settings.items() if k != "shrinking"}
-  for name in datasets:
-    prepared = _prepare_for_table(name, settings)
-    base_args = {k: v for k, v in settings.items()
-                 if k not in ("data_dir", "max_iter")}
-    base_args.update(dataset=name, shrinking=False, prepared=prepared)
-    baseline = _cached(records, out, done, dict(base_args, wss="wss2"))
-    for eps, sig in paper_settings:
-      _cached(records, out, done,
-              dict(base_args, wss="dpwss", selection="paper", epsilon=eps,
-                   sigma=sig), baseline=baseline)
-    for steps in iterations:
-      for total in total_epsilons:
-        _cached(records, out, done,
-                dict(base_args, wss="dpwss", selection="private",
-                     sigma=sigma, max_iter=int(steps),
-                     total_epsilon=float(total)), baseline=baseline)
+  for d, name in enumerate(datasets, 1):
+    progress(f"dataset {d}/{len(datasets)}: {name}")
+    base_args = {k: v for k, v in settings.items() if k != "data_dir"}
+    base_args.update(dataset=name, shrinking=False,
+                     prepared=prepared_all[name])
+    grid = [dict(base_args, wss="wss2")]
+    grid += [dict(base_args, wss="dpwss", selection="paper", epsilon=eps,
+                  sigma=sig) for eps, sig in paper_settings]
+    grid += [dict(base_args, wss="dpwss", selection="private", sigma=sigma,
+                  max_iter=int(steps), total_epsilon=float(total))
+             for steps in iterations for total in total_epsilons]
+    _skipping(grid, done, name, progress)
+    baseline = _cached(records, out, done, grid[0], progress=progress)
+    for args in grid[1:]:
+      _cached(records, out, done, args, baseline=baseline,
+              progress=progress)
   if table_md:
     with open(table_md, "w", encoding="utf-8") as f:
       f.write(selection_markdown(common.read_jsonl(out), datasets))

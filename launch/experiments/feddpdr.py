@@ -1,15 +1,22 @@
-"""Experiment logic of ``launch.feddpdr`` (no flags; importable anywhere).
+"""Experiment harness of ``launch.feddpdr`` (no flags; importable anywhere).
 
-See ``launch/feddpdr.py`` for the command line and sweeps.
+The library (:mod:`federated.feddpdr`) calibrates, trains and evaluates;
+this module times it, builds the JSON records, runs the budget table of the
+main command and the paper's sweeps (with resume), and turns on JAX's
+persistent compilation cache. See ``launch/feddpdr.py`` for the command
+line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 
 import jax
 import numpy as np
 
+from dpcore import accounting, clipping
 from federated import feddpdr, partition, sharding
 from launch import common
 from launch.data import loaders as data_lib
@@ -24,6 +31,27 @@ KEY_FIELDS = ("sweep", "dataset", "mechanism", "epsilon", "delta", "k",
               "sizes", "lam", "loss", "aggregation", "model_aggregation",
               "calibration", "budget_per_classifier", "neighbouring", "seed",
               "seeds")
+# The settings a non-private run does not use: null in its record.
+BUDGET_FIELDS = ("epsilon", "delta", "calibration", "budget_per_classifier",
+                 "pca_fraction", "neighbouring")
+LABELS = {"nonpriv": "Non-Priv", "dpml": "DPML", "dpdr_dpml": "DPDR-DPML",
+          "feddpdr": "FedDPDR-DPML"}
+DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dpjax", "jax")
+
+
+def enable_compilation_cache(path: str | None = DEFAULT_CACHE_DIR) -> None:
+  """Turns on JAX's persistent compilation cache in ``path`` (None: off).
+
+  Every program that took over 0.1 s to compile is kept, so a second run
+  of the same settings loads its executables instead of compiling them.
+  """
+  if not path:
+    return
+  path = os.path.expanduser(path)
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +70,12 @@ def prepare_data(name: str, *, data_dir: str | None, seed: int) -> Prepared:
   ds = data_lib.load_dataset(name, data_dir=data_dir)
   x_train, x_test, bounds = ds.x_train, ds.x_test, ds.bounds
   if name == "cifar10":
-    from launch import hog  # only CIFAR needs it
+    from launch.data import hog  # only CIFAR needs it
     common.progress("computing HOG features (cell 4, 9 bins, block 2)")
     x_train = hog.hog_features(x_train, ds.image_shape)
     x_test = hog.hog_features(x_test, ds.image_shape)
     bounds = None  # HOG blocks are already normalised; rows get unit norm
-  x_train = data_lib.unit_rows(x_train, bounds)
+  x_train = np.asarray(clipping.unit_rows(x_train, bounds))
   classes = tuple(np.unique(ds.y_train).tolist())
   y_train = np.searchsorted(classes, ds.y_train)
   if x_test is None:
@@ -58,7 +86,7 @@ def prepare_data(name: str, *, data_dir: str | None, seed: int) -> Prepared:
     x_test, y_test = x_train[test], y_train[test]
     x_train, y_train = x_train[train], y_train[train]
   else:
-    x_test = data_lib.unit_rows(x_test, bounds)
+    x_test = np.asarray(clipping.unit_rows(x_test, bounds))
     outside = sorted(set(np.unique(ds.y_test).tolist()) - set(classes))
     if outside:
       raise ValueError(f"test labels {outside} are not in the training "
@@ -67,18 +95,68 @@ def prepare_data(name: str, *, data_dir: str | None, seed: int) -> Prepared:
   return Prepared(name, x_train, y_train, x_test, y_test, classes)
 
 
+def _fix(rows: int, participants: int) -> str:
+  """How to make --participants x --n_per_participant fit in ``rows``."""
+  if participants > rows:
+    return f"lower --participants to at most {rows}"
+  return (f"lower --n_per_participant to at most {rows // participants} "
+          f"or --participants")
+
+
 def resolve_sizes(*, available: int, participants: int, n_per: int,
-                  sizes, n_per_explicit: bool) -> tuple[int, ...]:
-  """Participant sizes from the flags (see the module docstring)."""
-  if sizes:
-    return partition.check_sizes([int(s) for s in sizes], available)
-  if participants * n_per > available and not n_per_explicit:
-    capped = available // participants
-    common.progress(
-        f"note: {participants} x {n_per} rows exceed the {available} "
-        f"training rows; using n_per_participant={capped}")
-    n_per = capped
-  return partition.even_sizes(available, participants, n_per)
+                  sizes) -> tuple[int, ...]:
+  """Participant sizes from the flags, checked against the training rows.
+
+  ``sizes`` (``--sizes``) wins over ``participants`` × ``n_per``
+  (``--participants`` × ``--n_per_participant``); either must fit in the
+  ``available`` rows, or the message names the flags and the rows there
+  are.
+  """
+  if sizes is not None:
+    sizes = [int(s) for s in sizes]
+    if not sizes:
+      raise ValueError("--sizes is empty; give rows per participant, e.g. "
+                       "--sizes=100,200, or leave it out.")
+    if min(sizes) < 1:
+      raise ValueError(f"--sizes={','.join(map(str, sizes))}: every "
+                       f"participant needs at least one row.")
+    if sum(sizes) > available:
+      raise ValueError(
+          f"--sizes={','.join(map(str, sizes))} asks for {sum(sizes)} rows "
+          f"but the data set has {available} training rows; lower --sizes.")
+    return partition.check_sizes(sizes, available)
+  if participants < 1 or n_per < 1:
+    raise ValueError(
+        f"--participants={participants} and --n_per_participant={n_per} "
+        f"must both be >= 1.")
+  if participants * n_per > available:
+    raise ValueError(
+        f"--participants={participants} x --n_per_participant={n_per} = "
+        f"{participants * n_per} rows exceeds the {available} training rows "
+        f"of the data set; {_fix(available, participants)}.")
+  return (n_per,) * participants
+
+
+def check_against_data(config: feddpdr.Config, *, d: int, num_classes: int,
+                       sizes) -> None:
+  """The checks that need the data's shape, with the flags' names."""
+  if config.mechanism != "dpml" and config.k > d:
+    raise ValueError(f"--k={config.k} exceeds the data dimension d={d}; "
+                     f"choose --k <= {d}.")
+  if num_classes < 2:
+    raise ValueError(f"the data set has {num_classes} class(es); a "
+                     f"classifier needs at least 2.")
+  feddpdr.prepare(sizes, d=d, num_classes=num_classes, config=config)
+
+
+def record_settings(config: feddpdr.Config) -> dict:
+  settings = {f.name: getattr(config, f.name)
+              for f in dataclasses.fields(config)}
+  if not config.private:
+    settings.update({f: None for f in BUDGET_FIELDS})
+  if config.mechanism == "dpml":
+    settings["k"] = None  # no PCA
+  return settings
 
 
 def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
@@ -87,92 +165,201 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
             participant_chunk: int | None = None) -> dict:
   """One experiment: partition from ``seed``, train ``seeds`` repeats.
 
-  ``shard`` splits the participant axis over the local devices
-  (:func:`federated.sharding.participant_mesh`); the numbers are the same.
-  ``participant_chunk`` maps that many participants at a time, which bounds
-  peak memory for many participants (:func:`federated.feddpdr.run`).
+  Times the jitted training (``first_call_seconds``: compile, or a load
+  from the persistent cache, plus one run; ``seconds``: median of
+  ``timing_repeats`` further runs). ``shard`` splits the participant axis
+  over the local devices; ``participant_chunk`` maps that many
+  participants at a time (:func:`federated.feddpdr.run`).
+
+  Returns:
+    The JSON record: settings (budget fields null for ``nonpriv``),
+    results of :func:`federated.feddpdr.summarise`, timings.
   """
   key = jax.random.key(seed)
+  chunk = feddpdr.check_chunk(participant_chunk)
   mesh = sharding.participant_mesh(len(sizes)) if shard else None
   parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
                               prepared.y_train, sizes=sizes)
-  result = feddpdr.run(jax.random.fold_in(key, 1), parts, prepared.x_test,
-                       prepared.y_test, num_classes=len(prepared.classes),
-                       config=config, seeds=seeds,
-                       timing_repeats=timing_repeats, mesh=mesh,
-                       participant_chunk=participant_chunk)
+  num_classes = len(prepared.classes)
+  plan = feddpdr.prepare(parts.sizes, d=prepared.x_train.shape[1],
+                         num_classes=num_classes, config=config)
+  feddpdr.check_data(parts, prepared.x_test, prepared.y_test,
+                     num_classes=num_classes)
+  with jax.enable_x64(True):
+    args = feddpdr.train_arguments(jax.random.fold_in(key, 1), parts, plan,
+                                   seeds=seeds, mesh=mesh)
+    run = lambda: feddpdr.train(*args, config=config,  # noqa: E731
+                                num_classes=num_classes, mesh=mesh,
+                                chunk=chunk)
+    start = time.perf_counter()
+    out = jax.block_until_ready(run())
+    first = time.perf_counter() - start
+    times, cpu_times = [], []
+    for _ in range(timing_repeats):
+      start, cpu_start = time.perf_counter(), time.process_time()
+      out = jax.block_until_ready(run())
+      times.append(time.perf_counter() - start)
+      cpu_times.append(time.process_time() - cpu_start)
+    acc, per = feddpdr.evaluate(out, prepared.x_test, prepared.y_test,
+                                config=config, num_classes=num_classes,
+                                chunk=chunk)
+    result = feddpdr.summarise(plan, out, acc, per, config=config)
+  seconds = float(np.median(times)) if times else first
   record = {
       "dataset": prepared.name,
       "mechanism": config.mechanism,
-      "epsilon": config.epsilon,
-      "delta": config.delta,
+      "epsilon": config.epsilon if config.private else None,
+      "delta": config.delta if config.private else None,
       "k": config.k if config.mechanism != "dpml" else None,
       "participants": len(sizes),
       "sizes": list(sizes),
       "accuracy": result.pop("accuracy"),
-      "seconds": result.pop("seconds"),
-      "compile_seconds": result.pop("compile_seconds"),
       "privacy": result.pop("privacy"),
-      "grad_norm_max": result.pop("grad_norm_max"),
+      "seconds": seconds,
+      "cpu_seconds": float(np.median(cpu_times)) if cpu_times else None,
+      "first_call_seconds": first,
+      "compile_seconds": max(first - seconds, 0.0),
       **result,
-      **{f.name: getattr(config, f.name)
-         for f in dataclasses.fields(config)},
+      **record_settings(config),
       "seed": seed,
+      "seeds": seeds,
       "test_rows": len(prepared.y_test),
-      "num_classes": len(prepared.classes),
+      "num_classes": num_classes,
+      "devices": 1 if mesh is None else int(mesh.size),
+      "participant_chunk": chunk,
       "device": jax.devices()[0].platform,
   }
-  record["k"] = config.k if config.mechanism != "dpml" else None  # no PCA
   record.update(extra or {})
   return record
 
 
-def experiment(*, dataset: str, data_dir, participants: int, n_per: int,
-               n_per_explicit: bool, sizes, seed: int, seeds: int,
-               config: feddpdr.Config, out: str | None,
-               shard: bool = False,
-               participant_chunk: int | None = None) -> dict:
-  """One run from the flags' values: data, sizes, training, JSON record."""
-  prepared = prepare_data(dataset, data_dir=data_dir, seed=seed)
-  sizes = resolve_sizes(available=len(prepared.y_train),
-                        participants=participants, n_per=n_per, sizes=sizes,
-                        n_per_explicit=n_per_explicit)
-  record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                   config=config, shard=shard,
-                   participant_chunk=participant_chunk)
-  common.emit_record(record, out)
-  return record
+def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
+                 base: feddpdr.Config, epsilons, baseline: bool,
+                 out: str | None, shard: bool = False,
+                 participant_chunk: int | None = None) -> list[dict]:
+  """The main command: accuracy against ε, and the non-private baseline.
+
+  Runs ``base.mechanism`` at each ε of ``epsilons`` (one compiled program
+  for all of them: ε is traced) and, with ``baseline``, the non-private
+  pipeline; emits each record as it comes and prints a table on stderr.
+  """
+  # The baseline first: its program compiles fastest (no noise samplers),
+  # so a first result comes soonest.
+  configs = []
+  if baseline or not base.private:
+    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
+  if base.private:
+    configs += [dataclasses.replace(base, epsilon=float(e))
+                for e in epsilons]
+  records, seen = [], set()
+  for i, config in enumerate(configs):
+    program = (config.static, len(sizes))
+    what = ("compiling (or loading from the JAX cache)" if program not in seen
+            else "running (compiled program reused)")
+    seen.add(program)
+    eps = f" eps={config.epsilon:g}" if config.private else ""
+    common.progress(f"{i + 1}/{len(configs)} {LABELS[config.mechanism]}"
+                    f"{eps}: {what} ...")
+    record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
+                     config=config, shard=shard,
+                     participant_chunk=participant_chunk,
+                     extra={"sweep": "budget_table"})
+    common.emit_record(record, out)
+    records.append(record)
+  common.progress("done\n" + format_table(records))
+  return records
+
+
+def _eps(value) -> str:
+  return "-" if value is None else f"{value:.3g}"
+
+
+def format_table(records) -> str:
+  """A short human-readable table: accuracy against the ε that holds."""
+  r0 = records[0]
+  head = (f"{r0['dataset']}: {r0['participants']} participants x "
+          f"{r0['sizes'][0]} rows, k={r0['k']}, {r0['num_classes']} "
+          f"classes, {r0['test_rows']} test rows, {r0['seeds']} seed(s)")
+  lines = [head,
+           f"  {'mechanism':<14}{'epsilon (holds)':>16}{'delta':>9}"
+           f"{'paper eps':>11}{'accuracy':>10}{'± std':>8}"]
+  for r in records:
+    p = r["privacy"]
+    if p["epsilon"] is None:
+      holds, delta, nominal = "none (no DP)", "-", "-"
+    else:
+      holds, delta = _eps(p["epsilon"]), f"{p['delta']:.0e}"
+      nominal = (_eps(p["epsilon_nominal"])
+                 if p["epsilon_nominal"] != p["epsilon"] else "same")
+    lines.append(f"  {LABELS.get(r['mechanism'], r['mechanism']):<14}"
+                 f"{holds:>16}{delta:>9}{nominal:>11}"
+                 f"{r['accuracy']:>10.3f}{r['accuracy_std']:>8.3f}")
+  lines.append("  (epsilon (holds): the ledger's composed guarantee per "
+               "participant; paper eps: eps1 + eps2 as the paper counts it)")
+  return "\n".join(lines)
 
 
 def sweep_points(name: str, *, d: int, available: int, n_default: int,
                  participants: int, mechanisms, epsilon: float,
                  k: int = 20):
-  """(sweep, mechanism, k, epsilon, sizes) tuples of one paper grid."""
+  """(sweep, mechanism, k, epsilon, sizes) tuples of one paper grid.
+
+  ``nonpriv`` takes no ε: it is run once per grid point of the other axes
+  (ε None; plotted flat across ε).
+  """
   even = (n_default,) * participants
+
+  def eps_of(mech, e):
+    return None if mech == "nonpriv" else e
+
   points = []
   if name == "fig2":
     for mech in mechanisms:
       ks = [kk for kk in PAPER_K if kk <= d] if mech != "dpml" else [k]
-      points += [("fig2", mech, kk, epsilon, even) for kk in ks]
+      points += [("fig2", mech, kk, eps_of(mech, epsilon), even)
+                 for kk in ks]
   elif name == "fig3":
     points = [("fig3", m, k, e, even) for e in PAPER_EPSILON
-              for m in mechanisms]
+              for m in mechanisms if m != "nonpriv"]
+    if "nonpriv" in mechanisms:
+      points.append(("fig3", "nonpriv", k, None, even))
   elif name == "fig4":
-    points = [("fig4", m, k, epsilon, (n,) * participants)
+    points = [("fig4", m, k, eps_of(m, epsilon), (n,) * participants)
               for n in PAPER_N if n * participants <= available
               for m in mechanisms]
   elif name == "fig5":
-    points = [("fig5", m, k, epsilon, s) for s in PAPER_UNEVEN
+    points = [("fig5", m, k, eps_of(m, epsilon), s) for s in PAPER_UNEVEN
               if sum(s) <= available for m in mechanisms]
   elif name == "table3":
-    points = [("table3", m, k, epsilon, even) for m in mechanisms]
+    points = [("table3", m, k, eps_of(m, epsilon), even)
+              for m in mechanisms]
   return [p for p in points if p[1] == "dpml" or p[2] <= d]
+
+
+def _probe(sweep_name, dataset, config, *, k, sizes, seed, seeds) -> dict:
+  settings = record_settings(config)
+  return {"sweep": sweep_name, "dataset": dataset,
+          "mechanism": config.mechanism, "epsilon": settings["epsilon"],
+          "delta": settings["delta"],
+          "k": k if config.mechanism != "dpml" else None,
+          "sizes": list(sizes), "lam": config.lam, "loss": config.loss,
+          "aggregation": config.aggregation,
+          "model_aggregation": config.model_aggregation,
+          "calibration": settings["calibration"],
+          "budget_per_classifier": settings["budget_per_classifier"],
+          "neighbouring": settings["neighbouring"], "seed": seed,
+          "seeds": seeds}
 
 
 def sweep(*, dataset: str, data_dir, sweep_name: str, mechanisms, seed: int,
           seeds: int, out: str, base: feddpdr.Config, participants: int,
           n_per: int, plot: bool) -> dict:
-  """Runs a paper grid, skipping runs already in ``out``; plots at the end."""
+  """Runs a paper grid, skipping runs already in ``out``; plots at the end.
+
+  Resume: a run whose settings (:data:`KEY_FIELDS`) are in ``out`` is not
+  run again; a last line cut off by a crash is set aside by
+  :func:`launch.common.emit_record` and that run is done again.
+  """
   prepared = prepare_data(dataset, data_dir=data_dir, seed=seed)
   available = len(prepared.y_train)
   d = prepared.x_train.shape[1]
@@ -187,19 +374,14 @@ def sweep(*, dataset: str, data_dir, sweep_name: str, mechanisms, seed: int,
                           mechanisms=mechanisms, epsilon=base.epsilon,
                           k=base.k)
     for i, (sname, mech, k, eps, sizes) in enumerate(points):
-      config = dataclasses.replace(base, mechanism=mech, k=k, epsilon=eps)
+      config = dataclasses.replace(
+          base, mechanism=mech, k=k,
+          epsilon=base.epsilon if eps is None else eps)
       run_seeds = 1 if sname == "table3" else seeds
-      probe = {"sweep": sname, "dataset": dataset, "mechanism": mech,
-               "epsilon": eps, "delta": config.delta,
-               "k": k if mech != "dpml" else None, "sizes": list(sizes),
-               "lam": config.lam, "loss": config.loss,
-               "aggregation": config.aggregation,
-               "model_aggregation": config.model_aggregation,
-               "calibration": config.calibration,
-               "budget_per_classifier": config.budget_per_classifier,
-               "neighbouring": config.neighbouring, "seed": seed,
-               "seeds": run_seeds}
-      if common.record_key(probe, KEY_FIELDS) in done:
+      probe = _probe(sname, dataset, config, k=k, sizes=sizes, seed=seed,
+                     seeds=run_seeds)
+      key = common.record_key(probe, KEY_FIELDS)
+      if key in done:
         continue
       common.progress(f"{sname} {i + 1}/{len(points)}: {mech} k={k} "
                       f"eps={eps} sizes={sizes}")
@@ -210,8 +392,11 @@ def sweep(*, dataset: str, data_dir, sweep_name: str, mechanisms, seed: int,
                          extra={"sweep": sname})
       except (ValueError, feddpdr.ConvergenceError,
               jax.errors.JaxRuntimeError) as err:
-        record = {**probe, "accuracy": None, "error": str(err)}
+        record = {**probe, "accuracy": None, "error": str(err),
+                  "privacy": (accounting.no_guarantee_record(
+                      f"run failed: {err}"))}
       common.emit_record(record, out)
+      done.add(key)
       last = record
   if plot:
     from launch import plot_feddpdr  # matplotlib only when plotting

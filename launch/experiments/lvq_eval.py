@@ -19,10 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import dpsgd, validation
+from dpcore import accounting, dpsgd, validation
 from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import model as lvq
 from mechanisms.lvq import train as lvq_train
+
+
+def sgd_steps(epochs: int, sampling_rate: float) -> int:
+  """The (DP-)SGD steps of one run: :func:`dpcore.dpsgd.num_steps`."""
+  return dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
 
 
 class CVResult(NamedTuple):
@@ -120,6 +125,9 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
     keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
     train_idx = np.concatenate([train_idx, np.repeat(train_idx[-1:], pad, 0)])
     test_idx = np.concatenate([test_idx, np.repeat(test_idx[-1:], pad, 0)])
+  if progress is not None:
+    progress(f"{config.model}/{config.trainer}: compiling {chunk} vmapped "
+             f"runs ({runs} runs in {n_chunks} chunk(s))")
   start = time.perf_counter()
   compiled = batched.lower(keys[:chunk], train_idx[:chunk],
                            test_idx[:chunk]).compile()
@@ -165,10 +173,14 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
 
   For ``trainer="dpsgd"``, ``epsilon`` is the total target; ε₁ =
   ``init_fraction``·ε goes to the Laplace initialisation and σ is chosen
-  for ε₂ = ε − ε₁ by ``sigma_rule``. The record's ``privacy.epsilon`` is the
-  composed guarantee of one trained model (PrivacyLedger: the best of basic,
-  RDP and PLD composition at ``delta``), ``epsilon_sgd`` the RDP ε of the
-  DP-SGD part alone. Non-private trainers report ``privacy = None``.
+  for ε₂ = ε − ε₁ by ``sigma_rule``. The record's ``"privacy"`` is
+  ``ledger.report(delta)`` of one trained model (fields
+  :data:`dpcore.accounting.PRIVACY_FIELDS`: the best of basic, RDP and PLD
+  composition at ``delta``; the target ε as ``epsilon_nominal``); the plan's
+  figures (σ, ε₁, the DP-SGD part's own ε, steps) are under ``"dpsgd"``.
+  Non-private trainers report
+  ``accounting.no_guarantee_record(accounting.NON_PRIVATE)`` and
+  ``"dpsgd": None``.
   """
   if trainer == "dpsgd":
     if epsilon is None:
@@ -179,12 +191,17 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
                             high_inclusive=True)
   validation.check_positive(clip_norm, "clip")
   n, dim = np.shape(x)
+  folds = validation.check_positive_int(folds, "folds")
+  if folds < 2 or n < folds:
+    raise ValueError(
+        f"folds must be ≥ 2 and ≤ the number of rows ({n}), got {folds}.")
   size = n // folds
   n_train = size if train_on_one_fold else size * (folds - 1)
-  steps = max(1, round(epochs / sampling_rate))
+  steps = sgd_steps(epochs, sampling_rate)
   max_batch = dpsgd.max_batch_size(n_train, sampling_rate=sampling_rate,
                                    steps=steps)
-  privacy = None
+  privacy = accounting.no_guarantee_record(accounting.NON_PRIVATE)
+  details = None
   sigma = init_sigma = 0.0
   eps_init = 0.1
   if trainer == "dpsgd":
@@ -195,19 +212,21 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
         num_examples=n_train, max_batch=max_batch)
     sigma, eps_init = plan.noise_multiplier, plan.epsilon_init
     init_sigma = plan.init_noise_multiplier
-    g = plan.ledger.guarantee(delta)
+    privacy = plan.ledger.report(
+        delta, nominal_epsilon=epsilon,
+        nominal_note="the target total ε (private init + DP-SGD) the noise "
+                     "was calibrated for")
     sgd_entry = next(e for e in plan.ledger.entries if e.label == "dpsgd")
-    privacy = {
-        "epsilon": g.epsilon, "delta": g.delta, "method": g.method,
-        "epsilon_basic": g.basic_epsilon,
+    details = {
         "noise_multiplier": sigma, "epsilon_init": eps_init,
         "epsilon_sgd": sgd_entry.epsilon,
         "epsilon_sgd_target": plan.epsilon_sgd_target,
-        "nominal_epsilon": epsilon, "sigma_rule": sigma_rule,
-        "steps": steps, "neighbouring": "add/remove one row",
+        "sigma_rule": sigma_rule, "steps": steps,
+        "neighbouring": "add/remove one row",
         "init_mechanism": init_mechanism,
         "init_noise_multiplier": init_sigma,
-        "truncation_probability": g.truncation_probability,
+        "scope": "one trained model, on its own training set (the "
+                 "evaluation protocol is not a release)",
     }
   config = lvq_train.TrainConfig(
       model=model, trainer=trainer, num_classes=num_classes,
@@ -233,7 +252,8 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
       else 0.0,
       "errors": res.errors.ravel().tolist(),
       "seconds": res.seconds, "compile_seconds": res.compile_seconds,
-      "privacy": privacy, "folds": folds, "repeats": repeats,
+      "privacy": privacy, "dpsgd": details, "folds": folds,
+      "repeats": repeats,
       "train_on": "one_fold" if train_on_one_fold else "other_folds",
       "n_train": res.n_train, "n_test": res.n_test, "steps": steps,
       "max_batch": max_batch, "overflow_steps": res.overflow_steps,

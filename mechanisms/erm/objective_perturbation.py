@@ -129,6 +129,16 @@ def perturbation_params(*, epsilon: float, n: int, lam: float,
                             c=c)
 
 
+def record(ledger, *, epsilon: float, count: int = 1,
+           label: str = "objective_perturbation") -> None:
+  """Puts ``count`` ε-DP fits (replace-one neighbours) into ``ledger``.
+
+  ``epsilon`` is the ε given to :func:`perturbation_params` for each fit;
+  the guarantee assumes each released fit converged (module docstring).
+  """
+  ledger.record_pure(epsilon, label=label, count=count)
+
+
 def perturbation_noise(key: jax.Array, dim: int, *, p, dtype=jnp.float64
                        ) -> jax.Array:
   """b ∈ R^dim with density ∝ exp(−(p/2)‖b‖): ‖b‖ ~ Gamma(dim, 2/p)."""

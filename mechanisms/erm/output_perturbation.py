@@ -219,3 +219,26 @@ def private_linear_svms(keys: jax.Array, x, y, *, c: float, epsilon: float,
         epochs=epochs, gap=gap, exact_w=w_aug[:-1] * BIAS_SCALE,
         exact_b=float(w_aug[-1] * BIAS_SCALE)))
   return releases
+
+
+def record(ledger, *, epsilon: float, count: int = 1,
+           label: str = "output_perturbation"):
+  """Enters ``count`` releases of :func:`private_linear_svm` in ``ledger``.
+
+  Each release is pure ε-DP (replace-one, ‖x‖ ≤ 1, see
+  :func:`private_linear_svm`); ``count`` releases computed from the same
+  data compose. The mechanism states its own cost: callers record through
+  this function, never with a hand-written entry.
+
+  Args:
+    ledger: a :class:`dpcore.accounting.PrivacyLedger`.
+    epsilon: ε of each release (as passed to the release).
+    count: releases published from the same data.
+    label: the entry's label.
+
+  Returns:
+    ``ledger`` (the entry added).
+  """
+  ledger.record_pure(validation.check_epsilon(epsilon), label=label,
+                     count=validation.check_positive_int(count, "count"))
+  return ledger

@@ -3,8 +3,8 @@
 The private version (Brinkrolf et al. 2018, Sec. 3) releases the class
 counts N_j and the class sums S_j = Σ_{c(x)=j} x with Laplace noise and
 sets each prototype to S̃_j / Ñ_j. Data must lie in the box [−1, 1]^d
-(see :func:`check_box`; ``launch.data.loaders.scale_to_box`` maps public bounds
-onto it and clips per row).
+(see :func:`check_box`; :func:`dpcore.clipping.scale_to_box` maps public
+bounds onto it and clips every coordinate).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ def check_box(x, name: str = "x", *, low: float = -1.0, high: float = 1.0
   """Requires every coordinate of ``x`` to lie in [low, high].
 
   The Laplace sensitivity of the class sums assumes it. Out-of-box data is
-  refused rather than silently rescaled;
-  ``launch.data.loaders.scale_to_box`` (an
-  affine map of *public* bounds, then a per-coordinate clip) is the fix.
+  refused rather than silently rescaled; :func:`dpcore.clipping.scale_to_box`
+  (an affine map of *public* bounds, then a per-coordinate clip) is the fix.
   """
   arr = validation.check_matrix(x, name)
   lo, hi = float(arr.min()), float(arr.max())
@@ -35,9 +34,9 @@ def check_box(x, name: str = "x", *, low: float = -1.0, high: float = 1.0
         f"{name} has values in [{lo:.6g}, {hi:.6g}], outside the declared "
         f"box [{low}, {high}] that the sensitivity of the private "
         f"initialisation assumes; map public feature bounds onto [-1, 1] "
-        f"with launch.data.loaders.scale_to_box (which also clips each row), "
-        f"never "
-        f"with bounds computed from the private data.")
+        f"with dpcore.clipping.scale_to_box(x, (low, high)) (which also "
+        f"clips every coordinate), never with bounds computed from the "
+        f"private data.")
   return arr
 
 

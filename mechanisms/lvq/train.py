@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpcore import accounting, calibration, dpsgd, validation
+from dpcore import accounting, calibration, dpsgd, trainer, validation
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import model as lvq
@@ -73,7 +73,16 @@ class TrainConfig:
   ghost_clipping: bool = True
 
   def steps(self) -> int:
-    return max(1, round(self.epochs / self.sampling_rate))
+    """T, by :func:`dpcore.dpsgd.num_steps` (the accountant's rule)."""
+    return dpsgd.num_steps(epochs=self.epochs,
+                           sampling_rate=self.sampling_rate)
+
+  def dpsgd_plan(self, num_examples: int) -> trainer.DPSGDPlan:
+    """The :class:`~dpcore.trainer.DPSGDPlan` this config runs on N rows."""
+    return trainer.make_plan(
+        num_examples, sampling_rate=self.sampling_rate, epochs=self.epochs,
+        clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
+        max_batch=self.max_batch)
 
   def validate(self) -> TrainConfig:
     if self.model not in MODELS:
@@ -126,6 +135,23 @@ class PrivacyPlan(NamedTuple):
   steps: int
   ledger: accounting.PrivacyLedger
   init_noise_multiplier: float = 0.0
+  sigma_rule: str = "accountant"
+
+  def report(self, delta: float) -> dict:
+    """The run's privacy record (``accounting.PRIVACY_FIELDS``).
+
+    The guarantee is the ledger's at ``delta``; the target ε₁ + ε₂ goes in
+    ``epsilon_nominal`` beside it (with the paper's σ rule that target is
+    not what the noise gives; the guarantee is).
+    """
+    if self.sigma_rule == "paper":
+      note = ("target ε₁ + ε₂ of the paper's rule σ = 2q√(T log(1/δ))/ε₂; "
+              "the guarantee is the ledger's ε")
+    else:
+      note = "target ε₁ + ε₂ the DP-SGD noise was calibrated to (RDP)"
+    return self.ledger.report(
+        delta, nominal_epsilon=self.epsilon_init + self.epsilon_sgd_target,
+        nominal_note=note)
 
 
 def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
@@ -168,7 +194,7 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
   if init_mechanism not in INIT_MECHANISMS:
     raise ValueError(f"init_mechanism must be one of {INIT_MECHANISMS}, "
                      f"got {init_mechanism!r}.")
-  steps = max(1, round(epochs / sampling_rate))
+  steps = dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
   eps_init = init_fraction * epsilon
   eps_sgd = epsilon - eps_init
   delta_sgd = delta if init_mechanism == "laplace" else delta / 2.0
@@ -189,16 +215,22 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
         epsilon=eps_init, delta=delta / 2.0, sensitivity=1.0)
     lvq_init.record_gaussian_init(ledger, noise_multiplier=init_sigma,
                                   dim=dim, delta=delta / 2.0)
-  ledger.record_subsampled_gaussian(
-      noise_multiplier=sigma, sampling_rate=sampling_rate, steps=steps,
-      delta=delta_sgd, label="dpsgd")
   if (num_examples is None) != (max_batch is None):
     raise ValueError("pass num_examples and max_batch together (or neither).")
   if max_batch is not None:
-    ledger.record_truncation(dpsgd.truncation_probability(
-        num_examples, sampling_rate=sampling_rate, steps=steps,
-        max_batch=max_batch), label="poisson_batch_padding")
-  return PrivacyPlan(sigma, eps_init, eps_sgd, steps, ledger, init_sigma)
+    # The trainer's own plan records the steps it runs and the padding. C
+    # does not enter the accounting (σ is relative to C): any C > 0 will do.
+    run = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
+                            epochs=epochs, clip_norm=1.0,
+                            noise_multiplier=sigma, max_batch=max_batch)
+    assert run.steps == steps
+    run.record(ledger, delta=delta_sgd, label="dpsgd")
+  else:
+    ledger.record_subsampled_gaussian(
+        noise_multiplier=sigma, sampling_rate=sampling_rate, steps=steps,
+        delta=delta_sgd, label="dpsgd")
+  return PrivacyPlan(sigma, eps_init, eps_sgd, steps, ledger, init_sigma,
+                     sigma_rule)
 
 
 def init_params(key, x, y, config: TrainConfig, *, private: bool):
@@ -239,7 +271,8 @@ def train_sgd(key: jax.Array, x, y, config: TrainConfig, *,
 
   Both draw the same batches from the same key. Plain SGD steps along
   Σ_batch ∇ℓᵢ / (qN); DP-SGD along (Σ_batch clip_C(∇ℓᵢ) + N(0, σ²C²I)) /
-  (qN), via :func:`dpcore.dpsgd.dp_aggregate`, after a private init.
+  (qN), via the generic :func:`dpcore.trainer.train` (closed-form clipped
+  sums when ``config.ghost_clipping``), after a private init.
 
   Args:
     key: PRNG key.
@@ -253,21 +286,49 @@ def train_sgd(key: jax.Array, x, y, config: TrainConfig, *,
   sensitivity C (add/remove-one); account with :func:`privacy_plan`.
   Without it: none.
   """
-  n = x.shape[0]
   labels = lvq_init.prototype_labels(config.num_classes,
                                      config.prototypes_per_class)
   init_key, sample_key, noise_key = jax.random.split(key, 3)
   params = init_params(init_key, x, y, config, private=private)
-  expected = config.sampling_rate * n
   if private:
-    aggregate = dpsgd.dp_aggregate(
-        noise_key, clip_norm=config.clip_norm,
-        noise_multiplier=config.noise_multiplier,
-        expected_batch_size=expected, presummed=config.ghost_clipping)
-    tx = optax.chain(aggregate, optax.sgd(config.learning_rate))
+    params, overflow = _train_dpsgd(
+        trainer.TrainKeys(sample_key, noise_key), params, x, y, labels,
+        config)
   else:
-    tx = optax.sgd(config.learning_rate)
-  opt_state = tx.init(params)
+    params, overflow = _train_plain(sample_key, params, x, y, labels, config)
+  return TrainResult(params, overflow,
+                     _mean_cost(params, x, y, labels, config))
+
+
+def _train_dpsgd(keys, params, x, y, labels, config):
+  """DP-SGD through :func:`dpcore.trainer.train`."""
+  phi_kind = config.phi_kind
+
+  def loss(p, example):
+    xi, yi = example
+    return lvq.example_loss(p, xi, yi, labels, phi_kind=phi_kind)
+
+  clipped_sum = None
+  if config.ghost_clipping:
+    def clipped_sum(p, batch, mask, clip_norm):
+      xb, yb = batch
+      total, _ = lvq_clip.clipped_gradient_sum(
+          p, xb, yb, labels, clip_norm=clip_norm, mask=mask,
+          phi_kind=phi_kind)
+      return total
+
+  result = trainer.train(
+      keys, config.dpsgd_plan(x.shape[0]), loss, params, (x, y),
+      optax.sgd(config.learning_rate), clipped_sum=clipped_sum,
+      post_update=lambda p: _post(p, config))
+  return result.params, result.overflow_steps
+
+
+def _train_plain(sample_key, params, x, y, labels, config):
+  """Non-private SGD over the same Poisson batches (no clip, no noise)."""
+  n = x.shape[0]
+  expected = config.sampling_rate * n
+  tx = optax.sgd(config.learning_rate)
 
   def step(carry, t):
     params, opt_state, overflow = carry
@@ -275,30 +336,18 @@ def train_sgd(key: jax.Array, x, y, config: TrainConfig, *,
         jax.random.fold_in(sample_key, t), n,
         sampling_rate=config.sampling_rate, max_batch=config.max_batch)
     xb, yb = x[batch.indices], y[batch.indices]
-    if private and config.ghost_clipping:
-      grads, _ = lvq_clip.clipped_gradient_sum(
-          params, xb, yb, labels, clip_norm=config.clip_norm,
-          mask=batch.mask, phi_kind=config.phi_kind)
-      updates, opt_state = tx.update(grads, opt_state, params)
-    elif private:
-      grads = lvq_clip.per_example_gradients(params, xb, yb, labels,
-                                             phi_kind=config.phi_kind)
-      updates, opt_state = tx.update(grads, opt_state, params,
-                                     mask=batch.mask)
-    else:
-      grads = jax.grad(lvq.cost)(params, xb, yb, labels,
-                                 phi_kind=config.phi_kind, weights=batch.mask)
-      grads = jax.tree.map(lambda g: g / expected, grads)
-      updates, opt_state = tx.update(grads, opt_state, params)
+    grads = jax.grad(lvq.cost)(params, xb, yb, labels,
+                               phi_kind=config.phi_kind, weights=batch.mask)
+    grads = jax.tree.map(lambda g: g / expected, grads)
+    updates, opt_state = tx.update(grads, opt_state, params)
     params = _post(optax.apply_updates(params, updates), config)
     overflow = overflow + (batch.size > config.max_batch)
     return (params, opt_state, overflow), None
 
-  carry = (params, opt_state, jnp.zeros((), jnp.int32))
+  carry = (params, tx.init(params), jnp.zeros((), jnp.int32))
   (params, _, overflow), _ = jax.lax.scan(
       step, carry, jnp.arange(config.steps()))
-  return TrainResult(params, overflow,
-                     _mean_cost(params, x, y, labels, config))
+  return params, overflow
 
 
 def train_bfgs(key: jax.Array, x, y, config: TrainConfig) -> TrainResult:

@@ -33,7 +33,19 @@ Privacy:
   holds whatever the caller passes; host-side, :func:`check_pca_inputs`
   refuses rows of norm > 1 outright.
 
+Exact noise (``noise="discrete"``, opt-in): the upper triangle of XᵀX is
+rounded to the grid γ (a power of two) and gets integer discrete Gaussian
+noise of σ_lattice = ⌈σ/γ⌉ grid units (:mod:`dpcore.discrete`), so the
+release is integer-valued (returned as integers·γ) and free of the
+floating-point leak of Mironov 2012. Rounding adds up to one grid unit per
+entry to the neighbours' difference: the lattice L2 sensitivity of the
+d(d+1)/2 released entries is Δ/γ + √(d(d+1)/2)
+(:func:`lattice_sensitivity`), and the release is
+(Δ_lattice²/2σ_lattice²)-zCDP (:func:`record` with ``noise="discrete"``).
+
 References:
+  Canonne, Kamath & Steinke, The Discrete Gaussian for Differential
+  Privacy, NeurIPS 2020.
   Dwork, Talwar, Thakurta & Zhang, Analyze Gauss: Optimal Bounds for
   Privacy-Preserving Principal Component Analysis, STOC 2014.
   Balle & Wang, Improving the Gaussian Mechanism for Differential Privacy,
@@ -50,11 +62,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import calibration as dp_calibration
-from dpcore import clipping, linalg, validation
+from dpcore import clipping, discrete, linalg, validation
 from dpcore import noise as dp_noise
 
 CALIBRATIONS = ("analytic", "classic")
 NEIGHBOURING = ("add_remove", "replace")
+NOISE = ("float", "discrete")
 
 
 class PcaResult(NamedTuple):
@@ -76,11 +89,80 @@ def sensitivity(neighbouring: str) -> float:
   return 1.0 if neighbouring == "add_remove" else math.sqrt(2.0)
 
 
+def check_noise(noise: str, granularity) -> float | None:
+  """Host-side check of the noise option; returns γ (None for float)."""
+  if noise not in NOISE:
+    raise ValueError(f"noise must be one of {NOISE}, got {noise!r}.")
+  if noise == "float":
+    if granularity is not None:
+      raise ValueError("granularity applies only to noise='discrete'.")
+    return None
+  if granularity is None:
+    raise ValueError("noise='discrete' needs a granularity, a power of two "
+                     "such as 2**-10 (the grid XᵀX is rounded to).")
+  return discrete.check_granularity(granularity)
+
+
+def lattice_sensitivity(neighbouring: str, *, dim: int,
+                        granularity) -> float:
+  """L2 sensitivity, in grid units, of the rounded upper triangle of XᵀX.
+
+  Δ/γ + √(d(d+1)/2): nearest rounding of each of the d(d+1)/2 released
+  entries can add up to one grid unit to the neighbours' difference
+  (:func:`dpcore.discrete.lattice_l2_sensitivity`).
+  """
+  return discrete.lattice_l2_sensitivity(
+      sensitivity(neighbouring), granularity=granularity,
+      dim=dim * (dim + 1) // 2)
+
+
+def lattice_sigma(sigma, *, granularity) -> int:
+  """σ in grid units for the discrete mode: ⌈σ/γ⌉ (never less noise)."""
+  g = discrete.check_granularity(granularity)
+  if isinstance(sigma, jax.core.Tracer):
+    raise ValueError("noise='discrete' needs a concrete (host-side) sigma; "
+                     "a traced per-participant σ is not supported.")
+  value = discrete.round_up(float(sigma) / g)
+  discrete.gaussian_params(value)  # validates the range
+  return int(value)
+
+
 def record(ledger, *, sigma: float, delta: float, neighbouring: str,
-           label: str = "dp_pca", count: int = 1) -> None:
-  """Puts ``count`` DP-PCA releases with noise σ into ``ledger``."""
-  ledger.record_gaussian(sigma=sigma, sensitivity=sensitivity(neighbouring),
-                         delta=delta, label=label, count=count)
+           label: str = "dp_pca", count: int = 1, noise: str = "float",
+           granularity=None, dim: int | None = None) -> None:
+  """Puts ``count`` DP-PCA releases with noise σ into ``ledger``.
+
+  With ``noise="discrete"`` (``granularity`` and the data dimension
+  ``dim`` required) the lattice σ = ⌈σ/γ⌉ and the lattice sensitivity
+  (:func:`lattice_sensitivity`) are recorded as a discrete Gaussian.
+  """
+  g = check_noise(noise, granularity)
+  if g is None:
+    ledger.record_gaussian(sigma=sigma,
+                           sensitivity=sensitivity(neighbouring),
+                           delta=delta, label=label, count=count)
+    return
+  if not (isinstance(dim, int) and dim >= 1):
+    raise ValueError(f"noise='discrete' needs dim, the data dimension d "
+                     f"(an int ≥ 1), got {dim!r}.")
+  ledger.record_discrete_gaussian(
+      sigma=float(lattice_sigma(sigma, granularity=g)),
+      sensitivity=lattice_sensitivity(neighbouring, dim=dim, granularity=g),
+      delta=delta, label=label, count=count)
+
+
+def discrete_pca_sigma(*, epsilon: float, delta: float, neighbouring: str,
+                       dim: int, granularity) -> float:
+  """σ (value units, a whole number of grid steps) for discrete mode.
+
+  The smallest integer lattice σ whose zCDP (lattice sensitivity, RDP
+  conversion, as the ledger computes it) gives (ε, δ), times γ.
+  """
+  g = discrete.check_granularity(granularity)
+  sigma = discrete.discrete_gaussian_sigma(
+      epsilon=epsilon, delta=delta,
+      sensitivity=lattice_sensitivity(neighbouring, dim=dim, granularity=g))
+  return float(sigma) * g
 
 
 def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
@@ -127,17 +209,35 @@ def clipped_rows(x, mask):
   return jnp.where(finite[:, None], x * scale[:, None].astype(x.dtype), 0.0)
 
 
-def noisy_second_moment(key: jax.Array, x, mask, *, sigma):
+def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
+                        noise: str = "float", granularity=None):
   """XᵀX of the unmasked rows, clipped to norm ≤ 1, plus N(0, σ²) noise.
+
+  With ``noise="discrete"``, the upper triangle is rounded to the grid
+  ``granularity`` and gets discrete Gaussian noise of ⌈σ/γ⌉ grid units;
+  the result is integers·γ (exact floats while |integer| < 2²⁴ in
+  float32; the integers are the release, the float view is
+  post-processing). σ must then be concrete.
 
   Privacy: see the module docstring (sensitivity 1 under add/remove; the
   clipping of the rows and of the mask to [0, 1] makes every row's
-  contribution ‖maskᵢ xᵢ‖ ≤ 1 for any input).
+  contribution ‖maskᵢ xᵢ‖ ≤ 1 for any input; in discrete mode the lattice
+  sensitivity of :func:`lattice_sensitivity`).
   """
+  g = check_noise(noise, granularity)
   rows = clipped_rows(x, mask)
   m = rows.T @ rows
-  return m + dp_noise.symmetric_gaussian_noise(
-      key, m.shape[0], stddev=sigma, dtype=m.dtype)
+  if g is None:
+    return m + dp_noise.symmetric_gaussian_noise(
+        key, m.shape[0], stddev=sigma, dtype=m.dtype)
+  sigma_lattice = lattice_sigma(sigma, granularity=g)
+  d = m.shape[0]
+  upper = np.triu_indices(d)
+  z = discrete.to_lattice(m[upper], g) + discrete.discrete_gaussian(
+      key, (len(upper[0]),), sigma=sigma_lattice)
+  full = jnp.zeros((d, d), jnp.int32).at[upper].set(z)
+  full = full + jnp.triu(full, 1).T
+  return discrete.from_lattice(full, g, m.dtype)
 
 
 def top_k_eigenvectors(m, k: int) -> PcaResult:
@@ -173,7 +273,8 @@ def _check_concrete_sigma(sigma) -> None:
         f"dp_pca.pca(x, mask, k=k).")
 
 
-def dp_pca(key: jax.Array, x, mask, *, k: int, sigma) -> PcaResult:
+def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
+           granularity=None) -> PcaResult:
   """Private top-k basis of the rows of ``x`` where ``mask`` is 1.
 
   The jit/vmap kernel. ``k`` is checked (1 ≤ k ≤ d) when traced, and a
@@ -188,7 +289,11 @@ def dp_pca(key: jax.Array, x, mask, *, k: int, sigma) -> PcaResult:
     mask: (n_max,) 1 for real rows, 0 for padding (bounded to [0, 1]).
     k: number of components (static), 1 ≤ k ≤ d.
     sigma: noise standard deviation from :func:`pca_sigma`, > 0 (may be
-      traced).
+      traced with float noise; concrete with discrete noise, e.g. from
+      :func:`discrete_pca_sigma`).
+    noise: ``"float"`` (default) or ``"discrete"`` (exact integer noise on
+      the grid ``granularity``; see the module docstring).
+    granularity: the grid γ, a power of two (discrete noise only).
 
   Raises:
     ValueError: k outside 1..d, or a concrete σ that is not finite and
@@ -199,15 +304,17 @@ def dp_pca(key: jax.Array, x, mask, *, k: int, sigma) -> PcaResult:
     relation matching the sensitivity used (module docstring).
   """
   k = _check_k(k, jnp.shape(x)[-1])
+  check_noise(noise, granularity)
   _check_concrete_sigma(sigma)
-  return top_k_eigenvectors(noisy_second_moment(key, x, mask, sigma=sigma),
-                            k)
+  return top_k_eigenvectors(
+      noisy_second_moment(key, x, mask, sigma=sigma, noise=noise,
+                          granularity=granularity), k)
 
 
 def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
                   delta: float, neighbouring: str = "add_remove",
-                  calibration: str = "analytic"
-                  ) -> tuple[PcaResult, float]:
+                  calibration: str = "analytic", noise: str = "float",
+                  granularity=None) -> tuple[PcaResult, float]:
   """Checked (ε, δ)-DP top-k basis of one data set (all rows real).
 
   Validates the data host-side (:func:`check_pca_inputs`: a non-empty,
@@ -222,24 +329,37 @@ def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
     delta: δ in (0, 1) of this release.
     neighbouring: ``"add_remove"`` (sensitivity 1) or ``"replace"``
       (sensitivity √2, e.g. to compose with objective perturbation).
-    calibration: ``"analytic"`` or ``"classic"`` (see :func:`pca_sigma`).
+    calibration: ``"analytic"`` or ``"classic"`` (see :func:`pca_sigma`;
+      float noise only).
+    noise: ``"float"`` or ``"discrete"`` (σ from
+      :func:`discrete_pca_sigma`, a whole number of grid steps).
+    granularity: the grid γ for discrete noise (a power of two).
 
   Returns:
     ``(PcaResult, sigma)``: the basis and the σ to record in a ledger
-    (``PrivacyLedger.record_gaussian(sigma=sigma, sensitivity=...)``).
+    (:func:`record` with the same ``noise`` and ``granularity``).
 
   Privacy:
     (ε, δ)-DP under ``neighbouring`` for rows of norm ≤ 1 (checked here
     and enforced by clipping inside the mechanism).
   """
   sens = sensitivity(neighbouring)
+  g = check_noise(noise, granularity)
   check_pca_inputs(x, k=k)
   arr = np.asarray(x)
   if not np.issubdtype(arr.dtype, np.floating):
     arr = arr.astype(np.float32)
+  rows = jnp.asarray(arr)
+  if g is not None:
+    sigma = discrete_pca_sigma(epsilon=epsilon, delta=delta,
+                               neighbouring=neighbouring, dim=arr.shape[1],
+                               granularity=g)
+    result = _dp_pca_discrete_jit(
+        key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k, sigma=sigma,
+        noise="discrete", granularity=g)
+    return result, sigma
   sigma = pca_sigma(epsilon=epsilon, delta=delta, calibration=calibration,
                     sensitivity=sens)
-  rows = jnp.asarray(arr)
   result = _dp_pca_jit(key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k,
                        sigma=sigma)
   return result, sigma
@@ -257,3 +377,5 @@ def check_pca_inputs(x, *, k: int) -> None:
 
 
 _dp_pca_jit = jax.jit(dp_pca, static_argnames=("k",))
+_dp_pca_discrete_jit = jax.jit(
+    dp_pca, static_argnames=("k", "sigma", "noise", "granularity"))

@@ -9,7 +9,8 @@ Two selections, one entry point (:func:`dpwss_train`, ``selection=``):
   the never-selected pairs whose score q ≥ σ by the exponential mechanism
   with Δq = 1 − σ (:class:`mechanisms.svm.wss.DPWSS`). **It carries no DP
   guarantee**, for the transcript or the model, and
-  :func:`privacy_report` says so (``epsilon: None``); the paper's ε is
+  :func:`privacy_report` says so (``epsilon: None``, the record of
+  :func:`dpcore.accounting.no_guarantee_record`); the paper's ε is
   reported as ``epsilon_nominal``. The per-selection claim is false, not
   merely unproven: the candidate set for j depends on the labels (at α = 0
   it is exactly the rows of one class, so a row can be selectable under D
@@ -149,6 +150,11 @@ class DPWSSRun:
     return privacy_report(self.epsilon, int(self.iterations.max()),
                           selection=self.selection, delta=delta)
 
+  def selection_report(self, *, delta: float = DEFAULT_DELTA) -> dict:
+    """:func:`selection_report` of this run (largest iteration count)."""
+    return selection_report(self.epsilon, int(self.iterations.max()),
+                            selection=self.selection, delta=delta)
+
 
 def check_dpwss_parameters(epsilon, sigma) -> tuple[float, float]:
   epsilon = validation.check_epsilon(epsilon)
@@ -273,11 +279,16 @@ def selection_ledger(epsilon: float, iterations: int,
   return ledger
 
 
+PAPER_NOMINAL_NOTE = (
+    "the paper's claimed epsilon for the whole run (its per-selection "
+    "figure); not a guarantee")
+
+
 def privacy_report(epsilon: float, iterations: int, *,
                    selection: str = "paper",
                    delta: float = DEFAULT_DELTA,
                    ledger: accounting.PrivacyLedger | None = None) -> dict:
-  """What a DPWSS run's selection transcript (plus ``ledger``) guarantees.
+  """The privacy record of a DPWSS run's selection transcript (+ ``ledger``).
 
   Args:
     epsilon: ε of each exponential-mechanism draw.
@@ -289,22 +300,48 @@ def privacy_report(epsilon: float, iterations: int, *,
       it for ``"private"`` and it is left unchanged for ``"paper"``.
 
   Returns:
-    A JSON-ready dict. Always: ``selection``, ``iterations``,
-    ``selections`` (draws made), ``epsilon_per_selection``, ``epsilon``,
-    ``delta``, ``epsilon_nominal``, ``note``.
+    A record with exactly the fields of
+    :data:`dpcore.accounting.PRIVACY_FIELDS`.
 
-    ``"paper"``: ``epsilon`` and ``delta`` are None (no guarantee, see
-    :data:`PAPER_NO_GUARANTEE` in ``no_guarantee``); ``epsilon_nominal``
-    is the paper's claim for the whole run (= ε);
-    ``epsilon_nominal_basic`` (T·ε) and ``epsilon_nominal_composed``
-    (zCDP at ``delta_nominal``) are what composing the paper's
+    ``"paper"``: :func:`dpcore.accounting.no_guarantee_record` with the
+    reason :data:`PAPER_NO_GUARANTEE`: ``epsilon`` and ``delta`` are None,
+    ``epsilon_nominal`` is the paper's claim for the whole run (= ε), and
+    the entries are those of ``ledger`` (a release in it does not make the
+    transcript private).
+
+    ``"private"``: ``ledger.report(delta)`` of the 2T selections and any
+    other entries: the tightest composed guarantee.
+
+    Mechanism-specific figures (draws, what the paper's claim would
+    compose to) are in :func:`selection_report`.
+  """
+  selection = check_selection(selection)
+  epsilon = validation.check_epsilon(epsilon)
+  delta = validation.check_delta(delta)
+  if selection == "paper":
+    return accounting.no_guarantee_record(
+        PAPER_NO_GUARANTEE, nominal_epsilon=epsilon,
+        nominal_note=PAPER_NOMINAL_NOTE,
+        entries=() if ledger is None else ledger.entries)
+  ledger = selection_ledger(epsilon, iterations, ledger,
+                            selection="private")
+  return ledger.report(delta)
+
+
+def selection_report(epsilon: float, iterations: int, *,
+                     selection: str = "paper",
+                     delta: float = DEFAULT_DELTA) -> dict:
+  """DPWSS-specific figures of a run, beside its :func:`privacy_report`.
+
+  Returns:
+    A JSON-ready dict: ``selection``, ``iterations``, ``selections``
+    (draws made: T for ``"paper"``, 2T for ``"private"``),
+    ``epsilon_per_selection``, ``scope`` and ``note``. For ``"paper"``
+    also ``epsilon_nominal_basic`` (T·ε) and ``epsilon_nominal_composed``
+    (zCDP/RDP at ``delta_nominal``): what composing the paper's
     per-selection claim would give, were it true — figures for comparison
-    with the paper, which bound nothing.
-
-    ``"private"``: ``epsilon``/``delta`` the ledger's tightest composed
-    guarantee of the 2T selections and any other entries,
-    ``epsilon_basic``, ``method``, ``entries``, ``scope``
-    (:data:`PRIVATE_SCOPE`); ``epsilon_nominal`` is None.
+    with the paper, which bound nothing. (None for ``"private"``, whose
+    real composition is the privacy record's ``epsilon``.)
   """
   selection = check_selection(selection)
   epsilon = validation.check_epsilon(epsilon)
@@ -312,40 +349,27 @@ def privacy_report(epsilon: float, iterations: int, *,
   iterations = int(iterations)
   count = iterations * selections_per_iteration(selection)
   report = {"selection": selection, "iterations": iterations,
-            "selections": count, "epsilon_per_selection": epsilon}
+            "selections": count, "epsilon_per_selection": epsilon,
+            "epsilon_nominal_basic": None, "epsilon_nominal_composed": None,
+            "delta_nominal": None}
   if selection == "paper":
-    nominal = selection_ledger(epsilon, iterations, selection="paper")
-    summary = nominal.report(delta) if count else None
-    report.update({
-        "epsilon": None, "delta": None,
-        "epsilon_nominal": epsilon,
-        "epsilon_nominal_basic": epsilon * count,
-        "epsilon_nominal_composed": (summary["epsilon"] if summary
-                                     else 0.0),
-        "delta_nominal": delta,
-        "entries": ([] if ledger is None
-                    else ledger.report(delta)["entries"]),
-        "no_guarantee": PAPER_NO_GUARANTEE,
-        "note": ("the paper's selection carries no DP guarantee; "
-                 "epsilon_nominal is the paper's claim for the run, and "
-                 "epsilon_nominal_basic/_composed compose the paper's "
-                 "per-selection claim, which is false. The SMO model is "
-                 "not DP."),
-    })
-    return report
-  ledger = selection_ledger(epsilon, iterations, ledger,
-                            selection="private")
-  summary = ledger.report(delta)
-  report.update({
-      "epsilon": summary["epsilon"], "delta": summary["delta"],
-      "epsilon_basic": summary["epsilon_basic"],
-      "epsilon_nominal": None,
-      "method": summary["method"],
-      "entries": summary["entries"],
-      "scope": PRIVATE_SCOPE,
-      "note": ("epsilon/delta compose the 2T selections (and any release "
-               "in the ledger). The SMO model is not DP."),
-  })
+    composed = 0.0
+    if count:
+      composed = selection_ledger(epsilon, iterations,
+                                  selection="paper").guarantee(delta).epsilon
+    report.update(
+        epsilon_nominal_basic=epsilon * count,
+        epsilon_nominal_composed=composed, delta_nominal=delta,
+        scope=PAPER_NO_GUARANTEE,
+        note=("the paper's selection carries no DP guarantee; "
+              "epsilon_nominal_basic/_composed compose the paper's "
+              "per-selection claim, which is false. The SMO model is not "
+              "DP."))
+  else:
+    report.update(
+        scope=PRIVATE_SCOPE,
+        note=("the privacy record composes the 2T selections (and any "
+              "release in the ledger). The SMO model is not DP."))
   return report
 
 

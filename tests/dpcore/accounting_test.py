@@ -321,3 +321,30 @@ def test_every_record_has_the_same_fields_in_order():
   assert none["epsilon"] is None and none["method"] == "no_guarantee"
   with pytest.raises(ValueError, match="why"):
     accounting.no_guarantee_record("")
+
+
+# -- DP-SGD: one step-count rule for the accountant and the trainer ----------
+
+def test_dpsgd_epochs_are_turned_into_steps_by_the_one_rule():
+  # E = 2.6 epochs at q = 0.01: T = round(260) = 260 (the trainer's T).
+  kw = dict(noise_multiplier=1.1, sampling_rate=0.01, delta=DELTA)
+  by_epochs = accounting.dpsgd_epsilon(epochs=2.6, **kw)
+  assert by_epochs == accounting.dpsgd_epsilon(steps=260, **kw)
+  assert by_epochs != accounting.dpsgd_epsilon(steps=259, **kw)
+  assert by_epochs == pytest.approx(_rdp(accounting.dpsgd_event(
+      1.1, 0.01, 260)))
+  sigma = accounting.calibrate_dpsgd_noise(
+      epsilon=1.0, delta=DELTA, sampling_rate=0.01, epochs=2.6)
+  assert sigma == accounting.calibrate_dpsgd_noise(
+      epsilon=1.0, delta=DELTA, sampling_rate=0.01, steps=260)
+  assert accounting.dpsgd_steps(sampling_rate=0.3, epochs=1) == 3
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"steps": 10, "epochs": 1}])
+def test_dpsgd_needs_exactly_one_of_steps_and_epochs(kwargs):
+  with pytest.raises(ValueError, match="exactly one of steps= and epochs="):
+    accounting.dpsgd_epsilon(noise_multiplier=1.0, sampling_rate=0.1,
+                             delta=DELTA, **kwargs)
+  with pytest.raises(ValueError, match="exactly one of steps= and epochs="):
+    accounting.calibrate_dpsgd_noise(epsilon=1.0, delta=DELTA,
+                                     sampling_rate=0.1, **kwargs)

@@ -236,3 +236,64 @@ def test_mixed_precision_tree():
   out = clipping.clip_to_norm(tiny, C)
   np.testing.assert_array_equal(out["a"], tiny["a"])  # inside: untouched
   assert out["b"].dtype == jnp.bfloat16
+
+
+# -- public-bounds preprocessing ----------------------------------------------
+
+
+def test_unit_rows():
+  x = np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [255.0, 0.0, 255.0],
+                [1e-30, 0.0, 0.0]])
+  out = np.asarray(clipping.unit_rows(x, (0, 255)))
+  norms = np.linalg.norm(out.astype(np.float64), axis=1)
+  np.testing.assert_allclose(norms, [1, 0, 1, 1], atol=1e-6)
+  assert norms.max() <= 1 + 1e-6  # float32 rounding only
+  np.testing.assert_allclose(out[0], [0.6, 0.8, 0.0], rtol=1e-6)
+  # Per-feature highs reweight features before the normalisation.
+  per = clipping.unit_rows([[2.0, 2.0]], (0, [2.0, 1.0]))
+  np.testing.assert_allclose(per[0], np.array([1.0, 2.0]) / np.sqrt(5),
+                             rtol=1e-6)
+  # Data-independent: changing another row leaves row 0 unchanged.
+  x2 = x.copy()
+  x2[2] *= 1000
+  np.testing.assert_array_equal(clipping.unit_rows(x2, (0, 255))[0], out[0])
+  with pytest.raises(ValueError, match="> 0"):
+    clipping.unit_rows(x, (-2, -1))
+
+
+def test_unit_rows_is_nan_safe_and_keeps_float64():
+  x = np.array([[np.nan, 1.0], [np.inf, 0.0], [1e300, 1e300], [0.1, 0.2]])
+  with jax.enable_x64(True):
+    out = np.asarray(clipping.unit_rows(x))
+  assert out.dtype == np.float64
+  np.testing.assert_array_equal(out[:2], 0.0)  # non-finite rows → zero
+  np.testing.assert_allclose(np.linalg.norm(out[2:], axis=1), 1.0,
+                             rtol=1e-15)
+  # float64 precision survives (a float32 round trip would not).
+  np.testing.assert_allclose(out[3], np.array([0.1, 0.2]) / np.hypot(
+      0.1, 0.2), rtol=1e-15)
+
+
+def test_scale_to_box():
+  out = clipping.scale_to_box([[0.0, 127.5, 255.0, 300.0, -5.0]], (0, 255))
+  np.testing.assert_allclose(out[0], [-1, 0, 1, 1, -1], atol=1e-6)
+  per = clipping.scale_to_box([[1.0, 1.0]], ([0.0, -1.0], [2.0, 1.0]))
+  np.testing.assert_allclose(per[0], [0.0, 1.0], atol=1e-6)
+  with pytest.raises(ValueError, match="public feature bounds"):
+    clipping.scale_to_box([[1.0]], None)
+  with pytest.raises(ValueError, match="low < high"):
+    clipping.scale_to_box([[1.0]], (1, 1))
+  with pytest.raises(ValueError, match="length 3"):
+    clipping.scale_to_box(np.zeros((1, 3)), ([0, 0], [1, 1]))
+  with pytest.raises(ValueError, match="2-D"):
+    clipping.scale_to_box(np.zeros(3), (0, 1))
+
+
+def test_scale_to_box_is_nan_safe_and_keeps_float64():
+  x = np.array([[np.nan, np.inf, -np.inf, 0.3]])
+  with jax.enable_x64(True):
+    out = np.asarray(clipping.scale_to_box(x, (0, 1)))
+  assert out.dtype == np.float64
+  # NaN → the box centre, ±inf → the faces; 0.3 → −0.4 to float64 precision.
+  np.testing.assert_allclose(out[0], [0.0, 1.0, -1.0, -0.4], rtol=1e-15)
+  assert np.all(np.abs(out) <= 1.0)

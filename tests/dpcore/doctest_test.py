@@ -9,14 +9,17 @@ from dpcore import (
     accounting,
     calibration,
     clipping,
+    discrete,
     exponential,
     noise,
+    trainer,
     validation,
 )
 
 
 @pytest.mark.parametrize("module", [
-    accounting, calibration, clipping, exponential, noise, validation],
+    accounting, calibration, clipping, discrete, exponential, noise, trainer,
+    validation],
     ids=lambda m: m.__name__)
 def test_docstring_examples(module):
   result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

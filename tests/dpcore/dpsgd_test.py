@@ -1,5 +1,6 @@
 """Tests of dpcore.dpsgd: Poisson sampling and the DP aggregation transform."""
 
+import fractions
 import math
 
 import jax
@@ -232,3 +233,84 @@ def test_bad_sampling_rate(q):
   with pytest.raises(ValueError, match="sampling_rate"):
     dpsgd.paper_noise_multiplier(epsilon=1.0, delta=1e-5, sampling_rate=q,
                                  steps=10)
+  with pytest.raises(ValueError, match="sampling_rate"):
+    dpsgd.poisson_batch(jax.random.key(0), 10, sampling_rate=q, max_batch=5)
+
+
+# -- Poisson sampling rate: integer threshold, never above q ------------------
+
+# q values whose float32 rounding lies above q, so that the old construction
+# (a float32 uniform, a multiple of 2⁻²³, compared with float32(q)) included
+# rows with probability > q. 0.5 + 3·2⁻²⁶ is a multiple of 2⁻³², so the new
+# rate is exactly q; 1 − 2⁻²⁶ rounded to float32 is 1.0 (old rate 1).
+ROUNDS_UP = [0.1, 0.5 + 3 * 2**-26, 1 - 2**-26, 0.3, 0.7]
+
+
+def _old_float32_rate(q):
+  # P(k·2⁻²³ < float32(q)) for k uniform on {0, …, 2²³ − 1}.
+  q32 = fractions.Fraction(float(np.float32(q)))
+  return min(fractions.Fraction(1),
+             fractions.Fraction(math.ceil(q32 * 2**23), 2**23))
+
+
+@pytest.mark.parametrize("q", ROUNDS_UP + [0.01, 1 / 3, 1e-3, 0.05, 0.25])
+def test_inclusion_threshold_is_exact_and_never_above_q(q):
+  threshold = dpsgd.inclusion_threshold(q)
+  exact = fractions.Fraction(q)
+  assert threshold == math.floor(exact * 2**32)
+  rate = dpsgd.realised_sampling_rate(q)
+  assert rate == fractions.Fraction(threshold, 2**32)
+  assert 0 <= exact - rate < fractions.Fraction(1, 2**32)
+
+
+@pytest.mark.parametrize("q", ROUNDS_UP)
+def test_old_float32_comparison_exceeded_q_where_new_does_not(q):
+  assert _old_float32_rate(q) > fractions.Fraction(q)
+  assert dpsgd.realised_sampling_rate(q) <= fractions.Fraction(q)
+
+
+def test_rates_that_are_multiples_of_two_to_minus_32_are_exact():
+  for q in (0.5, 0.25, 2**-20, 0.5 + 3 * 2**-26):
+    assert dpsgd.realised_sampling_rate(q) == fractions.Fraction(q)
+  assert dpsgd.inclusion_threshold(1.0) == 2**32
+
+
+def test_membership_is_the_integer_comparison_of_the_random_bits():
+  # With key(14) row 63213 draws bits 2³¹ + 343: below the old float32
+  # cut-off (it read as u = 0.5 < float32(q)) but above ⌊q·2³²⌋ = 2³¹ + 192.
+  # The old construction included it; the exact threshold must not.
+  q, n, key = 0.5 + 3 * 2**-26, 2**16, jax.random.key(14)
+  bits = np.asarray(jax.random.bits(key, (n,), jnp.uint32))
+  assert bits[63213] == 2**31 + 343
+  assert float(jax.random.uniform(key, (n,))[63213]) < np.float32(q)
+  batch = dpsgd.poisson_batch(key, n, sampling_rate=q, max_batch=n)
+  chosen = np.asarray(batch.indices)[: int(batch.size)]
+  expected = np.nonzero(bits < dpsgd.inclusion_threshold(q))[0]
+  np.testing.assert_array_equal(np.sort(chosen), expected)
+  assert 63213 not in chosen
+
+
+def test_rate_one_takes_every_row_and_traced_rates_are_refused():
+  batch = dpsgd.poisson_batch(jax.random.key(0), 7, sampling_rate=1.0,
+                              max_batch=7)
+  assert int(batch.size) == 7 and np.all(np.asarray(batch.mask) == 1.0)
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(lambda q: dpsgd.poisson_batch(
+        jax.random.key(0), 7, sampling_rate=q, max_batch=7))(0.5)
+
+
+# -- the one step-count rule ---------------------------------------------------
+
+@pytest.mark.parametrize("epochs, q, steps", [
+    (50, 0.01, 5000), (1, 0.3, 3), (2.6, 0.5, 5), (1, 1.0, 1), (1, 0.9, 1),
+    (3, 0.05, 60)])
+def test_num_steps(epochs, q, steps):
+  assert dpsgd.num_steps(epochs=epochs, sampling_rate=q) == steps
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"epochs": 0, "sampling_rate": 0.1}, {"epochs": -1, "sampling_rate": 0.1},
+    {"epochs": 1, "sampling_rate": 0.0}, {"epochs": 1, "sampling_rate": 1.5}])
+def test_num_steps_refuses_bad_arguments(kwargs):
+  with pytest.raises(ValueError):
+    dpsgd.num_steps(**kwargs)

@@ -45,18 +45,20 @@ def test_single_run_record(tmp_path):
     assert field in rec
   assert rec["scaling"] == "public_bounds" and rec["privacy_covers_scaling"]
   assert len(rec["errors"]) == 2 and 0.0 <= rec["error_mean"] <= 1.0
-  p = rec["privacy"]
-  assert p["epsilon_init"] == pytest.approx(0.4)
-  assert p["steps"] == 10 and p["sigma_rule"] == "paper"
+  p, plan = rec["privacy"], rec["dpsgd"]
+  assert tuple(p) == accounting.PRIVACY_FIELDS  # the one schema
+  assert p["epsilon_nominal"] == 2.0
+  assert plan["epsilon_init"] == pytest.approx(0.4)
+  assert plan["steps"] == 10 and plan["sigma_rule"] == "paper"
   # The reported ε of the DP-SGD part is the accountant's for the σ used,
   # not the nominal ε₂: at q = 0.1, T = 10 the paper's rule σ =
   # 2q√(T log(1/δ))/ε₂ under-noises (ε ≈ 1.92 > ε₂ = 1.6).
-  assert p["epsilon_sgd"] == pytest.approx(accounting.dpsgd_epsilon(
-      noise_multiplier=p["noise_multiplier"], sampling_rate=0.1, steps=10,
-      delta=1e-5), rel=1e-9)
-  assert p["epsilon_sgd"] > 1.6
+  assert plan["epsilon_sgd"] == pytest.approx(accounting.dpsgd_epsilon(
+      noise_multiplier=plan["noise_multiplier"], sampling_rate=0.1,
+      steps=10, delta=1e-5), rel=1e-9)
+  assert plan["epsilon_sgd"] > 1.6
   assert p["epsilon"] <= p["epsilon_basic"] + 1e-9
-  assert p["epsilon_basic"] == pytest.approx(0.4 + p["epsilon_sgd"])
+  assert p["epsilon_basic"] == pytest.approx(0.4 + plan["epsilon_sgd"])
 
 
 def test_table_mode_writes_table_figure_and_resumes(tmp_path):
@@ -101,6 +103,13 @@ def test_experiment_module_in_process():
   assert run()["errors"] == rec["errors"]  # same key, same run
   with pytest.raises(ValueError, match="bounds"):
     experiment.prepare("digits", bounds="1,2,3")
+  # Non-private trainers claim nothing, in the same schema.
+  sgd = experiment.run_setting(
+      jax.random.key(3), prepared, settings, model="glvq", trainer="sgd",
+      epsilon=None, progress=None)
+  assert sgd["privacy"] == accounting.no_guarantee_record(
+      accounting.NON_PRIVATE)
+  assert sgd["dpsgd"] is None
 
 
 def test_data_read_scaling_must_be_asked_for():

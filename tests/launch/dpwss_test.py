@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sklearn import datasets
 
+from dpcore import accounting
 from launch import common
 from launch.data import loaders as launch_data
 from launch.experiments import dpwss as launch_dpwss
@@ -42,14 +43,17 @@ def test_dpwss_record(small_svmlight):
   assert len(rec["per_repeat"]) == 3
   assert rec["model_is_private"] is False
   privacy = rec["privacy"]
-  # The paper's selection: no guarantee, the paper's figure nominal.
+  # The paper's selection: no guarantee, the paper's figure nominal; the
+  # record's privacy is the one schema, DPWSS's own figures beside it.
+  assert tuple(privacy) == accounting.PRIVACY_FIELDS
   assert rec["selection"] == "paper"
   assert privacy["epsilon"] is None and privacy["delta"] is None
   assert privacy["epsilon_nominal"] == 1.0
-  assert privacy["iterations"] == max(r["iterations"]
-                                      for r in rec["per_repeat"])
-  assert privacy["epsilon_nominal_basic"] == pytest.approx(
-      privacy["iterations"])
+  extra = rec["dpwss"]
+  assert extra["iterations"] == max(r["iterations"]
+                                    for r in rec["per_repeat"])
+  assert extra["epsilon_nominal_basic"] == pytest.approx(
+      extra["iterations"])
   assert "no DP guarantee" in rec["privacy_note"]
   assert json.loads(common.to_json(rec))["privacy"]["epsilon"] is None
   assert rec["gamma"] == pytest.approx(1 / 13)
@@ -63,7 +67,11 @@ def test_release_is_private_and_accounted(small_svmlight):
       dataset=small_svmlight, wss="wss2", kernel="linear",
       release="output_perturbation", release_epsilon=2.0, repeats=2)
   assert rec["model_is_private"] is True
+  assert tuple(rec["privacy"]) == accounting.PRIVACY_FIELDS
   assert rec["privacy"]["epsilon"] == pytest.approx(2.0)
+  # The release records itself (output_perturbation.record).
+  assert [e["label"] for e in rec["privacy"]["entries"]] == [
+      "output_perturbation"]
   assert rec["released_model"]["noise_scale"] == pytest.approx(1.0)
   assert len(rec["released_model"]["per_repeat"]) == 2
 
@@ -103,7 +111,8 @@ def test_main_prints_the_record_last(small_svmlight, tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   last = proc.stdout.strip().splitlines()[-1]
   rec = json.loads(last)
-  assert rec["wss"] == "wss2" and rec["privacy"]["epsilon"] == "inf"
+  assert rec["wss"] == "wss2" and rec["privacy"]["epsilon"] is None
+  assert rec["privacy"]["no_guarantee"] == accounting.NON_PRIVATE
   assert common.read_jsonl(out)[-1]["obj"] == rec["obj"]
   assert np.isfinite(rec["obj"])
 
@@ -115,7 +124,7 @@ def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
   # The paper's selection: a nominal split (no guarantee to compare to).
   assert rec["epsilon"] < 1.0
   assert rec["privacy"]["epsilon"] is None
-  assert rec["privacy"]["epsilon_nominal_composed"] <= 3.0 * (1 + 1e-6)
+  assert rec["dpwss"]["epsilon_nominal_composed"] <= 3.0 * (1 + 1e-6)
   with pytest.raises(ValueError, match="needs --max_iter"):
     launch_dpwss.run_setting(dataset=small_svmlight, total_epsilon=3.0)
 
@@ -143,11 +152,12 @@ def test_private_selection_record(small_svmlight):
   privacy = rec["privacy"]
   assert rec["selection"] == "private" and rec["iterations"] == 40
   assert rec["exit_reason"] == ["max_iter"]
-  assert privacy["selections"] == 80
+  assert rec["dpwss"]["selections"] == 80
+  assert tuple(privacy) == accounting.PRIVACY_FIELDS
   assert privacy["epsilon"] == pytest.approx(3.0, rel=1e-6)
   assert privacy["delta"] == 1e-5 and privacy["epsilon_nominal"] is None
   assert rec["model_is_private"] is False
-  assert "NOT private" in privacy["scope"]
+  assert "NOT private" in rec["dpwss"]["scope"]
 
 
 def test_selection_comparison_writes_and_resumes(small_svmlight, tmp_path):
@@ -168,7 +178,7 @@ def test_selection_comparison_writes_and_resumes(small_svmlight, tmp_path):
 
 
 def test_dpwss_audit_specs():
-  from launch import dpwss_audits
+  from launch.experiments import dpwss_audits
   specs = {s.name: s for s in dpwss_audits.specs()}
   for name, spec in specs.items():
     assert spec.relation == "replace_one"
@@ -180,7 +190,7 @@ def test_dpwss_audit_specs():
 
 
 def _audit(name, trials):
-  from launch import audits, dpwss_audits
+  from launch.experiments import audits, dpwss_audits
   spec = {s.name: s for s in dpwss_audits.specs()}[name]
   return spec, audits.run_spec(jax.random.key(0), spec, trials=trials)
 
@@ -206,3 +216,59 @@ def test_dpwss_audits(name):
     assert result.epsilon_lower > 5.0  # nominal 0.05 or 1
   else:
     assert result.epsilon_lower < spec.reported_epsilon
+
+
+def _libsvm_fit(path, gamma):
+  """LIBSVM (libsvm-official) on the file itself: (#iter, ρ, obj)."""
+  import re  # pylint: disable=g-import-not-at-top
+
+  from libsvm import svm as libsvm_svm  # pylint: disable=g-import-not-at-top
+  from libsvm import svmutil  # pylint: disable=g-import-not-at-top
+
+  y, x = svmutil.svm_read_problem(path)
+  lines = []
+  hook = libsvm_svm.PRINT_STRING_FUN(lambda s: lines.append(s.decode()))
+  param = libsvm_svm.svm_parameter(
+      f"-s 0 -t 2 -c 1 -g {gamma!r} -e 0.001 -h 0")
+  param.print_func = hook  # svm_train installs param.print_func
+  try:
+    model = svmutil.svm_train(libsvm_svm.svm_problem(y, x), param)
+  finally:
+    libsvm_svm.libsvm.svm_set_print_string_function(
+        libsvm_svm.ctypes_print_null)
+  text = "".join(lines)
+  iters = int(re.search(r"#iter = (\d+)", text).group(1))
+  obj = float(re.search(r"obj = ([-+.\de]+)", text).group(1))
+  return iters, float(model.rho[0]), obj
+
+
+def test_cli_loader_keeps_libsvm_parity(tmp_path):
+  # WDBC min/max-scaled to [-1, 1] and written at full precision: LIBSVM
+  # reads doubles. Through the launch loader (svmlight: → float64) the
+  # solver must take LIBSVM's exact path; the same rows rounded to float32
+  # (what the loader used to store) take another (114 iterations, not 117,
+  # when this test was written), so the test can fail.
+  bunch = datasets.load_breast_cancer()
+  x = bunch.data
+  low, high = x.min(axis=0), x.max(axis=0)
+  x = 2 * (x - low) / (high - low) - 1
+  path = str(tmp_path / "wdbc_scaled")
+  datasets.dump_svmlight_file(x, np.where(bunch.target == 1, 1, -1), path)
+  ref_iter, ref_rho, ref_obj = _libsvm_fit(path, 1 / 30)
+  name = f"svmlight:{path}"
+  rec = launch_dpwss.run_setting(dataset=name, wss="wss2", shrinking=False,
+                                 repeats=1, dtype="float64")
+  assert rec["scaling"] == "none" and rec["n_train"] == 569
+  assert rec["iterations"] == ref_iter
+  # ρ = −b; LIBSVM's own tolerance-free path: agreement to float64
+  # round-off of the same arithmetic (1e-9 relative is ample).
+  assert -rec["per_repeat"][0]["bias"] == pytest.approx(ref_rho, rel=1e-9)
+  assert rec["obj"] == pytest.approx(ref_obj, rel=1e-6)  # printed to 6 dp
+  prepared = launch_dpwss.prepare(name, data_dir=None, classes=None,
+                                  scaling="auto", evaluate="train",
+                                  release="none")
+  rounded = prepared[0].astype(np.float32).astype(np.float64)
+  off = launch_dpwss.run_setting(
+      dataset=name, wss="wss2", shrinking=False, repeats=1,
+      prepared=(rounded, prepared[1], rounded, prepared[3], prepared[4]))
+  assert off["iterations"] != ref_iter

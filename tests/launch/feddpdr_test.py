@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from dpcore import accounting
 from federated import feddpdr as fed
 from launch import common
 from launch.data import loaders as data_lib
@@ -21,44 +22,63 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
   out = tmp_path / "runs.jsonl"
   cmd = [sys.executable, "-m", "launch.feddpdr", "--dataset=digits",
          "--mechanism=feddpdr", "--k=5", "--participants=3",
-         "--n_per_participant=100", "--epsilon=1.0", f"--out={out}"]
+         "--n_per_participant=100", "--epsilon=1.0", "--seeds=2",
+         f"--out={out}", f"--jax_cache_dir={tmp_path / 'jax'}"]
   proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True,
                         timeout=1800, env={**os.environ,
                                           "JAX_PLATFORMS": "cpu"})
   assert proc.returncode == 0, proc.stderr[-2000:]
-  record = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert common.read_jsonl(str(out)) == [record]
-  for field in ("dataset", "mechanism", "epsilon", "delta", "k",
-                "participants", "sizes", "accuracy", "seconds",
-                "compile_seconds", "privacy", "grad_norm_max", "seed"):
-    assert field in record
-  assert record["sizes"] == [100, 100, 100]
-  assert 0.0 <= record["accuracy"] <= 1.0
-  assert record["privacy"]["epsilon"] <= 1.0 + 1e-9
-  assert record["privacy"]["epsilon_nominal"] == 1.0
-  assert record["grad_norm_max"] <= 1e-8
+  lines = proc.stdout.strip().splitlines()
+  records = [json.loads(line) for line in lines]
+  assert common.read_jsonl(str(out)) == records
+  base, private = records  # the baseline runs first
+  for record in records:
+    for field in ("dataset", "mechanism", "epsilon", "delta", "k",
+                  "participants", "sizes", "accuracy", "seconds",
+                  "compile_seconds", "privacy", "grad_norm_max", "seed"):
+      assert field in record
+    assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
+    assert record["sizes"] == [100, 100, 100]
+    assert 0.0 <= record["accuracy"] <= 1.0
+    assert record["grad_norm_max"] <= 1e-8
+  assert private["mechanism"] == "feddpdr" and private["epsilon"] == 1.0
+  assert private["privacy"]["epsilon"] <= 1.0 + 1e-9
+  assert private["privacy"]["epsilon_nominal"] == 1.0
+  # A non-private run used no ε: it says so, and records none.
+  assert base["mechanism"] == "nonpriv" and base["epsilon"] is None
+  assert base["privacy"] == accounting.no_guarantee_record(
+      accounting.NON_PRIVATE)
+  assert "compiling" in proc.stderr and "accuracy" in proc.stderr
 
 
-def test_sizes_are_capped_only_for_the_default():
-  assert launch.resolve_sizes(available=1000, participants=5, n_per=10_000,
-                              sizes=None, n_per_explicit=False) == (200,) * 5
-  with pytest.raises(ValueError, match="exceeds"):
+def test_sizes_must_fit_and_are_never_capped():
+  assert launch.resolve_sizes(available=1000, participants=5, n_per=200,
+                              sizes=None) == (200,) * 5
+  with pytest.raises(ValueError, match=r"--participants=5 x "
+                     r"--n_per_participant=10000.*1000 training rows"):
     launch.resolve_sizes(available=1000, participants=5, n_per=10_000,
-                         sizes=None, n_per_explicit=True)
+                         sizes=None)
   assert launch.resolve_sizes(available=1000, participants=5, n_per=1,
-                              sizes=["10", "20"],
-                              n_per_explicit=False) == (10, 20)
+                              sizes=["10", "20"]) == (10, 20)
   with pytest.raises(ValueError, match="at least one row"):
     launch.resolve_sizes(available=1000, participants=2, n_per=1,
-                         sizes=["10", "0"], n_per_explicit=False)
+                         sizes=["10", "0"])
+  with pytest.raises(ValueError, match="--sizes is empty"):
+    launch.resolve_sizes(available=1000, participants=2, n_per=1, sizes=[])
+  with pytest.raises(ValueError, match="--sizes.*1000 training rows"):
+    launch.resolve_sizes(available=1000, participants=2, n_per=1,
+                         sizes=["900", "200"])
 
 
 def test_sweep_grids_follow_the_paper():
   points = launch.sweep_points("fig3", d=784, available=60_000,
                                n_default=10_000, participants=5,
                                mechanisms=fed.MECHANISMS, epsilon=0.1)
-  assert sorted({p[3] for p in points}) == list(launch.PAPER_EPSILON)
-  assert len(points) == 6 * 4
+  assert sorted({p[3] for p in points if p[1] != "nonpriv"}) == list(
+      launch.PAPER_EPSILON)
+  # Non-Priv takes no ε: one run (ε None), not one per ε.
+  assert [p[3] for p in points if p[1] == "nonpriv"] == [None]
+  assert len(points) == 6 * 3 + 1
   fig2 = launch.sweep_points("fig2", d=64, available=1000, n_default=200,
                              participants=5, mechanisms=("feddpdr", "dpml"),
                              epsilon=0.1)
@@ -83,17 +103,10 @@ def test_sweep_resumes_without_redoing(tmp_path, monkeypatch):
   def fake_run_one(prep, *, sizes, seed, seeds, config, timing_repeats=1,
                    extra=None):
     calls.append((config.mechanism, config.epsilon))
-    return {"dataset": prep.name, "mechanism": config.mechanism,
-            "epsilon": config.epsilon, "delta": config.delta,
-            "k": config.k if config.mechanism != "dpml" else None,
-            "sizes": list(sizes), "lam": config.lam, "loss": config.loss,
-            "aggregation": config.aggregation,
-            "model_aggregation": config.model_aggregation,
-            "calibration": config.calibration,
-            "budget_per_classifier": config.budget_per_classifier,
-            "neighbouring": config.neighbouring, "seed": seed,
-            "seeds": seeds, "accuracy": 0.5, "seconds": 0.0,
-            "accuracy_per_seed": [0.5], **(extra or {})}
+    return {**launch.record_settings(config), "dataset": prep.name,
+            "sizes": list(sizes), "seed": seed, "seeds": seeds,
+            "accuracy": 0.5, "seconds": 0.0, "accuracy_per_seed": [0.5],
+            **(extra or {})}
 
   monkeypatch.setattr(launch, "run_one", fake_run_one)
   out = str(tmp_path / "sweep.jsonl")
@@ -101,9 +114,9 @@ def test_sweep_resumes_without_redoing(tmp_path, monkeypatch):
                 mechanisms=("feddpdr", "nonpriv"), seed=0, seeds=2, out=out,
                 base=fed.Config(k=3), participants=3, n_per=40, plot=True)
   launch.sweep(**kwargs)
-  assert len(calls) == 12
+  assert len(calls) == 7  # 6 budgets of feddpdr, Non-Priv once
   launch.sweep(**kwargs)
-  assert len(calls) == 12  # everything was found in the file
+  assert len(calls) == 7  # everything was found in the file
   assert os.path.exists(str(tmp_path / "sweep_toy_fig3.png"))
 
 
@@ -125,11 +138,10 @@ def test_cifar10_runs_end_to_end_on_hog_features(tmp_path):
                                ref / np.linalg.norm(ref), atol=1e-5)
   np.testing.assert_array_equal(prepared.y_train, raw.y_train)
   out = tmp_path / "runs.jsonl"
-  record = launch.experiment(
-      dataset="cifar10", data_dir=str(tmp_path), participants=2, n_per=30,
-      n_per_explicit=True, sizes=None, seed=0, seeds=1,
-      config=fed.Config(mechanism="feddpdr", k=5, epsilon=1.0),
-      out=str(out))
+  (record,) = launch.budget_table(
+      prepared, sizes=(30, 30), seed=0, seeds=1,
+      base=fed.Config(mechanism="feddpdr", k=5, epsilon=1.0),
+      epsilons=[1.0], baseline=False, out=str(out))
   assert common.read_jsonl(str(out)) == [json.loads(common.to_json(record))]
   assert record["dataset"] == "cifar10" and record["sizes"] == [30, 30]
   assert 0.0 <= record["accuracy"] <= 1.0

@@ -208,8 +208,34 @@ def test_sklearn_sets_match_sklearn():
 
 
 def test_unknown_name():
-  with pytest.raises(ValueError, match="Unknown dataset"):
+  with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
     data.load_dataset("imagenet")
+  with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+    data.check_dataset("imagenet")
+
+
+def test_check_dataset_finds_files_without_reading(tmp_path):
+  data.check_dataset("digits")  # bundled: nothing to find
+  data.check_dataset("heart")  # the bundled copy at least
+  with pytest.raises(FileNotFoundError, match="segment"):
+    data.check_dataset("segment", data_dir=str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="nosuch"):
+    data.check_dataset(f"svmlight:{tmp_path / 'nosuch'}")
+  (tmp_path / "junk").write_text("not svmlight at all")
+  data.check_dataset(f"svmlight:{tmp_path / 'junk'}")  # not read here
+  with pytest.raises(ValueError, match="TRAIN,TEST"):
+    data.check_dataset("svmlight:a,b,c")
+  assert data.public_bounds("digits") == (0.0, 16.0)
+  assert data.public_bounds("breast_cancer") is None
+
+
+def test_file_sets_keep_float64(tmp_path):
+  (tmp_path / "f").write_text("1 1:0.123456789012345\n-1 2:-0.5\n")
+  ds = data.load_dataset(f"svmlight:{tmp_path / 'f'}")
+  assert ds.x_train.dtype == np.float64
+  assert ds.x_train[0, 0] == 0.123456789012345  # not rounded to float32
+  assert data.load_dataset("breast_cancer").x_train.dtype == np.float64
+  assert data.load_dataset("digits").x_train.dtype == np.float32  # image
 
 
 def test_describe_sources_lists_every_name(tmp_path):
@@ -301,46 +327,6 @@ def test_tfds_route_restores_the_original_order(tmp_path, monkeypatch,
   np.testing.assert_array_equal(ds.y_train, original["train"][1])
   np.testing.assert_array_equal(ds.x_test, original["test"][0].reshape(5, -1))
   np.testing.assert_array_equal(ds.y_test, original["test"][1])
-
-
-# ----------------------------------------------------------------------------
-# Preprocessing.
-
-
-def test_unit_rows():
-  x = np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [255.0, 0.0, 255.0],
-                [1e-30, 0.0, 0.0]])
-  out = unit_out = data.unit_rows(x, (0, 255))
-  norms = np.linalg.norm(out.astype(np.float64), axis=1)
-  np.testing.assert_allclose(norms, [1, 0, 1, 1], atol=1e-6)
-  assert norms.max() <= 1 + 1e-6  # float32 rounding only
-  np.testing.assert_allclose(out[0], [0.6, 0.8, 0.0], rtol=1e-6)
-  assert unit_out.dtype == np.float32
-  # Per-feature highs reweight features before the normalisation.
-  per = data.unit_rows([[2.0, 2.0]], (0, [2.0, 1.0]))
-  np.testing.assert_allclose(per[0], np.array([1.0, 2.0]) / np.sqrt(5),
-                             rtol=1e-6)
-  # Data-independent: changing another row leaves row 0 unchanged.
-  x2 = x.copy()
-  x2[2] *= 1000
-  np.testing.assert_array_equal(data.unit_rows(x2, (0, 255))[0], out[0])
-  with pytest.raises(ValueError, match="> 0"):
-    data.unit_rows(x, (-2, -1))
-
-
-def test_scale_to_box():
-  out = data.scale_to_box([[0.0, 127.5, 255.0, 300.0, -5.0]], (0, 255))
-  np.testing.assert_allclose(out[0], [-1, 0, 1, 1, -1], atol=1e-6)
-  per = data.scale_to_box([[1.0, 1.0]], ([0.0, -1.0], [2.0, 1.0]))
-  np.testing.assert_allclose(per[0], [0.0, 1.0], atol=1e-6)
-  with pytest.raises(ValueError, match="public bounds"):
-    data.scale_to_box([[1.0]], None)
-  with pytest.raises(ValueError, match="low < high"):
-    data.scale_to_box([[1.0]], (1, 1))
-  with pytest.raises(ValueError, match="length 3"):
-    data.scale_to_box(np.zeros((1, 3)), ([0, 0], [1, 1]))
-  with pytest.raises(ValueError, match="NaN"):
-    data.scale_to_box([[np.nan]], (0, 1))
 
 
 # ----------------------------------------------------------------------------

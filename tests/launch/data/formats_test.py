@@ -107,6 +107,42 @@ def test_cifar_reader_rejects_malformed_batches(tmp_path, batch, match):
 # svmlight.
 
 
+def test_svmlight_file_errors_name_the_file(tmp_path):
+  empty = tmp_path / "empty.svm"
+  empty.write_text("")
+  with pytest.raises(ValueError, match=r"empty\.svm: the svmlight file is "
+                     r"empty"):
+    formats.read_svmlight([str(empty)])
+  good = tmp_path / "good.svm"
+  good.write_text("1 1:1\n-1 1:2\n")
+  bad = tmp_path / "bad.svm"
+  bad.write_text("1 1:1\nthis is not svmlight\n")
+  with pytest.raises(ValueError, match=r"bad\.svm: not a valid svmlight"):
+    formats.read_svmlight([str(good), str(bad)])
+  cut = tmp_path / "cut.svm.gz"
+  whole = gzip.compress(b"".join(b"%d 1:%d\n" % (i % 2, i)
+                                  for i in range(500)))
+  cut.write_bytes(whole[:len(whole) // 2])
+  with pytest.raises(ValueError, match=r"cut\.svm\.gz: corrupt or truncated "
+                     r"gzip"):
+    formats.read_svmlight([str(cut)])
+  one = tmp_path / "one.svm"
+  one.write_text("1 1:1\n1 1:2\n")
+  with pytest.raises(ValueError, match=r"one\.svm: .*single label"):
+    formats.read_svmlight([str(one)])
+  # Compression is told by content, not by name.
+  (tmp_path / "zipped").write_bytes(gzip.compress(b"1 1:1\n-1 1:2\n"))
+  ((x, y),) = formats.read_svmlight([str(tmp_path / "zipped")])
+  np.testing.assert_array_equal(x[:, 0], [1, 2])
+
+
+def test_corrupt_gzip_idx_names_the_file(tmp_path):
+  path = tmp_path / "train-images-idx3-ubyte.gz"
+  path.write_bytes(gzip.compress(bytes(range(256)) * 8)[:60])
+  with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: corrupt"):
+    formats.read_idx(str(path))
+
+
 @pytest.mark.parametrize(
     "labels,expected",
     [([1, 2, 2], [-1, 1, 1]), ([0, 1, 0], [-1, 1, -1]),
@@ -128,7 +164,7 @@ def test_read_svmlight_pair_shares_features_and_mapping(tmp_path):
   (x_tr, y_tr), (x_te, y_te) = formats.read_svmlight(
       [str(tmp_path / "tr"), str(tmp_path / "te")])
   assert x_tr.shape == (2, 5) and x_te.shape == (1, 5)
-  assert x_tr.dtype == np.float32
+  assert x_tr.dtype == np.float64  # the file's precision, as LIBSVM reads it
   np.testing.assert_array_equal(x_tr, [[1, 2, 0, 0, 0], [0, -1, 0, 0, 0]])
   np.testing.assert_array_equal(y_tr, [-1, 1])
   np.testing.assert_array_equal(y_te, [1])  # mapped with the train labels

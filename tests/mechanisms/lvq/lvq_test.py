@@ -10,7 +10,7 @@ import pytest
 from dp_accounting import rdp
 from scipy import stats
 
-from dpcore import dpsgd
+from dpcore import accounting, dpsgd
 from launch.experiments import lvq_eval
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
@@ -239,6 +239,39 @@ def test_padded_poisson_batches_are_paid_for():
   assert tiny.ledger.guarantee(1e-5).delta == 1.0
   with pytest.raises(ValueError, match="together"):
     lvq_train.privacy_plan(**kw, max_batch=b)
+
+
+@pytest.mark.parametrize("epochs, q", [(50, 0.01), (3, 0.07), (1, 0.3)])
+def test_trainer_and_plan_count_the_same_steps(epochs, q):
+  # One rule (dpsgd.num_steps) for the steps run and the steps accounted.
+  n = 500
+  cfg = lvq_train.TrainConfig(epochs=epochs, sampling_rate=q, max_batch=n)
+  plan = lvq_train.privacy_plan(epsilon=1.0, delta=1e-5, sampling_rate=q,
+                                epochs=epochs, dim=4, num_examples=n,
+                                max_batch=n)
+  (entry,) = [e for e in plan.ledger.entries if e.label == "dpsgd"]
+  steps = dpsgd.num_steps(epochs=epochs, sampling_rate=q)
+  assert cfg.steps() == plan.steps == entry.params["steps"] == steps
+  assert cfg.dpsgd_plan(n).steps == steps
+  assert accounting.dpsgd_epsilon(
+      noise_multiplier=plan.noise_multiplier, sampling_rate=q,
+      epochs=epochs, delta=1e-5) == entry.epsilon
+
+
+@pytest.mark.parametrize("rule", ["accountant", "paper"])
+def test_privacy_report_has_the_schema(rule):
+  plan = lvq_train.privacy_plan(epsilon=1.5, delta=1e-5, sampling_rate=0.01,
+                                epochs=5, dim=19, sigma_rule=rule,
+                                num_examples=1848, max_batch=60)
+  rec = plan.report(1e-5)
+  assert tuple(rec) == accounting.PRIVACY_FIELDS
+  assert rec["epsilon"] == plan.ledger.guarantee(1e-5).epsilon
+  assert rec["epsilon_nominal"] == pytest.approx(1.5)
+  assert rec["delta"] == 1e-5 and rec["no_guarantee"] is None
+  assert [e["label"] for e in rec["entries"]][-2:] == [
+      "dpsgd", "poisson_batch_padding"]
+  if rule == "accountant":
+    assert rec["epsilon"] <= 1.5 * (1 + 1e-6)
 
 
 def test_cv_splits_partition_rows():

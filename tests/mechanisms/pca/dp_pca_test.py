@@ -9,6 +9,7 @@ from dp_accounting import pld
 from scipy import stats
 from sklearn.decomposition import TruncatedSVD
 
+from dpcore import accounting
 from mechanisms.pca import dp_pca
 
 
@@ -250,3 +251,116 @@ def test_private_basis_validates_before_tracing(bad, match):
     kwargs["delta"] = 0.0
   with pytest.raises(ValueError, match=match):
     dp_pca.private_basis(jax.random.key(0), x, **kwargs)
+
+
+# -- exact (discrete) noise ----------------------------------------------------
+
+
+def _discrete_moments(sigma, granularity, d=8, n=40, keys=400):
+  x = jnp.asarray(_unit_rows(n, d, 5))
+  mask = jnp.ones(n)
+  out = jax.vmap(lambda k: dp_pca.noisy_second_moment(
+      k, x, mask, sigma=sigma, noise="discrete",
+      granularity=granularity))(jax.random.split(jax.random.key(11), keys))
+  exact = np.asarray(dp_pca.second_moment(x, mask), np.float64)
+  return np.asarray(out, np.float64), exact
+
+
+def test_discrete_mode_is_on_the_grid_symmetric_and_noised_by_sigma():
+  g = 2.0 ** -5
+  sigma = 40 * g  # 40 grid units
+  out, exact = _discrete_moments(sigma, g)
+  grid = out / g
+  np.testing.assert_array_equal(grid, np.round(grid))  # integers·γ, exact
+  np.testing.assert_array_equal(out, np.swapaxes(out, -1, -2))
+  rounded = np.round(exact / g) * g
+  iu = np.triu_indices(exact.shape[0])
+  noise = (out - rounded)[:, iu[0], iu[1]].ravel()  # 400·36 draws
+  assert np.all(noise / g == np.round(noise / g))
+  # Variance (σ_lattice·γ)² = σ² (σ/γ = 40 is an integer); the sample
+  # variance of 14 400 draws has relative s.e. √(2/N) ≈ 1.2 %.
+  var = noise.var()
+  assert abs(var / sigma**2 - 1.0) < 5 * np.sqrt(2 / noise.size)
+  assert abs(var / (1.1 * sigma) ** 2 - 1.0) > 10 * np.sqrt(2 / noise.size)
+  assert abs(noise.mean()) < 5 * sigma / np.sqrt(noise.size)
+
+
+def test_discrete_mode_rounds_sigma_up_to_the_grid():
+  assert dp_pca.lattice_sigma(1.01, granularity=0.5) == 3
+  assert dp_pca.lattice_sigma(1.0, granularity=0.5) == 2
+
+
+def test_discrete_record_uses_lattice_sigma_and_sensitivity():
+  g, d = 2.0 ** -8, 6
+  ledger = dp_accounting_ledger()
+  dp_pca.record(ledger, sigma=4.0, delta=1e-5, neighbouring="replace",
+                noise="discrete", granularity=g, dim=d)
+  (entry,) = ledger.entries
+  assert entry.kind == "discrete_gaussian"
+  assert entry.params["sigma"] == 4.0 * 256
+  lattice = np.sqrt(2.0) * 256 + np.sqrt(d * (d + 1) / 2)
+  assert entry.params["sensitivity"] == pytest.approx(lattice)
+  assert entry.params["rho"] == pytest.approx(lattice**2 / (2 * 1024.0**2))
+  float_ledger = dp_accounting_ledger()
+  dp_pca.record(float_ledger, sigma=4.0, delta=1e-5, neighbouring="replace")
+  assert float_ledger.entries[0].kind == "gaussian"
+  with pytest.raises(ValueError, match="dim"):
+    dp_pca.record(ledger, sigma=4.0, delta=1e-5, neighbouring="replace",
+                  noise="discrete", granularity=g)
+
+
+def dp_accounting_ledger():
+  return accounting.PrivacyLedger()
+
+
+def test_private_basis_discrete_meets_its_epsilon():
+  x = _unit_rows(200, 5, 6)
+  g = 2.0 ** -8
+  result, sigma = dp_pca.private_basis(
+      jax.random.key(3), x, k=2, epsilon=1.0, delta=1e-5, noise="discrete",
+      granularity=g)
+  assert result.components.shape == (5, 2)
+  assert sigma / g == int(sigma / g)
+  ledger = dp_accounting_ledger()
+  dp_pca.record(ledger, sigma=sigma, delta=1e-5, neighbouring="add_remove",
+                noise="discrete", granularity=g, dim=5)
+  eps = ledger.report(1e-5)["epsilon"]
+  assert 0.95 < eps <= 1.0
+  # One grid step less noise would overspend.
+  tighter = dp_accounting_ledger()
+  dp_pca.record(tighter, sigma=sigma - g, delta=1e-5,
+                neighbouring="add_remove", noise="discrete", granularity=g,
+                dim=5)
+  assert tighter.report(1e-5)["epsilon"] > 1.0
+
+
+def test_float_mode_is_the_default_and_unchanged():
+  x = jnp.asarray(_unit_rows(30, 4, 7))
+  mask = jnp.ones(30)
+  key = jax.random.key(0)
+  np.testing.assert_array_equal(
+      dp_pca.noisy_second_moment(key, x, mask, sigma=2.0),
+      dp_pca.noisy_second_moment(key, x, mask, sigma=2.0, noise="float"))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"noise": "exact"}, "noise must be one of"),
+    ({"noise": "discrete"}, "needs a granularity"),
+    ({"noise": "discrete", "granularity": 0.3}, "power of two"),
+    ({"noise": "float", "granularity": 2.0 ** -4}, "only to noise"),
+    ({"noise": "discrete", "granularity": 2.0 ** -30}, "round"),
+])
+def test_discrete_mode_validation(kwargs, match):
+  x = jnp.asarray(_unit_rows(10, 3, 8))
+  with pytest.raises(ValueError, match=match):
+    dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(10), k=2, sigma=1.0,
+                  **kwargs)
+
+
+def test_discrete_mode_refuses_a_traced_sigma():
+  x = jnp.asarray(_unit_rows(10, 3, 9))
+  f = jax.jit(lambda s: dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(10),
+                                      k=2, sigma=s, noise="discrete",
+                                      granularity=2.0 ** -4))
+  with pytest.raises(ValueError, match="concrete"):
+    f(1.0)

@@ -205,16 +205,22 @@ def test_paper_selection_reports_no_guarantee():
   # The paper's selection is not DP (launch.experiments.dpwss_audits): no ε,
   # and the paper's figure labelled nominal.
   report = dpwss.privacy_report(1.0, 400, delta=1e-5)
-  assert report["selection"] == "paper"
+  assert tuple(report) == accounting.PRIVACY_FIELDS  # the one schema
   assert report["epsilon"] is None and report["delta"] is None
+  assert report["method"] == "no_guarantee"
   assert report["epsilon_nominal"] == 1.0
-  # What composing the paper's per-selection claim would give (papers
-  # README: about 96 at δ = 1e-5), kept for comparison and labelled so.
-  assert report["epsilon_nominal_basic"] == pytest.approx(400.0)
-  assert report["epsilon_nominal_composed"] == pytest.approx(96.1, abs=0.1)
+  assert "not a guarantee" in report["nominal_note"]
   assert "no DP guarantee" in report["no_guarantee"]
-  assert "epsilon_basic" not in report
+  assert report["epsilon_basic"] is None
   assert json.loads(json.dumps(report))["epsilon"] is None  # JSON null
+  # What composing the paper's per-selection claim would give (papers
+  # README: about 96 at δ = 1e-5), kept for comparison, labelled so, and
+  # outside the privacy record.
+  extra = dpwss.selection_report(1.0, 400, delta=1e-5)
+  assert extra["selection"] == "paper" and extra["selections"] == 400
+  assert extra["epsilon_nominal_basic"] == pytest.approx(400.0)
+  assert extra["epsilon_nominal_composed"] == pytest.approx(96.1, abs=0.1)
+  assert extra["delta_nominal"] == 1e-5
   # A release already in the ledger does not make the transcript private.
   ledger = accounting.PrivacyLedger()
   ledger.record_pure(0.5, label="output_perturbation")
@@ -226,14 +232,17 @@ def test_paper_selection_reports_no_guarantee():
 
 def test_private_selection_report_composes_two_draws_per_iteration():
   report = dpwss.privacy_report(0.1, 200, selection="private", delta=1e-5)
+  assert tuple(report) == accounting.PRIVACY_FIELDS
   ledger = accounting.PrivacyLedger()
   ledger.record_exponential(0.1, count=400, label="x")
-  assert report["selections"] == 400
   assert report["epsilon"] == pytest.approx(ledger.guarantee(1e-5).epsilon)
   assert report["epsilon_basic"] == pytest.approx(40.0)
   assert report["delta"] == 1e-5
-  assert report["epsilon_nominal"] is None
-  assert "NOT private" in report["scope"]
+  assert report["epsilon_nominal"] is None and report["no_guarantee"] is None
+  extra = dpwss.selection_report(0.1, 200, selection="private")
+  assert extra["selections"] == 400
+  assert extra["epsilon_nominal_composed"] is None
+  assert "NOT private" in extra["scope"]
   # One draw per iteration would cost less: the 2T are really counted.
   half = dpwss.privacy_report(0.1, 100, selection="private")["epsilon"]
   assert half < report["epsilon"]
@@ -526,7 +535,7 @@ def test_private_run_makes_exactly_t_iterations(private_run):
     assert pairs.shape == (300, 2)
     assert len(set(pairs[:, 0].tolist())) > 20  # i is random, not argmax
   report = run.privacy_report(delta=1e-5)
-  assert report["selections"] == 600
+  assert run.selection_report(delta=1e-5)["selections"] == 600
   assert report["epsilon"] == pytest.approx(dpwss.privacy_report(
       0.5, 300, selection="private")["epsilon"])
 

@@ -193,7 +193,7 @@ def test_bad_parameters_are_refused():
 
 
 def test_to_numpy_trims_the_pair_record_to_the_longest_run():
-  from mechanisms import smo
+  from mechanisms.svm import smo
   rows, runs = 10_000, 2
   pairs = np.full((runs, rows, 2), -1, np.int32)
   iterations = np.array([5, 4_100], np.int32)

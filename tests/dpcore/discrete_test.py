@@ -1,0 +1,283 @@
+"""dpcore.discrete: exact pmfs, word arithmetic, grid mechanisms, ledger."""
+
+import math
+from fractions import Fraction
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting import rdp
+from scipy import stats
+
+from dpcore import accounting, discrete
+
+
+def _pmf(log_weight, support):
+  w = np.exp(np.array([log_weight(z) for z in support], np.float64))
+  return w / w.sum()
+
+
+def _gaussian_pmf(sigma, support):
+  return _pmf(lambda z: -z * z / (2.0 * sigma * sigma), support)
+
+
+def _laplace_pmf(scale, support):
+  return _pmf(lambda z: -abs(z) / scale, support)
+
+
+def _chi2_pvalue(draws, pmf, support):
+  """Chi-squared goodness of fit; the tails pooled into one bin each."""
+  draws = np.asarray(draws)
+  n = draws.size
+  expected = pmf * n
+  keep = expected >= 5.0
+  lo, hi = support[keep][0], support[keep][-1]
+  inside = [np.sum(draws == z) for z in support[keep]]
+  obs = np.array([np.sum(draws < lo)] + inside + [np.sum(draws > hi)], float)
+  exp = np.concatenate([[expected[support < lo].sum()], expected[keep],
+                        [expected[support > hi].sum()]])
+  mask = exp > 0
+  stat = np.sum((obs[mask] - exp[mask]) ** 2 / exp[mask])
+  return stats.chi2.sf(stat, mask.sum() - 1)
+
+
+_N = 200_000
+
+
+@pytest.fixture(scope="module")
+def gaussian_draws():
+  return np.asarray(discrete.discrete_gaussian(jax.random.key(1), (_N,),
+                                               sigma=3))
+
+
+@pytest.fixture(scope="module")
+def laplace_draws():
+  return np.asarray(discrete.discrete_laplace(jax.random.key(2), (_N,),
+                                              scale=Fraction(3, 2)))
+
+
+def test_discrete_gaussian_matches_pmf_and_rejects_wrong_sigma(
+    gaussian_draws):
+  support = np.arange(-60, 61)
+  assert gaussian_draws.dtype == np.int32
+  assert _chi2_pvalue(gaussian_draws, _gaussian_pmf(3.0, support),
+                      support) > 1e-3
+  # The same draws must reject a σ 10 % too large or too small.
+  for wrong in (3.3, 2.7):
+    assert _chi2_pvalue(gaussian_draws, _gaussian_pmf(wrong, support),
+                        support) < 1e-9
+
+
+def test_discrete_laplace_matches_pmf_and_rejects_wrong_scale(laplace_draws):
+  support = np.arange(-80, 81)
+  assert laplace_draws.dtype == np.int32
+  assert _chi2_pvalue(laplace_draws, _laplace_pmf(1.5, support),
+                      support) > 1e-3
+  for wrong in (1.65, 1.35):
+    assert _chi2_pvalue(laplace_draws, _laplace_pmf(wrong, support),
+                        support) < 1e-9
+
+
+def test_discrete_gaussian_rational_sigma_below_one():
+  # σ = 3/4: the Laplace proposal has t = 1 and σ² = 9/16 is not an int.
+  draws = np.asarray(discrete.discrete_gaussian(
+      jax.random.key(3), (50_000,), sigma=Fraction(3, 4)))
+  support = np.arange(-15, 16)
+  assert _chi2_pvalue(draws, _gaussian_pmf(0.75, support), support) > 1e-3
+  assert _chi2_pvalue(draws, _gaussian_pmf(0.825, support), support) < 1e-9
+
+
+def test_discrete_gaussian_long_division_path(monkeypatch):
+  # With a 2-row exponent table every proposal |y| ≥ 2 takes the word-level
+  # long division (the path that |y| > 64·t + 64 takes in normal use).
+  monkeypatch.setattr(discrete, "_TABLE_MAX", 2)
+  draws = np.asarray(discrete.discrete_gaussian(jax.random.key(12),
+                                                (30_000,), sigma=3))
+  support = np.arange(-40, 41)
+  assert _chi2_pvalue(draws, _gaussian_pmf(3.0, support), support) > 1e-3
+  assert _chi2_pvalue(draws, _gaussian_pmf(3.3, support), support) < 1e-9
+
+
+@pytest.mark.parametrize("num,den", [
+    (1, 2), (7, 3), (3, 1)])
+def test_bernoulli_exp_frequency(num, den):
+  p = math.exp(-num / den)
+  # Enough draws that a 5 % relative error is 8 standard errors.
+  n = math.ceil((8 / 0.05) ** 2 * (1 - p) / p)
+  draws = np.asarray(discrete.bernoulli_exp(
+      jax.random.key(num * 10 + den), (n,), numerator=num, denominator=den))
+  assert draws.dtype == np.bool_
+  hits = int(draws.sum())
+  # Two-sided binomial test: passes for p, fails for 1.05·p.
+  assert stats.binomtest(hits, n, p).pvalue > 1e-3
+  assert stats.binomtest(hits, n, 1.05 * p).pvalue < 1e-6
+
+
+def test_bernoulli_exp_zero_is_always_one():
+  assert bool(jnp.all(discrete.bernoulli_exp(
+      jax.random.key(0), (1000,), numerator=0, denominator=3)))
+
+
+def test_purity_keys_jit_and_vmap():
+  f = jax.jit(lambda k: discrete.discrete_gaussian(k, (2, 50), sigma=2))
+  a = f(jax.random.key(7))
+  np.testing.assert_array_equal(a, f(jax.random.key(7)))
+  np.testing.assert_array_equal(
+      a, discrete.discrete_gaussian(jax.random.key(7), (2, 50), sigma=2))
+  assert not np.array_equal(a, f(jax.random.key(8)))
+  assert a.shape == (2, 50) and a.dtype == jnp.int32
+  keys = jax.random.split(jax.random.key(9), 3)
+  batched = jax.vmap(lambda k: discrete.discrete_laplace(
+      k, (20,), scale=2))(keys)
+  for i in range(3):
+    np.testing.assert_array_equal(
+        batched[i], discrete.discrete_laplace(keys[i], (20,), scale=2))
+
+
+def test_word_arithmetic_matches_python_ints():
+  rng = np.random.default_rng(0)
+  a = rng.integers(0, 2 ** 32, 500, dtype=np.uint64)
+  b = rng.integers(0, 2 ** 32, 500, dtype=np.uint64)
+  hi, lo = discrete._mul32(jnp.asarray(a, jnp.uint32),
+                           jnp.asarray(b, jnp.uint32))
+  for i in range(500):
+    prod = int(a[i]) * int(b[i])
+    assert (int(hi[i]), int(lo[i])) == (prod >> 32, prod & 0xFFFFFFFF)
+  q = [int(x) for x in rng.integers(1, 2 ** 62, 500, dtype=np.uint64)]
+  q[:3] = [1, 3, 2 ** 62 + 12345]
+  p = [int(a[i]) * int(b[i]) for i in range(500)]
+  (oh, ol), (rh, rl) = discrete._divmod64(
+      jnp.asarray([x >> 32 for x in p], jnp.uint32),
+      jnp.asarray([x & 0xFFFFFFFF for x in p], jnp.uint32),
+      jnp.asarray([x >> 32 for x in q], jnp.uint32),
+      jnp.asarray([x & 0xFFFFFFFF for x in q], jnp.uint32))
+  for i in range(500):
+    quot, rem = divmod(p[i], q[i])
+    assert (int(oh[i]) << 32) | int(ol[i]) == quot
+    assert (int(rh[i]) << 32) | int(rl[i]) == rem
+
+
+def test_parameter_validation():
+  with pytest.raises(ValueError, match="round_up"):
+    discrete.discrete_gaussian(jax.random.key(0), (2,), sigma=3.7296)
+  with pytest.raises(ValueError, match="> 0"):
+    discrete.discrete_gaussian(jax.random.key(0), (2,), sigma=-1)
+  with pytest.raises(ValueError, match="finite"):
+    discrete.discrete_laplace(jax.random.key(0), (2,), scale=float("nan"))
+  with pytest.raises(ValueError, match="cut-off"):
+    discrete.discrete_gaussian(jax.random.key(0), (2,), sigma=30_000)
+  with pytest.raises(ValueError, match="too large"):
+    discrete.discrete_laplace(jax.random.key(0), (2,), scale=2 ** 26)
+  with pytest.raises(ValueError, match="power of two"):
+    discrete.check_granularity(0.3)
+  with pytest.raises(ValueError, match="denominator"):
+    discrete.bernoulli_exp(jax.random.key(0), (2,), numerator=1,
+                           denominator=0)
+  assert discrete.round_up(3.7296, 16) == Fraction(60, 16)
+  assert discrete.round_up(Fraction(7, 2)) == 4
+  # In range: the cut-off mass is checked and tiny.
+  assert discrete.cutoff_mass(sigma=17_000) <= discrete.MAX_CUTOFF_MASS
+  assert discrete.cutoff_mass(scale=2 ** 22) <= discrete.MAX_CUTOFF_MASS
+
+
+def test_nearest_rounding_can_move_a_full_grid_step():
+  # Why the lattice sensitivity is Δ/γ + √d and not Δ/γ + √d/2.
+  a, b = jnp.float32(0.495), jnp.float32(0.505)
+  diff = int(discrete.to_lattice(b, 1.0) - discrete.to_lattice(a, 1.0))
+  assert diff == 1 > 0.01 + 0.5
+  assert diff <= discrete.lattice_l2_sensitivity(0.01, granularity=1.0,
+                                                 dim=1)
+
+
+def test_gaussian_mechanism_on_the_grid():
+  g = 2.0 ** -6
+  value = jnp.array([0.1, -2.3, 7.77], jnp.float32)
+  z, sens = discrete.gaussian_mechanism(
+      jax.random.key(4), value, sensitivity=1.0, sigma=5, granularity=g)
+  assert z.dtype == jnp.int32
+  assert sens == pytest.approx(64.0 + math.sqrt(3))
+  floats = discrete.from_lattice(z, g)
+  # |z| < 2²⁴: z·γ is exact in float32 and dividing by γ gives z back.
+  np.testing.assert_array_equal(np.asarray(floats) / g, np.asarray(z))
+  zl, sens1 = discrete.laplace_mechanism(
+      jax.random.key(5), value, sensitivity=1.0, scale=3, granularity=g)
+  assert zl.dtype == jnp.int32 and sens1 == 64.0 + 3
+
+
+def test_grid_mechanism_noise_is_centred_on_the_rounded_query():
+  g = 2.0 ** -3
+  value = jnp.full((20_000,), 1.3, jnp.float32)  # rounds to 10 grid steps
+  z, _ = discrete.gaussian_mechanism(jax.random.key(6), value,
+                                     sensitivity=1.0, sigma=4,
+                                     granularity=g)
+  noise = np.asarray(z) - 10
+  # Mean 0, variance ≈ 16 (discrete Gaussian, σ ≥ 1: variance within
+  # 1e-10 of σ²); standard errors from 2·10⁴ draws.
+  assert abs(noise.mean()) < 5 * 4 / math.sqrt(20_000)
+  assert abs(noise.var() - 16.0) < 5 * 16 * math.sqrt(2 / 20_000)
+
+
+def _zcdp_epsilon(rho, delta):
+  """min over α > 1 of the CKS (Prop. 12) conversion of ρ-zCDP, by hand."""
+  best = math.inf
+  for alpha in np.linspace(1.001, 2000.0, 400_000):
+    eps = (alpha * rho + math.log1p(-1.0 / alpha)
+           - (math.log(delta) + math.log(alpha)) / (alpha - 1.0))
+    best = min(best, eps)
+  return best
+
+
+def test_ledger_discrete_gaussian_against_dp_accounting():
+  sigma, sens, delta, count = 10.0, 3.5, 1e-6, 4
+  ledger = accounting.PrivacyLedger()
+  ledger.record_discrete_gaussian(sigma=sigma, sensitivity=sens,
+                                  delta=delta, label="dg", count=count)
+  (entry,) = ledger.entries
+  rho = count * sens ** 2 / (2 * sigma ** 2)
+  # Same RDP curve as a Gaussian of noise multiplier σ/Δ, composed count
+  # times: dp_accounting's own Gaussian accountant is the oracle.
+  acc = rdp.RdpAccountant()
+  acc.compose(dp_accounting.GaussianDpEvent(sigma / sens), count)
+  assert entry.epsilon == pytest.approx(acc.get_epsilon(delta), rel=1e-9)
+  # And the hand-made conversion (a finer α grid) is a touch lower.
+  by_hand = _zcdp_epsilon(rho, delta)
+  assert by_hand <= entry.epsilon <= by_hand * 1.01
+  assert entry.epsilon < rho + 2 * math.sqrt(rho * math.log(1 / delta))
+  g = ledger.guarantee(delta)
+  assert g.epsilon == pytest.approx(entry.epsilon, rel=1e-9)
+  # A wrong σ gives a clearly different ε.
+  assert abs(_zcdp_epsilon(rho / 1.21, delta) - entry.epsilon) > 0.05
+
+
+def test_ledger_discrete_laplace():
+  ledger = accounting.PrivacyLedger()
+  ledger.record_discrete_laplace(scale=4.0, sensitivity=2.0, label="dl",
+                                 count=3)
+  (entry,) = ledger.entries
+  assert entry.epsilon == pytest.approx(1.5) and entry.delta == 0.0
+  acc = rdp.RdpAccountant()
+  acc.compose(dp_accounting.ZCDpEvent(0.5 ** 2 / 2), 3)
+  assert ledger.guarantee(1e-5).rdp_epsilon == pytest.approx(
+      acc.get_epsilon(1e-5), rel=1e-9)
+  assert ledger.report(1e-5)["epsilon"] <= 1.5
+  with pytest.raises(ValueError):
+    ledger.record_discrete_laplace(scale=0.0, sensitivity=1.0, label="x")
+  with pytest.raises(ValueError):
+    ledger.record_discrete_gaussian(sigma=1.0, sensitivity=1.0, delta=0.0,
+                                    label="x")
+
+
+def test_discrete_gaussian_sigma_calibration():
+  sigma = discrete.discrete_gaussian_sigma(epsilon=1.0, delta=1e-5,
+                                           sensitivity=10.0)
+  assert sigma.denominator == 1
+  ledger = accounting.PrivacyLedger()
+  ledger.record_discrete_gaussian(sigma=float(sigma), sensitivity=10.0,
+                                  delta=1e-5, label="a")
+  assert ledger.entries[0].epsilon <= 1.0
+  ledger = accounting.PrivacyLedger()
+  ledger.record_discrete_gaussian(sigma=float(sigma) - 1, sensitivity=10.0,
+                                  delta=1e-5, label="b")
+  assert ledger.entries[0].epsilon > 1.0

@@ -1,0 +1,247 @@
+"""launch.dplvq's command line: one-line errors before any work, resume.
+
+Every bad flag value must end the script with exit status 2 and one
+``error: …`` line naming the cause, before any data is read or any solver
+runs. To prove the "before", one subprocess imports the script once, makes
+the data loader and the solvers raise if called, and runs ``main`` through
+``common.run_cli`` for every case (launch scripts define absl flags at
+import, so they cannot share the pytest process with another script).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+_DRIVER = r'''
+import contextlib, io, json, sys
+import numpy as np
+from absl import flags
+from launch import common, dplvq as cli
+from launch.data import loaders
+from launch.experiments import lvq_eval
+
+def forbid(what):
+  def fail(*a, **k):
+    raise RuntimeError(f"HEAVY WORK: {what} was called")
+  return fail
+
+def fake_evaluate(split_key, train_key, x, y, config, *, folds, repeats,
+                  train_on_one_fold, parallel_runs, progress):
+  shape = (repeats, folds)
+  return lvq_eval.CVResult(np.full(shape, 0.25), 0, np.zeros(shape), 0.0,
+                           0.0, 10, 10)
+
+real_load = loaders.load_dataset
+
+def call(argv):
+  flags.FLAGS.unparse_flags()
+  err, out = io.StringIO(), io.StringIO()
+  code = 0
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    try:
+      sys.argv = ["dplvq"] + argv
+      common.run_cli(cli.main)
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else (0 if e.code is None
+                                                      else 1)
+    except Exception as e:  # a traceback in real life
+      code, err = -1, io.StringIO(f"{type(e).__name__}: {e}")
+  return {"code": code, "stderr": err.getvalue(), "stdout": out.getvalue()}
+
+cases = json.loads(sys.argv[1])
+results = {}
+for group, items in cases.items():
+  lvq_eval.evaluate = (fake_evaluate if group == "fake_training"
+                       else forbid("lvq_eval.evaluate"))
+  loaders.load_dataset = (forbid("load_dataset") if group == "before_load"
+                          else real_load)
+  for name, argv in items.items():
+    results[name] = call(argv)
+print("RESULTS" + json.dumps(results))
+'''
+
+
+def _drive(cases: dict) -> dict:
+  proc = subprocess.run(
+      [sys.executable, "-c", _DRIVER, json.dumps(cases)], cwd=_REPO,
+      capture_output=True, text=True, timeout=1800, check=False,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")]
+  assert lines, proc.stderr[-3000:]
+  return json.loads(lines[-1][len("RESULTS"):])
+
+
+# (flag(s), expected words in the one-line error). No data is read.
+BEFORE_LOAD = {
+    "dataset": (["--dataset=nosuch"], "unknown dataset 'nosuch'"),
+    "data_dir": (["--dataset=segment", "--data_dir=/nonexistent/dir"],
+                 "Dataset 'segment' not found"),
+    "model": (["--model=lvq"], "--model"),
+    "trainer": (["--trainer=adam"], "--trainer"),
+    "epsilon": (["--epsilon=0"], "--epsilon=0.0: the total ε must be > 0"),
+    "delta_one": (["--delta=1"], "--delta=1.0: δ must satisfy 0 < δ < 1"),
+    "delta_zero": (["--delta=0"], "--delta=0.0"),
+    "q_zero": (["--q=0"], "--q=0.0: the Poisson sampling rate"),
+    "q_big": (["--q=1.5"], "--q=1.5"),
+    "q_steps": (["--q=1e-6", "--epochs=1"],
+                "T = E/q = 1,000,000 SGD steps per run"),
+    "clip": (["--clip=0"], "--clip=0.0"),
+    "epochs": (["--epochs=0"], "--epochs=0"),
+    "lr": (["--lr=-1"], "--lr=-1.0"),
+    "sigma_rule": (["--sigma_rule=magic"], "--sigma_rule"),
+    "init_fraction": (["--init_fraction=1"], "--init_fraction=1.0"),
+    "init_mechanism": (["--init_mechanism=exp"], "--init_mechanism"),
+    "folds_zero": (["--folds=0"], "--folds=0: k-fold cross-validation"),
+    "folds_one": (["--folds=1"], "--folds=1: k-fold cross-validation"),
+    "repeats": (["--repeats=0"], "--repeats=0"),
+    "train_on": (["--train_on=half"], "--train_on"),
+    "bounds_text": (["--bounds=1,2,3"], "--bounds='1,2,3': give LOW,HIGH"),
+    "bounds_order": (["--bounds=5,1"], "--bounds='5,1'"),
+    "bounds_clip_most": (["--bounds=0,1"], "covers 6%: most values would "
+                         "be clipped"),
+    "bounds_auto_none": (["--dataset=breast_cancer"],
+                         "no public feature bounds"),
+    "rank": (["--rank=0"], "--rank=0"),
+    "normalise": (["--normalise=maybe"], "normalise"),
+    "phi": (["--phi=tanh"], "--phi"),
+    "prototypes_per_class": (["--prototypes_per_class=0"],
+                             "--prototypes_per_class=0"),
+    "bfgs_iterations": (["--bfgs_iterations=0"], "--bfgs_iterations=0"),
+    "parallel": (["--parallel=0"], "--parallel=0"),
+    "ghost_clipping": (["--ghost_clipping=perhaps"], "ghost_clipping"),
+    "seed": (["--seed=x"], "--seed"),
+    "table": (["--table=sometimes"], "table"),
+    "table_epsilons": (["--table", "--table_epsilons=1,-2"],
+                       "--table_epsilons='1,-2': every ε must be > 0"),
+    "figure_epsilons": (["--table", "--figure_epsilons=a"],
+                        "--figure_epsilons"),
+    "models": (["--table", "--models=foo"], "--models='foo': unknown"),
+    "max_steps": (["--max_steps=0"], "--max_steps=0"),
+    "unknown_flag": (["--epsilno=1"], "epsilno"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("cli")
+  empty = tmp / "empty.svm"
+  empty.write_text("")
+  blocked = tmp / "file"
+  blocked.write_text("")
+  out = str(tmp / "r.jsonl")
+  resume_out = tmp / "resume.jsonl"
+  resume_out.write_text('{"dataset": "cut-off wri')
+  single = ["--trainer=sgd", "--epochs=1", "--q=0.5", "--folds=2",
+            "--repeats=1", f"--out={resume_out}"]
+  table_out = str(tmp / "table.jsonl")
+  table = ["--table", "--models=glvq", "--table_epsilons=1",
+           "--figure_epsilons=2", "--epochs=1", "--q=0.5", "--folds=2",
+           "--repeats=1", f"--out={table_out}"]
+  cases = {
+      "before_load": {k: argv + [f"--out={out}"]
+                      for k, (argv, _) in BEFORE_LOAD.items()},
+      "before_load_out": {
+          "out_dir": [f"--out={tmp}"],
+          "out_under_file": [f"--out={blocked}/r.jsonl"],
+      },
+      "after_load": {
+          "folds_above_rows": ["--folds=2000", f"--out={out}"],
+          "empty_svmlight": [f"--dataset=svmlight:{empty}", "--bounds=0,1",
+                             f"--out={out}"],
+      },
+      "fake_training": {
+          "resume_first": single, "resume_again": list(single),
+          "table_first": table, "table_again": list(table),
+      },
+  }
+  found = _drive(cases)
+  found["_paths"] = {"resume_out": str(resume_out), "table_out": table_out}
+  return found
+
+
+def _assert_one_line_error(result, words):
+  assert result["code"] == 2, result
+  lines = result["stderr"].strip().splitlines()
+  errors = [ln for ln in lines if ln.startswith("error: ")]
+  assert len(errors) == 1, result["stderr"]
+  assert "Traceback" not in result["stderr"]
+  assert "HEAVY WORK" not in result["stderr"]
+  assert words in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_LOAD))
+def test_bad_flag_fails_before_any_work(results, name):
+  _assert_one_line_error(results[name], BEFORE_LOAD[name][1])
+
+
+@pytest.mark.parametrize("name,words", [
+    ("out_dir", "is a directory"),
+    ("out_under_file", "cannot be written"),
+])
+def test_bad_out_fails_before_any_work(results, name, words):
+  _assert_one_line_error(results[name], words)
+
+
+@pytest.mark.parametrize("name,words", [
+    ("folds_above_rows", "--folds=2000: 'digits' has only 1797 rows"),
+    ("empty_svmlight", "empty.svm: the svmlight file is empty"),
+])
+def test_data_errors_fail_before_training(results, name, words):
+  _assert_one_line_error(results[name], words)
+
+
+def test_resume_sets_aside_a_cut_line_and_skips_finished_runs(results):
+  first, again = results["resume_first"], results["resume_again"]
+  assert first["code"] == 0, first["stderr"][-2000:]
+  path = results["_paths"]["resume_out"]
+  lines = open(path, encoding="utf-8").read().splitlines()
+  assert len(lines) == 1  # the fragment went to PATH.partial
+  record = json.loads(lines[0])
+  assert json.loads(first["stdout"].strip().splitlines()[-1]) == record
+  assert "cut-off wri" in open(path + ".partial", encoding="utf-8").read()
+  assert again["code"] == 0, again["stderr"][-2000:]
+  assert "skipping 1 finished run" in again["stderr"]
+  assert len(open(path, encoding="utf-8").read().splitlines()) == 1
+  from dpcore import accounting  # pylint: disable=g-import-not-at-top
+  assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
+  assert record["privacy"]["no_guarantee"] == accounting.NON_PRIVATE
+  assert record["dpsgd"] is None
+
+
+def test_table_skips_finished_runs(results):
+  first, again = results["table_first"], results["table_again"]
+  assert first["code"] == 0, first["stderr"][-2000:]
+  assert "setting 4/4" in first["stderr"]
+  assert again["code"] == 0, again["stderr"][-2000:]
+  assert "skipping 4 finished runs" in again["stderr"]
+  path = results["_paths"]["table_out"]
+  records = [json.loads(ln) for ln in open(path, encoding="utf-8")]
+  assert len(records) == 4
+  from dpcore import accounting  # pylint: disable=g-import-not-at-top
+  for r in records:
+    assert tuple(r["privacy"]) == accounting.PRIVACY_FIELDS
+  private = [r for r in records if r["trainer"] == "dpsgd"]
+  assert {r["privacy"]["epsilon_nominal"] for r in private} == {1.0, 2.0}
+  assert all(r["dpsgd"]["steps"] == 2 for r in private)
+
+
+def test_help_exits_zero():
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.dplvq", "--help"], cwd=_REPO,
+      capture_output=True, text=True, timeout=600, check=False)
+  assert "--max_steps" in proc.stdout
+  assert proc.returncode == 0
+
+
+def test_stray_positional_argument_is_one_line_exit_2():
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.dplvq", "stray"], cwd=_REPO,
+      capture_output=True, text=True, timeout=600, check=False)
+  assert "unexpected positional argument" in proc.stderr
+  assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,247 @@
+"""launch.dpwss's command line: one-line errors before any work, resume.
+
+Every bad flag value must end the script with exit status 2 and one
+``error: …`` line naming the cause, before any data is read or any solver
+runs. To prove the "before", one subprocess imports the script once, makes
+the data loader and the solvers raise if called, and runs ``main`` through
+``common.run_cli`` for every case (launch scripts define absl flags at
+import, so they cannot share the pytest process with another script).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+_DRIVER = r'''
+import contextlib, io, json, sys
+from absl import flags
+from launch import common, dpwss as cli
+from launch.data import loaders
+from launch.experiments import dpwss as experiment
+from mechanisms.svm import dpwss as mech, smo_train
+
+def forbid(what):
+  def fail(*a, **k):
+    raise RuntimeError(f"HEAVY WORK: {what} was called")
+  return fail
+
+real = {"load": loaders.load_dataset, "wss2": smo_train.wss2_train,
+        "dpwss": mech.dpwss_train}
+
+def call(argv):
+  flags.FLAGS.unparse_flags()
+  err, out = io.StringIO(), io.StringIO()
+  code = 0
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    try:
+      sys.argv = ["dpwss"] + argv
+      common.run_cli(cli.main)
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else (0 if e.code is None
+                                                      else 1)
+    except Exception as e:  # a traceback in real life
+      code, err = -1, io.StringIO(f"{type(e).__name__}: {e}")
+  return {"code": code, "stderr": err.getvalue(), "stdout": out.getvalue()}
+
+cases = json.loads(sys.argv[1])
+results = {}
+for group, items in cases.items():
+  smo_train.wss2_train = forbid("wss2_train")
+  mech.dpwss_train = forbid("dpwss_train")
+  loaders.load_dataset = (real["load"] if group in ("after_load", "real")
+                          else forbid("load_dataset"))
+  if group == "real":
+    smo_train.wss2_train, mech.dpwss_train = real["wss2"], real["dpwss"]
+  for name, argv in items.items():
+    results[name] = call(argv)
+print("RESULTS" + json.dumps(results))
+'''
+
+
+def _drive(cases: dict) -> dict:
+  proc = subprocess.run(
+      [sys.executable, "-c", _DRIVER, json.dumps(cases)], cwd=_REPO,
+      capture_output=True, text=True, timeout=1800, check=False,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")]
+  assert lines, proc.stderr[-3000:]
+  return json.loads(lines[-1][len("RESULTS"):])
+
+
+def _svmlight(path, rows):
+  with open(path, "w", encoding="utf-8") as f:
+    for i in range(rows):
+      f.write(f"{1 if i % 2 else -1} 1:{(i % 7) / 7:.3f} "
+              f"2:{((3 * i) % 5) / 5:.3f}\n")
+  return f"svmlight:{path}"
+
+
+# (flag(s), expected words in the one-line error). No data is read.
+BEFORE_LOAD = {
+    "delta_one": (["--delta=1"], "--delta=1.0: δ must satisfy 0 < δ < 1"),
+    "delta_zero": (["--delta=0"], "--delta=0.0"),
+    "release_epsilon": (["--release=output_perturbation", "--kernel=linear",
+                         "--release_epsilon=0"], "--release_epsilon=0.0"),
+    "release_rbf": (["--release=output_perturbation"], "linear kernel"),
+    "release_minmax": (["--release=output_perturbation", "--kernel=linear",
+                        "--scaling=minmax"], "data-independent scaling"),
+    "epsilon": (["--epsilon=-1"], "--epsilon=-1.0"),
+    "sigma": (["--sigma=1"], "--sigma=1.0: σ must lie in (0, 1)"),
+    "total_epsilon_needs_max_iter": (["--total_epsilon=5"],
+                                     "--total_epsilon needs --max_iter"),
+    "total_epsilon": (["--total_epsilon=0", "--max_iter=10"],
+                      "--total_epsilon=0.0"),
+    "private_needs_max_iter": (["--selection=private"],
+                               "--selection=private runs exactly --max_iter"),
+    "c": (["--c=0"], "--c=0.0"),
+    "gamma": (["--gamma=-2"], "--gamma=-2.0"),
+    "degree": (["--degree=0"], "--degree=0"),
+    "eps_stop": (["--eps_stop=0"], "--eps_stop=0.0"),
+    "max_iter": (["--max_iter=0"], "--max_iter=0"),
+    "repeats": (["--repeats=0"], "--repeats=0"),
+    "classes_one": (["--dataset=digits", "--classes=3"],
+                    "the SVM is binary, so give exactly two"),
+    "classes_same": (["--dataset=digits", "--classes=3,3"], "exactly two"),
+    "classes_text": (["--classes=a,b"], "class ids must be integers"),
+    "unknown_dataset": (["--dataset=nosuch"], "unknown dataset 'nosuch'"),
+    "table_list_with_bad_name": (["--table", "--dataset=heart,nosuch"],
+                                 "unknown dataset 'nosuch'"),
+    "list_without_table": (["--dataset=heart,digits"], "needs --table"),
+    "both_modes": (["--table", "--selection_table"], "two modes"),
+    "no_public_bounds": (["--dataset=breast_cancer"],
+                         "no public feature bounds"),
+    "total_epsilons": (["--selection_table", "--total_epsilons=1,x"],
+                       "--total_epsilons"),
+    "iterations": (["--selection_table", "--iterations=0"], "--iterations=0"),
+    "enum_kernel": (["--kernel=cubic"], "--kernel"),
+    "enum_scaling": (["--scaling=zscore"], "--scaling"),
+    "enum_wss": (["--wss=wss3"], "--wss"),
+    "enum_selection": (["--selection=random"], "--selection"),
+    "enum_release": (["--release=all"], "--release"),
+    "enum_dtype": (["--dtype=float16"], "--dtype"),
+    "enum_eval": (["--eval=valid"], "--eval"),
+    "not_a_number": (["--sigma=abc"], "--sigma"),
+    "not_a_bool": (["--shrinking=maybe"], "shrinking"),
+    "seed_not_int": (["--seed=1.5"], "--seed"),
+    "unknown_flag": (["--epsilno=1"], "epsilno"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("cli")
+  empty = tmp / "empty.svm"
+  empty.write_text("")
+  corrupt = tmp / "corrupt.svm.gz"
+  corrupt.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(200)))
+  blocked = tmp / "file"
+  blocked.write_text("")
+  out = str(tmp / "r.jsonl")
+  cases = {
+      "before_load": {k: argv + [f"--out={out}"]
+                      for k, (argv, _) in BEFORE_LOAD.items()},
+      "before_load_out": {
+          "out_dir": [f"--out={tmp}"],
+          "out_under_file": [f"--out={blocked}/r.jsonl"],
+          "table_md_under_file": [f"--table_md={blocked}/t.md", "--table",
+                                  f"--out={out}"],
+          "missing_file": [f"--dataset=svmlight:{tmp}/nosuch.svm",
+                           f"--out={out}"],
+      },
+      "after_load": {
+          "classes_absent": ["--dataset=digits", "--classes=3,42",
+                             f"--out={out}"],
+          "multiclass": ["--dataset=digits", f"--out={out}"],
+          "empty_svmlight": [f"--dataset=svmlight:{empty}", f"--out={out}"],
+          "corrupt_gzip": [f"--dataset=svmlight:{corrupt}", f"--out={out}"],
+          "no_test_split": ["--eval=test", f"--out={out}"],
+      },
+  }
+  # Resume: a cut-off last line is set aside, the run is appended, and a
+  # second identical call skips it.
+  small = _svmlight(tmp / "small.svm", 40)
+  resume_out = tmp / "resume.jsonl"
+  resume_out.write_text('{"dataset": "cut-off wri')
+  run = [f"--dataset={small}", "--wss=wss2", "--repeats=1",
+         f"--out={resume_out}"]
+  cases["real"] = {"resume_first": run, "resume_again": list(run)}
+  found = _drive(cases)
+  found["_paths"] = {"resume_out": str(resume_out), "out": out}
+  return found
+
+
+def _assert_one_line_error(result, words):
+  assert result["code"] == 2, result
+  lines = result["stderr"].strip().splitlines()
+  errors = [ln for ln in lines if ln.startswith("error: ")]
+  assert len(errors) == 1, result["stderr"]
+  assert "Traceback" not in result["stderr"]
+  assert "HEAVY WORK" not in result["stderr"]
+  assert words in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_LOAD))
+def test_bad_flag_fails_before_any_work(results, name):
+  _assert_one_line_error(results[name], BEFORE_LOAD[name][1])
+
+
+@pytest.mark.parametrize("name,words", [
+    ("out_dir", "is a directory"),
+    ("out_under_file", "cannot be written"),
+    ("table_md_under_file", "--table_md="),
+    ("missing_file", "nosuch.svm"),
+])
+def test_bad_paths_fail_before_any_work(results, name, words):
+  _assert_one_line_error(results[name], words)
+
+
+@pytest.mark.parametrize("name,words", [
+    ("classes_absent", "class(es) [42] do not occur in 'digits'"),
+    ("multiclass", "has 10 classes"),
+    ("empty_svmlight", "empty.svm: the svmlight file is empty"),
+    ("corrupt_gzip", "corrupt.svm.gz: corrupt or truncated gzip"),
+    ("no_test_split", "--eval=test"),
+])
+def test_data_errors_fail_before_training(results, name, words):
+  _assert_one_line_error(results[name], words)
+
+
+def test_resume_sets_aside_a_cut_line_and_skips_finished_runs(results):
+  first, again = results["resume_first"], results["resume_again"]
+  assert first["code"] == 0, first["stderr"][-2000:]
+  path = results["_paths"]["resume_out"]
+  lines = open(path, encoding="utf-8").read().splitlines()
+  assert len(lines) == 1  # the fragment went to PATH.partial
+  record = json.loads(lines[0])
+  assert json.loads(first["stdout"].strip().splitlines()[-1]) == record
+  assert "cut-off wri" in open(path + ".partial", encoding="utf-8").read()
+  assert again["code"] == 0, again["stderr"][-2000:]
+  assert "skipping 1 finished run" in again["stderr"]
+  assert len(open(path, encoding="utf-8").read().splitlines()) == 1
+  # The record's privacy is the one schema.
+  from dpcore import accounting  # pylint: disable=g-import-not-at-top
+  assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
+  assert record["privacy"]["no_guarantee"] == accounting.NON_PRIVATE
+
+
+def test_help_exits_zero():
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.dpwss", "--help"], cwd=_REPO,
+      capture_output=True, text=True, timeout=600, check=False)
+  assert "--release_epsilon" in proc.stdout
+  assert proc.returncode == 0, (
+      "absl's --help exits 1; launch.common.run_cli must map it to 0")
+
+
+def test_stray_positional_argument_is_one_line_exit_2():
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.dpwss", "stray"], cwd=_REPO,
+      capture_output=True, text=True, timeout=600, check=False)
+  assert "unexpected positional argument" in proc.stderr
+  assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

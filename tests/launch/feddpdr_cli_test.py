@@ -1,0 +1,231 @@
+"""launch.feddpdr's command line: one-line errors before any work, resume.
+
+Every bad value of every flag must end the script with exit status 2 and a
+single ``error: …`` line naming the flag, before the data is loaded or a
+program compiled. One subprocess imports the script once (launch scripts
+define absl flags at import, so they cannot share the pytest process with
+another script), makes the loader and the training raise if called, and
+runs ``main`` through ``common.run_cli`` for each case.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from federated import feddpdr as fed
+from launch import common
+from launch.experiments import feddpdr as experiment
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+_DRIVER = r'''
+import contextlib, io, json, sys
+from absl import flags
+from federated import feddpdr
+from launch import common, feddpdr as cli
+from launch.data import loaders
+from launch.experiments import feddpdr as experiment
+
+def forbid(what):
+  def fail(*args, **kwargs):
+    raise AssertionError(f"WORK DONE: {what} was called")
+  return fail
+
+real = {"load": loaders.load_dataset, "prepare": experiment.prepare_data}
+
+def call(argv):
+  flags.FLAGS.unparse_flags()
+  err, out = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    try:
+      sys.argv = ["feddpdr"] + argv
+      common.run_cli(cli.main)
+      code = 0
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException as e:  # would be a traceback on the console
+      code, err = -1, io.StringIO(f"{type(e).__name__}: {e}")
+  return {"code": code, "stderr": err.getvalue()}
+
+cases = json.loads(sys.argv[1])
+feddpdr.train = forbid("feddpdr.train")
+results = {}
+for group, items in cases.items():
+  loading = group == "after_load"
+  loaders.load_dataset = real["load"] if loading else forbid("load_dataset")
+  experiment.prepare_data = (real["prepare"] if loading
+                             else forbid("prepare_data"))
+  for name, argv in items.items():
+    results[name] = call(argv)
+print("RESULTS" + json.dumps(results))
+'''
+
+
+def _drive(cases: dict) -> dict:
+  proc = subprocess.run(
+      [sys.executable, "-c", _DRIVER, json.dumps(cases)], cwd=_REPO,
+      capture_output=True, text=True, timeout=1800, check=False,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")]
+  assert lines, proc.stderr[-3000:]
+  return json.loads(lines[-1][len("RESULTS"):])
+
+
+# name: (arguments, word the one-line error must contain). Checked before
+# the data is loaded (digits' shape is known without loading it).
+BEFORE_LOAD = {
+    "epsilon_zero": (["--epsilon=0"], "--epsilon"),
+    "epsilon_negative": (["--epsilon=0.5,-1"], "--epsilon"),
+    "epsilon_text": (["--epsilon=abc"], "--epsilon"),
+    "epsilon_empty": (["--epsilon="], "--epsilon"),
+    "epsilon_inf": (["--epsilon=inf"], "--epsilon"),
+    "epsilon_two_in_sweep": (["--sweep=fig3", "--epsilon=0.1,1"],
+                             "--epsilon"),
+    "delta_zero": (["--delta=0"], "--delta"),
+    "delta_one": (["--delta=1.5"], "--delta"),
+    "k_zero": (["--k=0"], "--k"),
+    "k_above_d": (["--k=1000"], "--k=1000"),
+    "participants_zero": (["--participants=0"], "--participants"),
+    "participants_too_many": (["--participants=5000"], "1258"),
+    "n_per_zero": (["--n_per_participant=0"], "--n_per_participant"),
+    "n_per_too_many": (["--n_per_participant=700"], "--n_per_participant"),
+    "sizes_empty": (["--sizes="], "--sizes"),
+    "sizes_zero": (["--sizes=10,0"], "--sizes"),
+    "sizes_text": (["--sizes=10,a"], "--sizes"),
+    "sizes_too_many": (["--sizes=1000,1000"], "--sizes"),
+    "lam_zero": (["--lam=0"], "--lam"),
+    "tol_negative": (["--tol=-1"], "--tol"),
+    "max_iter_zero": (["--max_iter=0"], "--max_iter"),
+    "seeds_zero": (["--seeds=0"], "--seeds"),
+    "seed_text": (["--seed=abc"], "seed"),
+    "chunk_zero": (["--participant_chunk=0"], "--participant_chunk"),
+    "mechanism": (["--mechanism=fedavg"], "mechanism"),
+    "loss": (["--loss=hinge"], "loss"),
+    "aggregation": (["--aggregation=mean"], "aggregation"),
+    "model_aggregation": (["--model_aggregation=mean"], "model_aggregation"),
+    "calibration_enum": (["--calibration=exact"], "calibration"),
+    "calibration_classic_large_eps": (["--calibration=classic"],
+                                      "--calibration"),
+    "neighbouring": (["--neighbouring=swap"], "neighbouring"),
+    "budget_per_classifier": (["--budget_per_classifier=maybe"],
+                              "budget_per_classifier"),
+    "baseline": (["--baseline=maybe"], "baseline"),
+    "sweep": (["--sweep=fig9"], "sweep"),
+    "sweep_mechanisms": (["--sweep=fig3", "--sweep_mechanisms=fedavg"],
+                         "--sweep_mechanisms"),
+    "plot": (["--plot=maybe"], "plot"),
+    "shard": (["--shard_participants=maybe"], "shard_participants"),
+    "data_dir": (["--data_dir=/nonexistent/feddpdr"], "--data_dir"),
+    "dataset": (["--dataset=nosuch"], "nosuch"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("cli")
+  a_file = tmp / "file"
+  a_file.write_text("x")
+  out = [f"--out={tmp / 'out.jsonl'}", f"--jax_cache_dir={tmp / 'jax'}"]
+  before = {name: argv + out for name, (argv, _) in BEFORE_LOAD.items()}
+  before["out_directory"] = [f"--out={tmp}"]
+  before["out_under_a_file"] = [f"--out={a_file}/x.jsonl"]
+  before["positional"] = ["stray"] + out
+  before["jax_cache_dir_file"] = [f"--jax_cache_dir={a_file}",
+                                  f"--out={tmp / 'out.jsonl'}"]
+  # A set whose shape is known only once loaded: checked after loading,
+  # before compiling (training is forbidden throughout).
+  rng = np.random.default_rng(0)
+  lines = [f"{int(rng.integers(1, 4))} " + " ".join(
+      f"{j + 1}:{rng.uniform(0, 1):.3f}" for j in range(6))
+      for _ in range(20)]
+  svm = tmp / "tiny.svm"
+  svm.write_text("\n".join(lines) + "\n")
+  after = {
+      "after_load_rows": [f"--dataset=svmlight:{svm}", "--participants=2",
+                          "--n_per_participant=50"] + out,
+      "after_load_k": [f"--dataset=svmlight:{svm}", "--k=7",
+                       "--participants=2", "--n_per_participant=5"] + out,
+  }
+  return _drive({"before_load": before, "after_load": after}), tmp
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_LOAD) + [
+    "out_directory", "out_under_a_file", "jax_cache_dir_file",
+    "after_load_rows", "after_load_k"])
+def test_bad_value_is_one_line_exit_2_before_work(results, name):
+  got = results[0][name]
+  expected = {"out_directory": "--out", "out_under_a_file": "--out",
+              "jax_cache_dir_file": "--jax_cache_dir",
+              "after_load_rows": "--n_per_participant",
+              "after_load_k": "--k=7"}.get(name) or BEFORE_LOAD[name][1]
+  lines = got["stderr"].strip().splitlines()
+  if name.startswith("after_load"):  # "[hh:mm:ss] loading …" came first
+    lines = [ln for ln in lines if not ln.startswith("[")]
+  assert got["code"] == 2, got
+  assert len(lines) == 1 and lines[0].startswith("error: "), got
+  assert expected in lines[0], got
+  assert "WORK DONE" not in got["stderr"]
+
+
+def test_stray_positional_argument_is_one_line_exit_2(results):
+  got = results[0]["positional"]
+  assert got["code"] == 2, got
+  assert got["stderr"].strip().startswith("error: ") and "stray" in got[
+      "stderr"]
+  assert len(got["stderr"].strip().splitlines()) == 1
+
+
+def test_help_is_fast_and_exits_0():
+  proc = subprocess.run([sys.executable, "-m", "launch.feddpdr", "--help"],
+                        cwd=_REPO, capture_output=True, text=True,
+                        timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "--epsilon" in proc.stdout and "--n_per_participant" in proc.stdout
+
+
+def test_sweep_resume_loses_nothing_after_a_cut_off_line(tmp_path,
+                                                          monkeypatch):
+  # A sweep killed while writing its fourth record: the cut line goes to
+  # .partial, the three complete records stay, and only the missing runs
+  # are done again.
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(200, 6)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = (x[:, 0] > 0).astype(np.int64)
+  prepared = experiment.Prepared("toy", x[:150], y[:150], x[150:], y[150:],
+                                 (0, 1))
+  monkeypatch.setattr(experiment, "prepare_data", lambda *a, **k: prepared)
+  calls = []
+
+  def fake_run_one(prep, *, sizes, seed, seeds, config, timing_repeats=1,
+                   extra=None):
+    calls.append((config.mechanism, config.epsilon))
+    return {**experiment.record_settings(config), "dataset": prep.name,
+            "sizes": list(sizes), "seed": seed, "seeds": seeds,
+            "accuracy": 0.5, "accuracy_per_seed": [0.5], **(extra or {})}
+
+  monkeypatch.setattr(experiment, "run_one", fake_run_one)
+  out = str(tmp_path / "sweep.jsonl")
+  kwargs = dict(dataset="toy", data_dir=None, sweep_name="fig3",
+                mechanisms=("feddpdr", "nonpriv"), seed=0, seeds=1, out=out,
+                base=fed.Config(k=3), participants=3, n_per=40, plot=False)
+  experiment.sweep(**kwargs)
+  full = common.read_jsonl(out)
+  assert len(full) == 7
+  with open(out, "w", encoding="utf-8") as f:
+    f.writelines(common.to_json(r) + "\n" for r in full[:3])
+    f.write(common.to_json(full[3])[:25])  # the interrupted write
+  calls.clear()
+  experiment.sweep(**kwargs)
+  assert len(calls) == 4  # the cut run and the three never started
+  again = common.read_jsonl(out)
+  assert again[:3] == full[:3]
+  key = lambda r: common.record_key(r, experiment.KEY_FIELDS)  # noqa: E731
+  assert sorted(map(key, again)) == sorted(map(key, full))
+  with open(out + ".partial", encoding="utf-8") as f:
+    assert f.read() == common.to_json(full[3])[:25] + "\n"
