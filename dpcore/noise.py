@@ -368,7 +368,10 @@ def sphere_uniform(key: jax.Array, dim: int, *, dtype=jnp.float32
 
 def objective_perturbation_noise(key: jax.Array, dim: int, *, beta,
                                  dtype=jnp.float32) -> jax.Array:
-  """b ∈ R^dim with density ∝ exp(−β ‖b‖).
+  """b ∈ R^dim with density ∝ exp(−β ‖b‖): the one sampler of this law.
+
+  Objective perturbation draws it with β = ε′/2, output perturbation with
+  β = ε/Δ₂ (:func:`mechanisms.erm.output_perturbation.perturb`).
 
   Sampled as ‖b‖ ~ Gamma(shape=dim, scale=1/β) times a uniform direction
   (the radial density of exp(−β r) in dim dimensions is ∝ r^{dim−1} e^{−βr}).

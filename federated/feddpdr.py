@@ -287,6 +287,20 @@ def clip_rows(z):
   return clipping.clip_rows(z)
 
 
+def participant_keys(key: jax.Array, count: int, *, first: int = 0):
+  """The (DP-PCA, fit) keys of participants ``first … first + count − 1``.
+
+  Participant i's keys are ``split(fold_in(key, i))``: a function of the
+  repeat's key and i alone, so they do not depend on how many participants
+  the run has, nor on the chunk, device or process that computes them
+  (a process holding participants ``first …`` derives the same keys).
+  """
+  index = jnp.arange(first, first + count, dtype=jnp.uint32)
+  pairs = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(key, i)))(
+      index)
+  return pairs[:, 0], pairs[:, 1]
+
+
 def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
                config: Config | Static, num_classes: int, mesh=None,
                chunk=None) -> TrainOutput:
@@ -300,9 +314,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
   mech = static.mechanism
   count, _, d = x.shape
   k = static.k
-  pca_key, fit_key = jax.random.split(key)
-  pca_keys = jax.random.split(pca_key, count)
-  fit_keys = jax.random.split(fit_key, count)
+  pca_keys, fit_keys = participant_keys(key, count)
   weights = aggregation.size_weights(n)
 
   each = partial(sharding.over_participants, mesh=mesh, chunk=chunk)

@@ -58,17 +58,6 @@ def sensitivity(c: float) -> float:
   return 2.0 * validation.check_positive(c, "c")
 
 
-def sample_norm_noise(key: jax.Array, dim: int, *, scale) -> jax.Array:
-  """b ∈ R^dim with density ∝ exp(−‖b‖/scale).
-
-  ‖b‖ ~ Gamma(dim, scale) and b/‖b‖ uniform on the sphere: the law of
-  :func:`dpcore.noise.objective_perturbation_noise` with β = 1/scale, drawn
-  by it (tail-safe, cut-off ≤ 2·dim·2⁻¹²³; see ``dpcore.noise``).
-  """
-  return dp_noise.objective_perturbation_noise(
-      key, dim, beta=1.0 / scale, dtype=jnp.result_type(float))
-
-
 def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,
             epsilon: float) -> jax.Array:
   """weights + noise of density ∝ exp(−ε‖b‖/Δ₂).
@@ -79,8 +68,12 @@ def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,
   epsilon = validation.check_epsilon(epsilon)
   sensitivity_l2 = validation.check_positive(sensitivity_l2,
                                              "sensitivity_l2")
-  noise = sample_norm_noise(key, weights.shape[0],
-                            scale=sensitivity_l2 / epsilon)
+  # Density ∝ exp(−ε‖b‖/Δ₂): the law of objective perturbation's noise
+  # with β = ε/Δ₂, drawn by the one sampler of it (tail-safe, see
+  # dpcore.noise).
+  noise = dp_noise.objective_perturbation_noise(
+      key, weights.shape[0], beta=epsilon / sensitivity_l2,
+      dtype=jnp.result_type(float))
   return weights + noise.astype(weights.dtype)
 
 

@@ -68,6 +68,8 @@ from dpcore import noise as dp_noise
 CALIBRATIONS = ("analytic", "classic")
 NEIGHBOURING = ("add_remove", "replace")
 NOISE = ("float", "discrete")
+TOPK = ("eigh", "subspace")
+"""How the top-k of the noisy matrix is found (post-processing either way)."""
 
 
 class PcaResult(NamedTuple):
@@ -195,18 +197,13 @@ def clipped_rows(x, mask):
   """Unmasked rows scaled to norm ≤ 1; masked rows and rows whose squared
   norm is not finite (NaN, ±inf, or overflow) become 0.
 
-  Per row and data-independent, and exact on valid rows (scale 1.0). One
-  pass for the norms, folded with the mask: a cheaper form of
-  ``dpcore.clipping.clip_rows`` for this hot path. The mask is bounded to
-  [0, 1] first (NaN → 0, :func:`dpcore.clipping.clip_weights`): a weight
-  of 5 would otherwise add 25·xxᵀ to XᵀX.
+  Per row and data-independent, and exact on valid rows (scale 1.0):
+  :func:`dpcore.clipping.clip_rows`, then the mask bounded to [0, 1]
+  (NaN → 0, :func:`dpcore.clipping.clip_weights`): a weight of 5 would
+  otherwise add 25·xxᵀ to XᵀX.
   """
-  norm2 = jnp.sum(jnp.square(x), axis=-1)
-  finite = jnp.isfinite(norm2)
-  scale = jnp.minimum(1.0, jax.lax.rsqrt(jnp.maximum(norm2, 1e-30)))
-  scale = jnp.where(finite, scale, 0.0) * clipping.clip_weights(
-      mask).astype(scale.dtype)
-  return jnp.where(finite[:, None], x * scale[:, None].astype(x.dtype), 0.0)
+  weights = clipping.clip_weights(mask)
+  return clipping.clip_rows(x) * weights[:, None].astype(x.dtype)
 
 
 def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
@@ -238,6 +235,25 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
   full = jnp.zeros((d, d), jnp.int32).at[upper].set(z)
   full = full + jnp.triu(full, 1).T
   return discrete.from_lattice(full, g, m.dtype)
+
+
+def check_topk(topk: str) -> str:
+  if topk not in TOPK:
+    raise ValueError(f"topk must be one of {TOPK}, got {topk!r}.")
+  return topk
+
+
+def top_k_by_subspace(key: jax.Array, m, k: int) -> PcaResult:
+  """Top k of symmetric ``m`` by :func:`dpcore.linalg.subspace_top_k`.
+
+  Block min(d, 2k + 8), 16 iterations; the key only sets the start block
+  (post-processing of an already private matrix: not privacy-relevant). On
+  a 2-core CPU about 1.6–1.9× faster than ``eigh`` at d = 784, k = 20 and
+  slower at d = 64, capturing the noise-free variance to within 0.4 % of
+  exact ``eigh`` on the same noisy matrix (``launch/bench_topk.py``).
+  """
+  result = linalg.subspace_top_k(key, m, k)
+  return PcaResult(result.vectors, result.values)
 
 
 def top_k_eigenvectors(m, k: int) -> PcaResult:
@@ -274,7 +290,7 @@ def _check_concrete_sigma(sigma) -> None:
 
 
 def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
-           granularity=None) -> PcaResult:
+           granularity=None, topk: str = "eigh") -> PcaResult:
   """Private top-k basis of the rows of ``x`` where ``mask`` is 1.
 
   The jit/vmap kernel. ``k`` is checked (1 ≤ k ≤ d) when traced, and a
@@ -294,6 +310,10 @@ def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
     noise: ``"float"`` (default) or ``"discrete"`` (exact integer noise on
       the grid ``granularity``; see the module docstring).
     granularity: the grid γ, a power of two (discrete noise only).
+    topk: ``"eigh"`` (default, exact) or ``"subspace"`` (block subspace
+      iteration, :func:`top_k_by_subspace`; the key is then split into a
+      noise key and a start-block key, so the noise differs from
+      ``"eigh"``'s for the same key).
 
   Raises:
     ValueError: k outside 1..d, or a concrete σ that is not finite and
@@ -305,16 +325,24 @@ def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
   """
   k = _check_k(k, jnp.shape(x)[-1])
   check_noise(noise, granularity)
+  check_topk(topk)
   _check_concrete_sigma(sigma)
-  return top_k_eigenvectors(
-      noisy_second_moment(key, x, mask, sigma=sigma, noise=noise,
-                          granularity=granularity), k)
+  if topk == "eigh":
+    return top_k_eigenvectors(
+        noisy_second_moment(key, x, mask, sigma=sigma, noise=noise,
+                            granularity=granularity), k)
+  noise_key, start_key = jax.random.split(key)
+  return top_k_by_subspace(
+      start_key, noisy_second_moment(noise_key, x, mask, sigma=sigma,
+                                     noise=noise, granularity=granularity),
+      k)
 
 
 def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
                   delta: float, neighbouring: str = "add_remove",
                   calibration: str = "analytic", noise: str = "float",
-                  granularity=None) -> tuple[PcaResult, float]:
+                  granularity=None, topk: str = "eigh"
+                  ) -> tuple[PcaResult, float]:
   """Checked (ε, δ)-DP top-k basis of one data set (all rows real).
 
   Validates the data host-side (:func:`check_pca_inputs`: a non-empty,
@@ -334,6 +362,7 @@ def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
     noise: ``"float"`` or ``"discrete"`` (σ from
       :func:`discrete_pca_sigma`, a whole number of grid steps).
     granularity: the grid γ for discrete noise (a power of two).
+    topk: ``"eigh"`` or ``"subspace"`` (see :func:`dp_pca`).
 
   Returns:
     ``(PcaResult, sigma)``: the basis and the σ to record in a ledger
@@ -356,12 +385,12 @@ def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
                                granularity=g)
     result = _dp_pca_discrete_jit(
         key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k, sigma=sigma,
-        noise="discrete", granularity=g)
+        noise="discrete", granularity=g, topk=check_topk(topk))
     return result, sigma
   sigma = pca_sigma(epsilon=epsilon, delta=delta, calibration=calibration,
                     sensitivity=sens)
   result = _dp_pca_jit(key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k,
-                       sigma=sigma)
+                       sigma=sigma, topk=check_topk(topk))
   return result, sigma
 
 
@@ -376,6 +405,6 @@ def check_pca_inputs(x, *, k: int) -> None:
   _check_k(k, arr.shape[1])
 
 
-_dp_pca_jit = jax.jit(dp_pca, static_argnames=("k",))
+_dp_pca_jit = jax.jit(dp_pca, static_argnames=("k", "topk"))
 _dp_pca_discrete_jit = jax.jit(
-    dp_pca, static_argnames=("k", "sigma", "noise", "granularity"))
+    dp_pca, static_argnames=("k", "sigma", "noise", "granularity", "topk"))

@@ -102,8 +102,10 @@ def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
   return "bits" if fits else "scan"
 
 
-def default_max_iter(num: int) -> int:
-  """Iteration cap = pair-buffer rows: max(10⁴, 100·l) (8 bytes each)."""
+def pair_buffer_iterations(num: int) -> int:
+  """DPWSS's default iteration cap, sized by its pair buffer (one 8-byte
+  row per iteration): max(10⁴, 100·l). The solver's own cap (LIBSVM's
+  max(10⁷, 100·l)) is :func:`mechanisms.svm.smo.default_max_iter`."""
   return max(10_000, 100 * num)
 
 
@@ -235,7 +237,7 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
   with jax.enable_x64(dtype == "float64"):
     num = np.shape(x)[0] if np.ndim(x) == 2 else 0
     if max_iter is None:
-      max_iter = default_max_iter(max(num, 1))
+      max_iter = pair_buffer_iterations(max(num, 1))
     x, y, spec, config, problem, max_iter = smo_train.solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,

@@ -128,9 +128,10 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
         jnp.asarray(plan.p), jnp.asarray(plan.theta), config=config,
         num_classes=classes))(key)
     # The same computation, one participant at a time, unpadded.
-    pca_key, fit_key = jax.random.split(key)
-    pca_keys = jax.random.split(pca_key, 3)
-    fit_keys = jax.random.split(fit_key, 3)
+    # Participant i's keys: split(fold_in(key, i)) (independent of P).
+    pairs = [jax.random.split(jax.random.fold_in(key, i)) for i in range(3)]
+    pca_keys = [pair[0] for pair in pairs]
+    fit_keys = [pair[1] for pair in pairs]
     bases = jnp.stack([
         dp_pca.dp_pca(pca_keys[i], jnp.asarray(xs[i]), jnp.ones(sizes[i]),
                       k=k, sigma=float(plan.sigma[i])).components
@@ -271,3 +272,19 @@ def test_clip_rows_bounds_every_row_nan_included():
   out = np.asarray(feddpdr.clip_rows(z))
   np.testing.assert_allclose(out[:2], [[0.6, 0.8], [0.3, 0.4]], rtol=1e-6)
   np.testing.assert_array_equal(out[2:], 0.0)
+
+
+def test_participant_keys_do_not_depend_on_the_number_of_participants():
+  key = jax.random.key(9)
+  pca3, fit3 = feddpdr.participant_keys(key, 3)
+  pca5, fit5 = feddpdr.participant_keys(key, 5)
+  data = jax.random.key_data
+  np.testing.assert_array_equal(data(pca3), data(pca5)[:3])
+  np.testing.assert_array_equal(data(fit3), data(fit5)[:3])
+  # A process holding participants 3 and 4 derives the same keys.
+  pca_tail, fit_tail = feddpdr.participant_keys(key, 2, first=3)
+  np.testing.assert_array_equal(data(pca_tail), data(pca5)[3:])
+  np.testing.assert_array_equal(data(fit_tail), data(fit5)[3:])
+  # All keys distinct: no participant reuses another's noise.
+  flat = np.concatenate([data(pca5), data(fit5)]).reshape(10, -1)
+  assert len({tuple(r) for r in flat}) == 10

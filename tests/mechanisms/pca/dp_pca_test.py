@@ -364,3 +364,36 @@ def test_discrete_mode_refuses_a_traced_sigma():
                                       granularity=2.0 ** -4))
   with pytest.raises(ValueError, match="concrete"):
     f(1.0)
+
+
+def test_subspace_topk_keeps_the_noisy_matrix_utility():
+  # Post-processing choice: the subspace iteration's basis captures the
+  # noise-free variance as well as eigh's basis of the same noisy matrix.
+  rng = np.random.default_rng(3)
+  d, k = 40, 4
+  scales = np.concatenate([np.array([6.0, 5.0, 4.0, 3.0]),
+                           0.3 * np.ones(d - 4)])
+  x = rng.normal(size=(600, d)) * scales
+  x = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1.0))
+  x = x.astype(np.float32)
+  clean = x.T @ x
+  key = jax.random.key(4)
+  noise_key, _ = jax.random.split(key)
+  sub = dp_pca.dp_pca(key, x, np.ones(600, np.float32), k=k, sigma=2.0,
+                      topk="subspace")
+  # eigh of the same noisy matrix (the subspace path noises with the
+  # first half of the split key).
+  exact = dp_pca.top_k_eigenvectors(dp_pca.noisy_second_moment(
+      noise_key, x, np.ones(600, np.float32), sigma=2.0), k)
+  captured = lambda u: float(np.trace(np.asarray(u).T @ clean @ np.asarray(u)))
+  assert captured(sub.components) >= 0.99 * captured(exact.components)
+  np.testing.assert_allclose(
+      np.asarray(sub.components) @ np.asarray(sub.components).T,
+      np.asarray(exact.components) @ np.asarray(exact.components).T,
+      atol=1e-3)
+  with pytest.raises(ValueError, match="topk"):
+    dp_pca.dp_pca(key, x, np.ones(600, np.float32), k=k, sigma=2.0,
+                  topk="power")
+  basis, _ = dp_pca.private_basis(key, x, k=k, epsilon=1.0, delta=1e-5,
+                                  topk="subspace")
+  assert basis.components.shape == (d, k)
