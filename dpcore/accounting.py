@@ -94,22 +94,36 @@ class Guarantee:
     return dataclasses.asdict(self)
 
 
-def _rdp_epsilon(events, delta) -> float | None:
-  accountant = dp_rdp.RdpAccountant()
+def _accountant_epsilon(accountant, events, delta) -> float | None:
+  """ε at ``delta`` of ``events`` composed, or None if unsupported."""
   event = dp_accounting.ComposedDpEvent(list(events))
   if not accountant.supports(event):
     return None
   accountant.compose(event)
   return float(accountant.get_epsilon(delta))
+
+
+def _rdp_epsilon(events, delta) -> float | None:
+  return _accountant_epsilon(dp_rdp.RdpAccountant(), events, delta)
 
 
 def _pld_epsilon(events, delta) -> float | None:
-  accountant = dp_pld.PLDAccountant()
-  event = dp_accounting.ComposedDpEvent(list(events))
-  if not accountant.supports(event):
-    return None
-  accountant.compose(event)
-  return float(accountant.get_epsilon(delta))
+  return _accountant_epsilon(dp_pld.PLDAccountant(), events, delta)
+
+
+def zcdp_event(rho: float, count: int = 1) -> dp_accounting.DpEvent:
+  """``count`` releases of ρ-zCDP each, as a dp_accounting event."""
+  return dp_accounting.SelfComposedDpEvent(dp_accounting.ZCDpEvent(rho),
+                                           count)
+
+
+def zcdp_epsilon(*, rho: float, delta: float, count: int = 1) -> float:
+  """ε at δ of ``count`` compositions of ρ-zCDP (the RDP accountant).
+
+  The one zCDP → (ε, δ) conversion: the ledger's discrete Gaussian entries
+  and :func:`dpcore.discrete.discrete_gaussian_sigma` both read ε here.
+  """
+  return _rdp_epsilon([zcdp_event(rho, count)], delta)
 
 
 class PrivacyLedger:
@@ -222,9 +236,8 @@ class PrivacyLedger:
     delta = validation.check_delta(delta)
     count = validation.check_positive_int(count, "count")
     rho = sensitivity**2 / (2.0 * sigma**2)
-    event = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.ZCDpEvent(rho), count)
-    eps = _rdp_epsilon([event], delta)
+    event = zcdp_event(rho, count)
+    eps = zcdp_epsilon(rho=rho, delta=delta, count=count)
     self._record(LedgerEntry(
         label, "discrete_gaussian", eps, delta, event,
         {"sigma": sigma, "sensitivity": sensitivity, "rho": rho,

@@ -70,13 +70,11 @@ import math
 from fractions import Fraction
 from typing import NamedTuple
 
-import dp_accounting
 import jax
 import jax.numpy as jnp
-from dp_accounting import rdp as dp_rdp
 from jax import lax
 
-from dpcore import validation
+from dpcore import accounting, validation
 
 MAX_MAGNITUDE = 2 ** 30 - 1
 """Largest |noise| any sampler returns (the cut-off described above)."""
@@ -376,6 +374,50 @@ class _LapState(NamedTuple):
   value: jax.Array
 
 
+class _Step(NamedTuple):
+  """One step's random words, and what the Laplace proposal does with them."""
+  words: jax.Array      # (3, n) uint32 words of this step
+  c_t: jax.Array        # a uniform candidate below t (from words[0])
+  negative: jax.Array   # the proposal's sign bit (from words[2])
+  take_u: jax.Array     # phase 0 → 1: U drawn uniform in [0, t)
+  keep: jax.Array       # phase 1 → 2: Bernoulli(exp(−U/t)) came out 1
+  drop: jax.Array       # phase 1 → 0: it came out 0 (reject the proposal)
+  more: jax.Array       # phase 2: one more Bernoulli(exp(−1)) success
+  stop: jax.Array       # phase 2 ends: V is complete
+  grow: jax.Array       # a 1/K trial hit: K grows by one
+
+
+def _proposal_step(key, s, n: int, t) -> _Step:
+  """Phases 0–2 (CKS Algorithm 2) of a sampler state ``s``, one step.
+
+  Shared by :func:`_laplace_batch` and :func:`_gaussian_batch`, whose states
+  both carry ``step``, ``phase``, ``u`` and ``k``: draws the step's three
+  words per element and reads from them uniform candidates below t and
+  below ``s.k`` (each valid where ``_below`` says so) and the sign.
+  """
+  w = _words(key, s.step, n, 3)
+  c_t, ok_t = _below(w[0], t)
+  c_k, ok_k = _below(w[1], s.k)
+  negative = (w[2] >> 31) == 1
+  p0, p1, p2 = s.phase == 0, s.phase == 1, s.phase == 2
+  # phase 0: U uniform in [0, t).
+  take_u = p0 & ok_t
+  # phase 1: Bernoulli(exp(−U/t)) by Algorithm 1.
+  v1 = p1 & ok_t & ok_k
+  hit1 = (c_t < s.u) & (c_k == 0)
+  end1 = v1 & ~hit1
+  keep = end1 & ((s.k & 1) == 1)
+  drop = end1 & ((s.k & 1) == 0)
+  # phase 2: V counts Bernoulli(exp(−1)) successes (γ = 1: only 1/K).
+  v2 = p2 & ok_k
+  hit2 = c_k == 0
+  end2 = v2 & ~hit2
+  more = end2 & ((s.k & 1) == 1)
+  stop = end2 & ((s.k & 1) == 0)
+  return _Step(w, c_t, negative, take_u, keep, drop, more, stop,
+               (v1 & hit1) | (v2 & hit2))
+
+
 def _laplace_batch(key, active, num: int, den: int):
   """Discrete Laplace of scale num/den (CKS Algorithm 2) per active element.
 
@@ -393,25 +435,8 @@ def _laplace_batch(key, active, num: int, den: int):
     return jnp.any(s.phase < 3)
 
   def body(s):
-    w = _words(key, s.step, n, 3)
-    c_t, ok_t = _below(w[0], t)
-    c_k, ok_k = _below(w[1], s.k)
-    negative = (w[2] >> 31) == 1
-    p0, p1, p2 = s.phase == 0, s.phase == 1, s.phase == 2
-    # phase 0: U uniform in [0, t).
-    take_u = p0 & ok_t
-    # phase 1: Bernoulli(exp(−U/t)) by Algorithm 1.
-    v1 = p1 & ok_t & ok_k
-    hit1 = (c_t < s.u) & (c_k == 0)
-    end1 = v1 & ~hit1
-    keep = end1 & ((s.k & 1) == 1)
-    drop1 = end1 & ((s.k & 1) == 0)
-    # phase 2: V counts Bernoulli(exp(−1)) successes (γ = 1: only 1/K).
-    v2 = p2 & ok_k
-    hit2 = c_k == 0
-    end2 = v2 & ~hit2
-    more = end2 & ((s.k & 1) == 1)
-    stop = end2 & ((s.k & 1) == 0)
+    _, c_t, negative, take_u, keep, drop1, more, stop, grow = (
+        _proposal_step(key, s, n, t))
     r_more = s.r + t
     y_more = s.y + r_more // s_
     r_more = r_more % s_
@@ -424,7 +449,7 @@ def _laplace_batch(key, active, num: int, den: int):
     phase = jnp.where(keep, 2, phase)
     phase = jnp.where(reject, 0, phase)
     phase = jnp.where(accept, 3, phase)
-    k = jnp.where((v1 & hit1) | (v2 & hit2), s.k + 1, s.k)
+    k = jnp.where(grow, s.k + 1, s.k)
     k = jnp.where(take_u | keep | more | reject, one, k)
     return _LapState(
         s.step + 1, phase,
@@ -531,24 +556,10 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
     return jnp.any(s.phase < 4)
 
   def body(s):
-    w = _words(key, s.step, n, 3)
-    c_t, ok_t = _below(w[0], t)
-    c_k, ok_k = _below(w[1], s.k)
-    negative = (w[2] >> 31) == 1
-    p0, p1, p2, p3 = (s.phase == 0, s.phase == 1, s.phase == 2,
-                      s.phase == 3)
     # Laplace proposal (CKS Algorithm 2 with s = 1: Y = U + t·V).
-    take_u = p0 & ok_t
-    v1 = p1 & ok_t & ok_k
-    hit1 = (c_t < s.u) & (c_k == 0)
-    end1 = v1 & ~hit1
-    keep = end1 & ((s.k & 1) == 1)
-    drop1 = end1 & ((s.k & 1) == 0)
-    v2 = p2 & ok_k
-    hit2 = c_k == 0
-    end2 = v2 & ~hit2
-    more = end2 & ((s.k & 1) == 1)
-    stop = end2 & ((s.k & 1) == 0)
+    w, c_t, negative, take_u, keep, drop1, more, stop, grow = (
+        _proposal_step(key, s, n, t))
+    p3 = s.phase == 3
     y_more = s.y + t
     too_big = more & (y_more > p.limit)
     fits = (s.y <= p.limit) & ~(negative & (s.y == 0))
@@ -579,8 +590,7 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
     phase = jnp.where(drop1 | drop2 | rejected, 0, phase)
     phase = jnp.where(proposed, 3, phase)
     phase = jnp.where(accepted, 4, phase)
-    grow = (v1 & hit1) | (v2 & hit2) | (v3 & hit3)
-    k = jnp.where(grow, s.k + 1, s.k)
+    k = jnp.where(grow | (v3 & hit3), s.k + 1, s.k)
     k = jnp.where(take_u | keep | more | drop1 | drop2 | proposed | success
                   | rejected, one, k)
     return _GaussState(
@@ -748,17 +758,16 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float,
   """Smallest σ (a multiple of 1/denominator) whose zCDP gives (ε, δ).
 
   The discrete Gaussian is ρ = Δ²/2σ²-zCDP; (ε, δ) is read from ρ by
-  ``dp_accounting``'s RDP conversion, exactly as
-  :meth:`dpcore.accounting.PrivacyLedger.record_discrete_gaussian` does.
+  :func:`dpcore.accounting.zcdp_epsilon`, the conversion
+  :meth:`dpcore.accounting.PrivacyLedger.record_discrete_gaussian` uses.
   """
   epsilon = validation.check_epsilon(epsilon)
   delta = validation.check_delta(delta)
   sensitivity = validation.check_positive(sensitivity, "sensitivity")
 
   def eps_at(sigma):
-    acc = dp_rdp.RdpAccountant()
-    acc.compose(dp_accounting.ZCDpEvent(sensitivity ** 2 / (2 * sigma ** 2)))
-    return acc.get_epsilon(delta)
+    return accounting.zcdp_epsilon(
+        rho=sensitivity ** 2 / (2 * sigma ** 2), delta=delta)
 
   lo, hi = 1e-6, 1.0
   while eps_at(hi) > epsilon:

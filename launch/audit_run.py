@@ -2,6 +2,12 @@
 
 The body of ``python -m launch.audit`` (:mod:`launch.audit` holds only its
 flags), importable without defining any flag.
+
+A record says what was audited and found: ``"claim"`` holds the audited
+mechanism's reported ε at the audit's δ (None: no claim) and, where it
+differs, the paper's nominal ε; ``"epsilon_lower"`` is the audit's 95 %
+lower bound. The audit itself releases nothing, so its ``"privacy"`` is
+:func:`dpcore.accounting.no_guarantee_record` (:data:`AUDIT_ONLY`).
 """
 
 from __future__ import annotations
@@ -12,8 +18,12 @@ import zlib
 
 import jax
 
+from dpcore import accounting
 from launch import common
 from launch.experiments import audits
+
+AUDIT_ONLY = ("privacy audit: synthetic neighbouring data sets, nothing is "
+              "released; the audited claim is under 'claim'")
 
 
 def verdict(spec: audits.AuditSpec, epsilon_lower: float) -> str:
@@ -44,8 +54,8 @@ def run_one(spec: audits.AuditSpec, *, seed: int, trials: int | None,
   return {
       "name": spec.name, "relation": spec.relation,
       "settings": spec.settings, "broken": spec.broken,
-      "delta": spec.delta, "reported_epsilon": spec.reported_epsilon,
-      "nominal_epsilon": nominal,
+      "claim": {"epsilon": spec.reported_epsilon, "delta": spec.delta,
+                "epsilon_nominal": nominal},
       "epsilon_lower": result.epsilon_lower,
       "verdict": verdict(spec, result.epsilon_lower),
       "exceeds_nominal": (nominal is not None
@@ -57,6 +67,7 @@ def run_one(spec: audits.AuditSpec, *, seed: int, trials: int | None,
       "trials_per_second": result.trials_per_second,
       "seed": seed, "confidence": 0.95,
       "backend": jax.default_backend(),
+      "privacy": accounting.no_guarantee_record(AUDIT_ONLY),
   }
 
 
@@ -95,11 +106,12 @@ def markdown_table(records: list[dict]) -> str:
   ]
   for r in records:
     name = r["name"] + (" (broken)" if r["broken"] else "")
-    reported = ("no claim" if r["reported_epsilon"] is None else
-                f"{r['reported_epsilon']:.3f} (δ={r['delta']:g})")
+    claim = r["claim"]
+    reported = ("no claim" if claim["epsilon"] is None else
+                f"{claim['epsilon']:.3f} (δ={claim['delta']:g})")
     lines.append(
         f"| {name} | {r['relation']} | {_settings(r['settings'])} "
-        f"| {reported} | {_fmt(r['nominal_epsilon'])} "
+        f"| {reported} | {_fmt(claim['epsilon_nominal'])} "
         f"| {_result_cell(r)} | {r['trials']:,} | {r['seconds']:.1f} |")
   return "\n".join(lines) + "\n"
 
@@ -186,11 +198,11 @@ def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
     records.append(record)
     common.append_jsonl(out, record)
     write_page(table, records, command=command, seed=seed)
-    reported = record["reported_epsilon"]
+    reported = record["claim"]["epsilon"]
     common.progress(
         f"    lower bound {record['epsilon_lower']:.4f} vs reported "
         f"{reported if reported is None else round(reported, 4)} at "
-        f"δ={record['delta']:g}: {record['verdict']} "
+        f"δ={record['claim']['delta']:g}: {record['verdict']} "
         f"({record['seconds']:.1f} s, "
         f"{record['trials_per_second']:,.0f} trials/s)")
     if failed(record):

@@ -15,7 +15,8 @@ Each step is jitted and compiled first; the paths are then timed
 round-robin (so load from other processes hits all alike) and the median of
 ``--repeats`` calls is reported (``--slow_repeats`` for the vmap path,
 which is far slower for GMLVQ), with the ratio to ``plain``. One JSON record
-per (model, path)::
+per (model, path); nothing is released, so each record's ``"privacy"``
+claims no guarantee::
 
   python -m launch.bench_lvq --repeats=50
 """
@@ -30,7 +31,7 @@ import numpy as np
 import optax
 from absl import app, flags
 
-from dpcore import dpsgd
+from dpcore import accounting, dpsgd
 from launch import common
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
@@ -44,6 +45,8 @@ _SLOW_REPEATS = flags.DEFINE_integer("slow_repeats", 5,
                                     "Timed calls of the dp_vmap path.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
 _OUT = flags.DEFINE_string("out", "results/bench_lvq.jsonl", "JSON lines.")
+
+TIMING_ONLY = "timing benchmark: steps on random data, nothing released"
 
 
 def make_steps(key, *, batch, dim, classes, model):
@@ -133,7 +136,8 @@ def main(argv):
                 "seconds": secs, "compile_seconds": compile_s[path],
                 "ratio_to_plain": secs / base, "repeats": len(times[path]),
                 "platform": jax.default_backend(),
-                "device": str(jax.devices()[0]), "seed": _SEED.value}
+                "device": str(jax.devices()[0]), "seed": _SEED.value,
+                "privacy": accounting.no_guarantee_record(TIMING_ONLY)}
       common.emit_record(record, _OUT.value)
 
 

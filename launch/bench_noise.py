@@ -17,7 +17,8 @@ Times, jitted and compiled first, for each shape:
 The paths are timed round-robin (so load from other processes hits all
 alike) and the median of ``--repeats`` calls is reported, with its ratio to
 the JAX baseline; wall time and process CPU time are both recorded (the CPU
-time is less sensitive to a shared machine). One JSON record per path::
+time is less sensitive to a shared machine). One JSON record per path,
+whose ``"privacy"`` claims no guarantee (nothing is released)::
 
   python -m launch.bench_noise --noise_repeats=30
 """
@@ -32,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from dpcore import noise
+from dpcore import accounting, noise
 from launch import bench_lvq, common
 
 # Named apart from launch.bench_lvq's flags, which are defined on import.
@@ -42,6 +43,7 @@ _OUT = flags.DEFINE_string("noise_out", "results/bench_noise.jsonl",
                            "JSON lines.")
 
 SHAPES = ((784 * 784,), (5, 784, 784), (615_000,))
+TIMING_ONLY = "timing benchmark: noise draws, nothing released"
 
 
 def _jax_gaussian(key, shape, *, stddev, dtype=jnp.float32):
@@ -128,6 +130,7 @@ def main(argv):
         "repeats": _REPEATS.value, "platform": jax.default_backend(),
         "device": str(jax.devices()[0]), "seed": _SEED.value,
         "threefry_partitionable": bool(jax.config.jax_threefry_partitionable),
+        "privacy": accounting.no_guarantee_record(TIMING_ONLY),
     }
     common.emit_record(record, _OUT.value)
 

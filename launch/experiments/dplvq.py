@@ -288,19 +288,22 @@ def run_setting(key: jax.Array, prepared: Prepared, settings: Settings, *,
   # Same splits for every setting (fold_in 0); a training key per setting,
   # derived from its name, so no two settings share noise.
   tag = zlib.crc32(f"{model}/{trainer}/{epsilon}".encode())
+  setting = lvq_eval.TrainingSetting(
+      num_classes=prepared.num_classes, model=model, trainer=trainer,
+      epsilon=epsilon, delta=s.delta, sampling_rate=s.q, clip_norm=s.clip,
+      epochs=s.epochs, learning_rate=s.learning_rate(model),
+      sigma_rule=s.sigma_rule, init_fraction=s.init_fraction, rank=s.rank,
+      normalise=s.normalise, phi_kind=s.phi,
+      prototypes_per_class=s.prototypes_per_class,
+      bfgs_iterations=s.bfgs_iterations, ghost_clipping=s.ghost_clipping,
+      init_mechanism=s.init_mechanism)
+  protocol = lvq_eval.Protocol(
+      folds=s.folds, repeats=s.repeats,
+      train_on_one_fold=train_on == "one_fold", parallel_runs=s.parallel)
   record = lvq_eval.evaluate_setting(
       jax.random.fold_in(key, 0),
       jax.random.fold_in(jax.random.fold_in(key, 1), tag), prepared.x,
-      prepared.y, num_classes=prepared.num_classes, model=model,
-      trainer=trainer, epsilon=epsilon, delta=s.delta, sampling_rate=s.q,
-      clip_norm=s.clip, epochs=s.epochs,
-      learning_rate=s.learning_rate(model), sigma_rule=s.sigma_rule,
-      init_fraction=s.init_fraction, folds=s.folds, repeats=s.repeats,
-      train_on_one_fold=train_on == "one_fold", parallel_runs=s.parallel,
-      rank=s.rank, normalise=s.normalise, phi_kind=s.phi,
-      prototypes_per_class=s.prototypes_per_class,
-      bfgs_iterations=s.bfgs_iterations, ghost_clipping=s.ghost_clipping,
-      init_mechanism=s.init_mechanism, progress=progress)
+      prepared.y, setting, protocol, progress=progress)
   return {"dataset": prepared.dataset, **record, "sigma_rule": s.sigma_rule,
           "parallel": s.parallel,
           "scaling": prepared.scaling,

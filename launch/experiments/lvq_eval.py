@@ -11,6 +11,7 @@ host-side loop over chunks reports progress.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -155,25 +156,74 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
                   test_idx.shape[1])
 
 
-def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
-                     num_classes: int, model: str,
-                     trainer: str, epsilon: float | None, delta: float,
-                     sampling_rate: float, clip_norm: float, epochs: int,
-                     learning_rate: float, sigma_rule: str = "accountant",
-                     init_fraction: float = 0.2, folds: int = 5,
-                     repeats: int = 5, train_on_one_fold: bool = False,
-                     parallel_runs: int = 5, rank: int | None = None,
-                     normalise: bool = False, phi_kind: str = "identity",
-                     prototypes_per_class: int = 1,
-                     bfgs_iterations: int = 100,
-                     ghost_clipping: bool = True,
-                     init_mechanism: str = "laplace",
+@dataclasses.dataclass(frozen=True)
+class TrainingSetting:
+  """What one evaluated setting trains: the model, the trainer, its privacy.
+
+  Attributes:
+    num_classes: k, the classes of ``y``.
+    model: ``"glvq"`` or ``"gmlvq"``.
+    trainer: ``"dpsgd"``, ``"sgd"`` or ``"bfgs"``.
+    epsilon: the total target ε of ``"dpsgd"`` (None for the others).
+    delta: δ of the privacy record.
+    sampling_rate: Poisson sampling rate q.
+    clip_norm: per-example clipping norm.
+    epochs: E; T = :func:`sgd_steps` (E, q) steps.
+    learning_rate: SGD step size.
+    sigma_rule: ``"accountant"`` or ``"paper"`` (σ of the DP-SGD part).
+    init_fraction: ε₁/ε, the share of the private initialisation.
+    rank: rank of GMLVQ's Ω (None: full rank).
+    normalise: normalise Ω.
+    phi_kind: ``"identity"`` or ``"sigmoid"`` cost shaping.
+    prototypes_per_class: prototypes of each class.
+    bfgs_iterations: L-BFGS iterations of ``"bfgs"``.
+    ghost_clipping: closed-form per-example norms instead of ``vmap``.
+    init_mechanism: ``"laplace"`` or ``"gaussian"`` private initialisation.
+  """
+  num_classes: int
+  model: str
+  trainer: str
+  epsilon: float | None
+  delta: float
+  sampling_rate: float
+  clip_norm: float
+  epochs: int
+  learning_rate: float
+  sigma_rule: str = "accountant"
+  init_fraction: float = 0.2
+  rank: int | None = None
+  normalise: bool = False
+  phi_kind: str = "identity"
+  prototypes_per_class: int = 1
+  bfgs_iterations: int = 100
+  ghost_clipping: bool = True
+  init_mechanism: str = "laplace"
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """How a setting is evaluated (:func:`evaluate`'s arguments).
+
+  Attributes:
+    folds: k of k-fold CV.
+    repeats: how many times the k-fold split is redrawn.
+    train_on_one_fold: train on one fold, test on the others (MNIST).
+    parallel_runs: runs vmapped together per compiled call.
+  """
+  folds: int = 5
+  repeats: int = 5
+  train_on_one_fold: bool = False
+  parallel_runs: int = 5
+
+
+def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y,
+                     setting: TrainingSetting, protocol: Protocol, *,
                      progress: Callable[[str], None] | None = None) -> dict:
   """Plans the privacy, runs :func:`evaluate`, and returns a JSON record.
 
-  For ``trainer="dpsgd"``, ``epsilon`` is the total target; ε₁ =
-  ``init_fraction``·ε goes to the Laplace initialisation and σ is chosen
-  for ε₂ = ε − ε₁ by ``sigma_rule``. The record's ``"privacy"`` is
+  For ``setting.trainer="dpsgd"``, ``setting.epsilon`` is the total target;
+  ε₁ = ``init_fraction``·ε goes to the Laplace initialisation and σ is
+  chosen for ε₂ = ε − ε₁ by ``sigma_rule``. The record's ``"privacy"`` is
   ``ledger.report(delta)`` of one trained model (fields
   :data:`dpcore.accounting.PRIVACY_FIELDS`: the best of basic, RDP and PLD
   composition at ``delta``; the target ε as ``epsilon_nominal``); the plan's
@@ -181,7 +231,19 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
   Non-private trainers report
   ``accounting.no_guarantee_record(accounting.NON_PRIVATE)`` and
   ``"dpsgd": None``.
+
+  Args:
+    split_key: PRNG key of the CV splits (see :func:`evaluate`).
+    train_key: PRNG key of the training runs.
+    x: (n, d) pooled data in [−1, 1]^d.
+    y: (n,) class indices 0..k−1.
+    setting: what is trained.
+    protocol: how it is evaluated.
+    progress: optional callback for progress lines.
   """
+  st, pr = setting, protocol
+  trainer, epsilon, delta = st.trainer, st.epsilon, st.delta
+  sampling_rate, epochs = st.sampling_rate, st.epochs
   if trainer == "dpsgd":
     if epsilon is None:
       raise ValueError("trainer='dpsgd' needs epsilon (the total budget).")
@@ -189,14 +251,14 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
   validation.check_delta(delta)
   validation.check_in_range(sampling_rate, "q", 0.0, 1.0,
                             high_inclusive=True)
-  validation.check_positive(clip_norm, "clip")
+  validation.check_positive(st.clip_norm, "clip")
   n, dim = np.shape(x)
-  folds = validation.check_positive_int(folds, "folds")
+  folds = validation.check_positive_int(pr.folds, "folds")
   if folds < 2 or n < folds:
     raise ValueError(
         f"folds must be ≥ 2 and ≤ the number of rows ({n}), got {folds}.")
   size = n // folds
-  n_train = size if train_on_one_fold else size * (folds - 1)
+  n_train = size if pr.train_on_one_fold else size * (folds - 1)
   steps = sgd_steps(epochs, sampling_rate)
   max_batch = dpsgd.max_batch_size(n_train, sampling_rate=sampling_rate,
                                    steps=steps)
@@ -207,8 +269,8 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
   if trainer == "dpsgd":
     plan = lvq_train.privacy_plan(
         epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
-        epochs=epochs, dim=dim, init_fraction=init_fraction,
-        sigma_rule=sigma_rule, init_mechanism=init_mechanism,
+        epochs=epochs, dim=dim, init_fraction=st.init_fraction,
+        sigma_rule=st.sigma_rule, init_mechanism=st.init_mechanism,
         num_examples=n_train, max_batch=max_batch)
     sigma, eps_init = plan.noise_multiplier, plan.epsilon_init
     init_sigma = plan.init_noise_multiplier
@@ -221,45 +283,46 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y, *,
         "noise_multiplier": sigma, "epsilon_init": eps_init,
         "epsilon_sgd": sgd_entry.epsilon,
         "epsilon_sgd_target": plan.epsilon_sgd_target,
-        "sigma_rule": sigma_rule, "steps": steps,
+        "sigma_rule": st.sigma_rule, "steps": steps,
         "neighbouring": "add/remove one row",
-        "init_mechanism": init_mechanism,
+        "init_mechanism": st.init_mechanism,
         "init_noise_multiplier": init_sigma,
         "scope": "one trained model, on its own training set (the "
                  "evaluation protocol is not a release)",
     }
   config = lvq_train.TrainConfig(
-      model=model, trainer=trainer, num_classes=num_classes,
-      prototypes_per_class=prototypes_per_class, rank=rank,
-      normalise=normalise, phi_kind=phi_kind, epochs=epochs,
-      sampling_rate=sampling_rate, clip_norm=clip_norm,
+      model=st.model, trainer=trainer, num_classes=st.num_classes,
+      prototypes_per_class=st.prototypes_per_class, rank=st.rank,
+      normalise=st.normalise, phi_kind=st.phi_kind, epochs=epochs,
+      sampling_rate=sampling_rate, clip_norm=st.clip_norm,
       noise_multiplier=sigma if trainer == "dpsgd" else 1.0,
-      learning_rate=learning_rate, epsilon_init=eps_init,
-      max_batch=max_batch, bfgs_iterations=bfgs_iterations,
-      ghost_clipping=ghost_clipping, init_mechanism=init_mechanism,
+      learning_rate=st.learning_rate, epsilon_init=eps_init,
+      max_batch=max_batch, bfgs_iterations=st.bfgs_iterations,
+      ghost_clipping=st.ghost_clipping, init_mechanism=st.init_mechanism,
       init_noise_multiplier=init_sigma or 1.0)
   res = evaluate(split_key, train_key, x, y, config, folds=folds,
-                 repeats=repeats,
-                 train_on_one_fold=train_on_one_fold,
-                 parallel_runs=parallel_runs, progress=progress)
+                 repeats=pr.repeats,
+                 train_on_one_fold=pr.train_on_one_fold,
+                 parallel_runs=pr.parallel_runs, progress=progress)
   return {
-      "model": model, "trainer": trainer,
+      "model": st.model, "trainer": trainer,
       "epsilon": epsilon if trainer == "dpsgd" else None,
-      "delta": delta, "q": sampling_rate, "clip": clip_norm,
-      "epochs": epochs, "learning_rate": learning_rate,
+      "delta": delta, "q": sampling_rate, "clip": st.clip_norm,
+      "epochs": epochs, "learning_rate": st.learning_rate,
       "error_mean": float(res.errors.mean()),
       "error_std": float(res.errors.std(ddof=1)) if res.errors.size > 1
       else 0.0,
       "errors": res.errors.ravel().tolist(),
       "seconds": res.seconds, "compile_seconds": res.compile_seconds,
       "privacy": privacy, "dpsgd": details, "folds": folds,
-      "repeats": repeats,
-      "train_on": "one_fold" if train_on_one_fold else "other_folds",
+      "repeats": pr.repeats,
+      "train_on": "one_fold" if pr.train_on_one_fold else "other_folds",
       "n_train": res.n_train, "n_test": res.n_test, "steps": steps,
       "max_batch": max_batch, "overflow_steps": res.overflow_steps,
       "final_cost_mean": float(res.final_costs.mean()),
-      "rank": rank, "normalise": normalise, "phi": phi_kind,
-      "prototypes_per_class": prototypes_per_class,
-      "bfgs_iterations": bfgs_iterations if trainer == "bfgs" else None,
-      "ghost_clipping": ghost_clipping, "init_mechanism": init_mechanism,
+      "rank": st.rank, "normalise": st.normalise, "phi": st.phi_kind,
+      "prototypes_per_class": st.prototypes_per_class,
+      "bfgs_iterations": st.bfgs_iterations if trainer == "bfgs" else None,
+      "ghost_clipping": st.ghost_clipping,
+      "init_mechanism": st.init_mechanism,
   }

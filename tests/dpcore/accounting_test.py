@@ -348,3 +348,22 @@ def test_dpsgd_needs_exactly_one_of_steps_and_epochs(kwargs):
   with pytest.raises(ValueError, match="exactly one of steps= and epochs="):
     accounting.calibrate_dpsgd_noise(epsilon=1.0, delta=DELTA,
                                      sampling_rate=0.1, **kwargs)
+
+
+def test_zcdp_epsilon_is_the_one_conversion():
+  # ρ = Δ²/2σ² = 0.5 per release, three releases: the ledger's entry and
+  # the calibration both read ε from accounting.zcdp_epsilon.
+  eps = accounting.zcdp_epsilon(rho=0.5, delta=1e-5, count=3)
+  ledger = PrivacyLedger()
+  ledger.record_discrete_gaussian(sigma=1.0, sensitivity=1.0, delta=1e-5,
+                                  count=3, label="q")
+  assert ledger.entries[0].epsilon == eps
+  # k-fold composition of ρ-zCDP is kρ-zCDP.
+  assert eps == pytest.approx(
+      accounting.zcdp_epsilon(rho=1.5, delta=1e-5), rel=1e-12)
+  # Between ρ and the closed form ρ + 2√(ρ log(1/δ)) (Bun & Steinke 2016,
+  # Prop. 1.3), which the RDP conversion improves on; a wrong ρ (×1.2)
+  # moves ε outside 1 % of it.
+  rho = 1.5
+  assert rho < eps < rho + 2 * math.sqrt(rho * math.log(1e5))
+  assert accounting.zcdp_epsilon(rho=1.2 * rho, delta=1e-5) > 1.01 * eps

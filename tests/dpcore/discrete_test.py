@@ -58,26 +58,23 @@ def laplace_draws():
                                               scale=Fraction(3, 2)))
 
 
+def _assert_fits_only_the_right_scale(draws, pmf, scale, support):
+  """int32 draws that fit pmf(scale) and reject a scale 10 % off."""
+  assert draws.dtype == np.int32
+  assert _chi2_pvalue(draws, pmf(scale, support), support) > 1e-3
+  for wrong in (1.1 * scale, 0.9 * scale):
+    assert _chi2_pvalue(draws, pmf(wrong, support), support) < 1e-9
+
+
 def test_discrete_gaussian_matches_pmf_and_rejects_wrong_sigma(
     gaussian_draws):
-  support = np.arange(-60, 61)
-  assert gaussian_draws.dtype == np.int32
-  assert _chi2_pvalue(gaussian_draws, _gaussian_pmf(3.0, support),
-                      support) > 1e-3
-  # The same draws must reject a σ 10 % too large or too small.
-  for wrong in (3.3, 2.7):
-    assert _chi2_pvalue(gaussian_draws, _gaussian_pmf(wrong, support),
-                        support) < 1e-9
+  _assert_fits_only_the_right_scale(gaussian_draws, _gaussian_pmf, 3.0,
+                                    np.arange(-60, 61))
 
 
 def test_discrete_laplace_matches_pmf_and_rejects_wrong_scale(laplace_draws):
-  support = np.arange(-80, 81)
-  assert laplace_draws.dtype == np.int32
-  assert _chi2_pvalue(laplace_draws, _laplace_pmf(1.5, support),
-                      support) > 1e-3
-  for wrong in (1.65, 1.35):
-    assert _chi2_pvalue(laplace_draws, _laplace_pmf(wrong, support),
-                        support) < 1e-9
+  _assert_fits_only_the_right_scale(laplace_draws, _laplace_pmf, 1.5,
+                                    np.arange(-80, 81))
 
 
 def test_discrete_gaussian_rational_sigma_below_one():

@@ -11,6 +11,7 @@ import sys
 import jax
 import pytest
 
+from dpcore import accounting
 from launch import audit_run as audit_script
 from launch.experiments import audits
 
@@ -80,7 +81,6 @@ def test_reported_epsilons_come_from_the_library(all_specs):
   assert all_specs["laplace"].reported_epsilon == pytest.approx(1.0)
   assert all_specs["exponential"].reported_epsilon == pytest.approx(1.0)
   g = all_specs["gaussian"]
-  from dpcore import accounting
   assert g.reported_epsilon == pytest.approx(accounting.gaussian_epsilon(
       noise_multiplier=g.settings["sigma"], delta=g.delta), rel=1e-6)
   # Broken variants report the unbroken calibration's ε.
@@ -117,7 +117,13 @@ def test_script_writes_json_line_and_table(tmp_path):
   assert record["name"] == "laplace"
   assert record["trials"] == 4_000 and record["seed"] == 3
   assert record["verdict"] == "ok"
-  assert 0.0 < record["epsilon_lower"] <= record["reported_epsilon"]
+  assert 0.0 < record["epsilon_lower"] <= record["claim"]["epsilon"]
+  assert record["claim"]["epsilon"] == pytest.approx(1.0)  # the ledger's
+  assert "reported_epsilon" not in record and "delta" not in record
+  # The audit releases nothing: the one record, claiming no guarantee.
+  assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
+  assert record["privacy"]["epsilon"] is None
+  assert record["privacy"]["no_guarantee"] == audit_script.AUDIT_ONLY
   page = table.read_text()
   assert "| laplace | add_remove |" in page
   assert "python -m launch.audit" in page

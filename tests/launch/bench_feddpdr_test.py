@@ -27,3 +27,18 @@ def test_a_failing_subprocess_is_an_error():
     bench_feddpdr.sklearn_in_subprocess(np.zeros((4, 3)), np.zeros(3),
                                         np.zeros((2, 3)), np.zeros(2), k=2,
                                         repeats=1)
+
+
+@pytest.mark.slow
+def test_the_record_carries_one_privacy_record_and_its_settings(tmp_path):
+  from dpcore import accounting  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "bench.jsonl"
+  record = bench_feddpdr.benchmark(
+      dataset="digits", data_dir=None, participants=2, n_per=100,
+      epsilon=2.0, k=3, repeats=1, variants=False, seed=0, out=str(out),
+      variant_epsilons=(2.0,))
+  assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
+  assert record["privacy"]["epsilon_nominal"] == 2.0
+  assert 0.0 < record["privacy"]["epsilon"] <= 2.0 * (1 + 1e-9)
+  assert record["settings"] == {"epsilon": 2.0, "variant_epsilons": [2.0]}
+  assert "epsilon" not in record and "ours_privacy" not in record

@@ -25,6 +25,8 @@ def test_a_tiny_benchmark_times_both_paths_and_measures_utility():
   assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
   assert record["privacy"]["epsilon"] is None
   assert record["privacy"]["epsilon_nominal"] == 1.0
+  # The ε the noise was calibrated for is a setting, not a bare "epsilon".
+  assert "epsilon" not in record and record["settings"]["epsilon"] == 1.0
 
 
 def test_a_wrong_iteration_count_shows_in_the_utility():

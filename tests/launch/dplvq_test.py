@@ -61,6 +61,7 @@ def test_single_run_record(tmp_path):
   assert p["epsilon_basic"] == pytest.approx(0.4 + plan["epsilon_sgd"])
 
 
+@pytest.mark.slow
 def test_table_mode_writes_table_figure_and_resumes(tmp_path):
   out = str(tmp_path / "t.jsonl")
   args = ("--dataset=breast_cancer", "--table", "--models=glvq",
@@ -84,6 +85,7 @@ def test_table_mode_writes_table_figure_and_resumes(tmp_path):
   assert len(common.read_jsonl(out)) == 4
 
 
+@pytest.mark.slow
 def test_experiment_module_in_process():
   prepared = experiment.prepare("digits")
   assert prepared.scaling == "public_bounds" and prepared.num_classes == 10

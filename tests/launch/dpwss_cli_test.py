@@ -5,52 +5,21 @@ Every bad flag value must end the script with exit status 2 and one
 runs. To prove the "before", one subprocess imports the script once, makes
 the data loader and the solvers raise if called, and runs ``main`` through
 ``common.run_cli`` for every case (launch scripts define absl flags at
-import, so they cannot share the pytest process with another script).
+import, so they cannot share the pytest process with another script; the
+harness is :mod:`tests.launch.cli`).
 """
-
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from tests.launch import cli
 
-_DRIVER = r'''
-import contextlib, io, json, sys
-from absl import flags
-from launch import common, dpwss as cli
+_BODY = r'''
+from launch import dpwss as script
 from launch.data import loaders
-from launch.experiments import dpwss as experiment
 from mechanisms.svm import dpwss as mech, smo_train
-
-def forbid(what):
-  def fail(*a, **k):
-    raise RuntimeError(f"HEAVY WORK: {what} was called")
-  return fail
 
 real = {"load": loaders.load_dataset, "wss2": smo_train.wss2_train,
         "dpwss": mech.dpwss_train}
-
-def call(argv):
-  flags.FLAGS.unparse_flags()
-  err, out = io.StringIO(), io.StringIO()
-  code = 0
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-    try:
-      sys.argv = ["dpwss"] + argv
-      common.run_cli(cli.main)
-    except SystemExit as e:
-      code = e.code if isinstance(e.code, int) else (0 if e.code is None
-                                                      else 1)
-    except Exception as e:  # a traceback in real life
-      code, err = -1, io.StringIO(f"{type(e).__name__}: {e}")
-  return {"code": code, "stderr": err.getvalue(), "stdout": out.getvalue()}
-
-cases = json.loads(sys.argv[1])
-results = {}
 for group, items in cases.items():
   smo_train.wss2_train = forbid("wss2_train")
   mech.dpwss_train = forbid("dpwss_train")
@@ -59,19 +28,8 @@ for group, items in cases.items():
   if group == "real":
     smo_train.wss2_train, mech.dpwss_train = real["wss2"], real["dpwss"]
   for name, argv in items.items():
-    results[name] = call(argv)
-print("RESULTS" + json.dumps(results))
+    results[name] = call("dpwss", script.main, argv)
 '''
-
-
-def _drive(cases: dict) -> dict:
-  proc = subprocess.run(
-      [sys.executable, "-c", _DRIVER, json.dumps(cases)], cwd=_REPO,
-      capture_output=True, text=True, timeout=1800, check=False,
-      env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")]
-  assert lines, proc.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULTS"):])
 
 
 def _svmlight(path, rows):
@@ -171,24 +129,14 @@ def results(tmp_path_factory):
   run = [f"--dataset={small}", "--wss=wss2", "--repeats=1",
          f"--out={resume_out}"]
   cases["real"] = {"resume_first": run, "resume_again": list(run)}
-  found = _drive(cases)
+  found = cli.drive(_BODY, cases)
   found["_paths"] = {"resume_out": str(resume_out), "out": out}
   return found
 
 
-def _assert_one_line_error(result, words):
-  assert result["code"] == 2, result
-  lines = result["stderr"].strip().splitlines()
-  errors = [ln for ln in lines if ln.startswith("error: ")]
-  assert len(errors) == 1, result["stderr"]
-  assert "Traceback" not in result["stderr"]
-  assert "HEAVY WORK" not in result["stderr"]
-  assert words in errors[0], errors[0]
-
-
 @pytest.mark.parametrize("name", sorted(BEFORE_LOAD))
 def test_bad_flag_fails_before_any_work(results, name):
-  _assert_one_line_error(results[name], BEFORE_LOAD[name][1])
+  cli.assert_one_line_error(results[name], BEFORE_LOAD[name][1])
 
 
 @pytest.mark.parametrize("name,words", [
@@ -198,7 +146,7 @@ def test_bad_flag_fails_before_any_work(results, name):
     ("missing_file", "nosuch.svm"),
 ])
 def test_bad_paths_fail_before_any_work(results, name, words):
-  _assert_one_line_error(results[name], words)
+  cli.assert_one_line_error(results[name], words)
 
 
 @pytest.mark.parametrize("name,words", [
@@ -209,21 +157,13 @@ def test_bad_paths_fail_before_any_work(results, name, words):
     ("no_test_split", "--eval=test"),
 ])
 def test_data_errors_fail_before_training(results, name, words):
-  _assert_one_line_error(results[name], words)
+  cli.assert_one_line_error(results[name], words)
 
 
 def test_resume_sets_aside_a_cut_line_and_skips_finished_runs(results):
-  first, again = results["resume_first"], results["resume_again"]
-  assert first["code"] == 0, first["stderr"][-2000:]
-  path = results["_paths"]["resume_out"]
-  lines = open(path, encoding="utf-8").read().splitlines()
-  assert len(lines) == 1  # the fragment went to PATH.partial
-  record = json.loads(lines[0])
-  assert json.loads(first["stdout"].strip().splitlines()[-1]) == record
-  assert "cut-off wri" in open(path + ".partial", encoding="utf-8").read()
-  assert again["code"] == 0, again["stderr"][-2000:]
-  assert "skipping 1 finished run" in again["stderr"]
-  assert len(open(path, encoding="utf-8").read().splitlines()) == 1
+  record = cli.assert_resumed(results["resume_first"],
+                              results["resume_again"],
+                              results["_paths"]["resume_out"])
   # The record's privacy is the one schema.
   from dpcore import accounting  # pylint: disable=g-import-not-at-top
   assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
@@ -231,17 +171,13 @@ def test_resume_sets_aside_a_cut_line_and_skips_finished_runs(results):
 
 
 def test_help_exits_zero():
-  proc = subprocess.run(
-      [sys.executable, "-m", "launch.dpwss", "--help"], cwd=_REPO,
-      capture_output=True, text=True, timeout=600, check=False)
+  proc = cli.run_module("launch.dpwss", "--help")
   assert "--release_epsilon" in proc.stdout
   assert proc.returncode == 0, (
       "absl's --help exits 1; launch.common.run_cli must map it to 0")
 
 
 def test_stray_positional_argument_is_one_line_exit_2():
-  proc = subprocess.run(
-      [sys.executable, "-m", "launch.dpwss", "stray"], cwd=_REPO,
-      capture_output=True, text=True, timeout=600, check=False)
+  proc = cli.run_module("launch.dpwss", "stray")
   assert "unexpected positional argument" in proc.stderr
   assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

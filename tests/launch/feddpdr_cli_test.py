@@ -5,13 +5,9 @@ single ``error: …`` line naming the flag, before the data is loaded or a
 program compiled. One subprocess imports the script once (launch scripts
 define absl flags at import, so they cannot share the pytest process with
 another script), makes the loader and the training raise if called, and
-runs ``main`` through ``common.run_cli`` for each case.
+runs ``main`` through ``common.run_cli`` for each case
+(:mod:`tests.launch.cli`).
 """
-
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,61 +15,24 @@ import pytest
 from federated import feddpdr as fed
 from launch import common
 from launch.experiments import feddpdr as experiment
+from tests.launch import cli
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-
-_DRIVER = r'''
-import contextlib, io, json, sys
-from absl import flags
+_BODY = r'''
 from federated import feddpdr
-from launch import common, feddpdr as cli
+from launch import feddpdr as script
 from launch.data import loaders
 from launch.experiments import feddpdr as experiment
 
-def forbid(what):
-  def fail(*args, **kwargs):
-    raise AssertionError(f"WORK DONE: {what} was called")
-  return fail
-
 real = {"load": loaders.load_dataset, "prepare": experiment.prepare_data}
-
-def call(argv):
-  flags.FLAGS.unparse_flags()
-  err, out = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-    try:
-      sys.argv = ["feddpdr"] + argv
-      common.run_cli(cli.main)
-      code = 0
-    except SystemExit as e:
-      code = e.code if isinstance(e.code, int) else int(e.code is not None)
-    except BaseException as e:  # would be a traceback on the console
-      code, err = -1, io.StringIO(f"{type(e).__name__}: {e}")
-  return {"code": code, "stderr": err.getvalue()}
-
-cases = json.loads(sys.argv[1])
 feddpdr.train = forbid("feddpdr.train")
-results = {}
 for group, items in cases.items():
   loading = group == "after_load"
   loaders.load_dataset = real["load"] if loading else forbid("load_dataset")
   experiment.prepare_data = (real["prepare"] if loading
                              else forbid("prepare_data"))
   for name, argv in items.items():
-    results[name] = call(argv)
-print("RESULTS" + json.dumps(results))
+    results[name] = call("feddpdr", script.main, argv)
 '''
-
-
-def _drive(cases: dict) -> dict:
-  proc = subprocess.run(
-      [sys.executable, "-c", _DRIVER, json.dumps(cases)], cwd=_REPO,
-      capture_output=True, text=True, timeout=1800, check=False,
-      env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")]
-  assert lines, proc.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULTS"):])
 
 
 # name: (arguments, word the one-line error must contain). Checked before
@@ -151,7 +110,7 @@ def results(tmp_path_factory):
       "after_load_k": [f"--dataset=svmlight:{svm}", "--k=7",
                        "--participants=2", "--n_per_participant=5"] + out,
   }
-  return _drive({"before_load": before, "after_load": after}), tmp
+  return cli.drive(_BODY, {"before_load": before, "after_load": after}), tmp
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE_LOAD) + [
@@ -169,7 +128,7 @@ def test_bad_value_is_one_line_exit_2_before_work(results, name):
   assert got["code"] == 2, got
   assert len(lines) == 1 and lines[0].startswith("error: "), got
   assert expected in lines[0], got
-  assert "WORK DONE" not in got["stderr"]
+  assert cli.HEAVY_WORK not in got["stderr"]
 
 
 def test_stray_positional_argument_is_one_line_exit_2(results):
@@ -181,9 +140,7 @@ def test_stray_positional_argument_is_one_line_exit_2(results):
 
 
 def test_help_is_fast_and_exits_0():
-  proc = subprocess.run([sys.executable, "-m", "launch.feddpdr", "--help"],
-                        cwd=_REPO, capture_output=True, text=True,
-                        timeout=600, check=False)
+  proc = cli.run_module("launch.feddpdr", "--help")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "--epsilon" in proc.stdout and "--n_per_participant" in proc.stdout
 
