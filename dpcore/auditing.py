@@ -126,8 +126,14 @@ def epsilon_from_rates(false_positive, false_negative, *, delta: float):
   With α, β upper bounds on the two error rates this is a lower bound on
   the ε of any (ε, δ)-DP mechanism the test was run on.
   """
+  if not 0.0 <= delta < 1.0:
+    raise ValueError(f"delta must be in [0, 1), got {delta!r}.")
   a = np.asarray(false_positive, np.float64)
   b = np.asarray(false_negative, np.float64)
+  for name, rate in (("false_positive", a), ("false_negative", b)):
+    if not np.all((rate >= 0.0) & (rate <= 1.0)):
+      raise ValueError(
+          f"{name} must hold rates in [0, 1], got {rate.tolist()!r:.80}.")
   with np.errstate(divide="ignore", invalid="ignore"):
     one = np.log(np.maximum(1.0 - delta - b, 0.0)) - np.log(a)
     two = np.log(np.maximum(1.0 - delta - a, 0.0)) - np.log(b)

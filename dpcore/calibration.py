@@ -55,6 +55,9 @@ def gaussian_delta(*, sigma: float, epsilon: float,
   δ = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ), evaluated in log space so
   large ε does not overflow.
   """
+  sigma = validation.check_positive(sigma, "sigma")
+  epsilon = validation.check_non_negative(epsilon, "epsilon")
+  sensitivity = validation.check_positive(sensitivity, "sensitivity")
   a = sensitivity / (2.0 * sigma)
   b = epsilon * sigma / sensitivity
   first = special.ndtr(a - b)

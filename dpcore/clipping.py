@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpcore import validation
+
 
 def _power_of_two_unit(peak: jax.Array) -> jax.Array:
   """2^-k with 2^(2k) ≈ ``peak``: multiplying twice by it is exact and maps
@@ -54,7 +56,10 @@ def clip_to_norm(tree, clip_norm):
 
   Non-finite gradients are replaced by zeros (they carry no usable signal
   and would otherwise poison the sum), which keeps the bound.
+
+  ``clip_norm`` C > 0 may be traced; a concrete one is checked.
   """
+  validation.check_scale(clip_norm, "clip_norm", allow_zero=False)
   norm = global_norm(tree)
   finite = jnp.isfinite(norm)
   scale = jnp.where(finite, jnp.minimum(1.0, clip_norm / jnp.maximum(
@@ -92,7 +97,24 @@ def clipped_sum(per_example_tree, clip_norm, *, weights=None):
   Privacy: adding or removing one example changes the sum by at most C in
   L2 norm (sensitivity C under add/remove-one; 2C under replace-one),
   whatever the weights, since each is bounded to [0, 1] here.
+
+  Raises:
+    ValueError: a concrete ``clip_norm`` that is not finite and > 0, or
+      ``weights`` whose shape is not (examples,), or leaves without a
+      common leading example axis (shapes are checked even when traced).
   """
+  validation.check_scale(clip_norm, "clip_norm", allow_zero=False)
+  leading = {jnp.shape(g)[0] if jnp.ndim(g) else None
+             for g in jax.tree.leaves(per_example_tree)}
+  if None in leading or len(leading) > 1:
+    raise ValueError(
+        f"every leaf of per_example_tree needs the same leading example "
+        f"axis, got leading sizes {sorted(map(str, leading))}.")
+  if weights is not None and leading and jnp.shape(weights) != (
+      next(iter(leading)),):
+    raise ValueError(
+        f"weights must have shape ({next(iter(leading))},), one per "
+        f"example, got shape {jnp.shape(weights)}.")
   norms = jax.vmap(global_norm)(per_example_tree)
   clipped = jax.vmap(clip_to_norm, in_axes=(0, None))(per_example_tree,
                                                       clip_norm)
@@ -127,6 +149,7 @@ def normalize_rows(x: jax.Array, *, eps: float = 1e-12) -> jax.Array:
   Rows with a NaN or infinite entry become zero, so ‖row‖ ≤ 1 holds for
   every output row whatever the input.
   """
+  validation.check_scale(eps, "eps")
   x = _as_float(x)
   norms = row_norms(x)[..., None]
   keep = jnp.isfinite(norms) & (norms > eps)
@@ -137,7 +160,9 @@ def clip_rows(x: jax.Array, *, max_norm=1.0) -> jax.Array:
   """Scales rows of norm > ``max_norm`` down to ``max_norm``; others kept.
 
   Rows with a NaN or infinite entry become zero (the bound still holds).
+  ``max_norm`` > 0 may be traced; a concrete one is checked.
   """
+  validation.check_scale(max_norm, "max_norm", allow_zero=False)
   x = _as_float(x)
   norms = row_norms(x)[..., None]
   finite = jnp.isfinite(norms)
@@ -150,8 +175,17 @@ def clip_to_box(x: jax.Array, *, low=-1.0, high=1.0) -> jax.Array:
   """Clips every coordinate into [low, high] (a per-row, public bound).
 
   NaN entries become the box centre (low + high)/2, so the output lies in
-  the box whatever the input.
+  the box whatever the input. Concrete bounds must be finite with
+  ``low < high`` (traced bounds are the caller's to check).
   """
+  if validation.is_concrete((low, high)):
+    lo = np.asarray(low, np.float64)
+    hi = np.asarray(high, np.float64)
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))
+            and np.all(lo < hi)):
+      raise ValueError(
+          f"clip_to_box needs finite low < high, got low={low!r}, "
+          f"high={high!r}.")
   return jnp.clip(jnp.where(jnp.isnan(x), 0.5 * (low + high), x), low, high)
 
 

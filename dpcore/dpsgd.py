@@ -70,6 +70,8 @@ def max_batch_size(num_examples: int, *, sampling_rate: float, steps: int,
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
   steps = validation.check_positive_int(steps, "steps")
+  overflow_probability = validation.check_in_range(
+      overflow_probability, "overflow_probability", 0.0, 1.0)
   per_step = overflow_probability / steps
   b = int(stats.binom.isf(per_step, num_examples, sampling_rate))
   while b < num_examples and stats.binom.sf(
@@ -153,6 +155,9 @@ def poisson_batch(key: jax.Array, num_examples: int, *, sampling_rate: float,
   privacy curve is non-decreasing in the sampling rate, so the realised
   q′ ≤ q is covered by the ε accounted for q.
   """
+  validation.check_key(key)
+  num_examples = validation.check_positive_int(num_examples, "num_examples")
+  max_batch = validation.check_positive_int(max_batch, "max_batch")
   threshold = inclusion_threshold(sampling_rate)
   if threshold >= 2**_THRESHOLD_BITS:
     take = jnp.ones((num_examples,), bool)
@@ -245,10 +250,10 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
   the padding slots (copies of row 0) out of the sum; with ``presummed``
   the caller's clipped sum must carry the same bound.
   """
+  validation.check_key(key)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
-  if not noise_multiplier >= 0:
-    raise ValueError(
-        f"noise_multiplier must be ≥ 0, got {noise_multiplier!r}.")
+  noise_multiplier = validation.check_non_negative(noise_multiplier,
+                                                   "noise_multiplier")
   expected_batch_size = validation.check_positive(
       expected_batch_size, "expected_batch_size")
   stddev = float(noise_multiplier) * clip_norm

@@ -22,8 +22,29 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from dpcore import noise
+from dpcore import noise, validation
+
+
+def _check_arguments(scores, epsilon, sensitivity, mask) -> None:
+  """Shapes always (they are static); values where they are concrete."""
+  shape = jnp.shape(scores)
+  if len(shape) != 1 or shape[0] == 0:
+    raise ValueError(
+        f"scores must be a non-empty 1-D array (one utility per "
+        f"candidate), got shape {shape}; use jax.vmap for a batch.")
+  if mask is not None and jnp.shape(mask) != shape:
+    raise ValueError(
+        f"mask must have the shape of scores {shape}, got "
+        f"{jnp.shape(mask)}.")
+  validation.check_scale(epsilon, "epsilon", allow_zero=False)
+  validation.check_scale(sensitivity, "sensitivity", allow_zero=False)
+  if validation.is_concrete(scores) and np.any(np.isnan(np.asarray(
+      scores, np.float64))):
+    raise ValueError(
+        "scores contains NaN; give every candidate a number (exclude "
+        "candidates with mask= instead).")
 
 
 def exponential_log_weights(scores: jax.Array, *, epsilon, sensitivity,
@@ -56,7 +77,15 @@ def exponential_mechanism(key: jax.Array, scores: jax.Array, *, epsilon,
   ≤ Δ under the neighbouring relation in use, and that the mask itself is
   data-independent or accounted for elsewhere. It is also ε²/8-zCDP
   (Cesar & Rogers 2021), which composes more tightly over many selections.
+
+  Raises:
+    TypeError: ``key`` is not a PRNG key.
+    ValueError: ``scores`` not a non-empty vector, ``mask`` of another
+      shape, or a concrete ε, Δ not finite and > 0 or scores with NaN
+      (traced values are the caller's to check).
   """
+  validation.check_key(key)
+  _check_arguments(scores, epsilon, sensitivity, mask)
   logits = exponential_log_weights(scores, epsilon=epsilon,
                                    sensitivity=sensitivity, mask=mask)
   finite = jnp.isfinite(logits)
@@ -74,6 +103,7 @@ def exponential_mechanism(key: jax.Array, scores: jax.Array, *, epsilon,
 def exponential_probabilities(scores: jax.Array, *, epsilon, sensitivity,
                               mask: jax.Array | None = None) -> jax.Array:
   """The exact selection probabilities (softmax of the log-weights)."""
+  _check_arguments(scores, epsilon, sensitivity, mask)
   logits = exponential_log_weights(scores, epsilon=epsilon,
                                    sensitivity=sensitivity, mask=mask)
   return jax.nn.softmax(logits)

@@ -46,6 +46,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dpcore import validation
+
 
 def _eigh(m):
   return jnp.linalg.eigh(m)
@@ -113,11 +115,22 @@ def eigh_top_k(m, k: int) -> TopK:
   The exact reference for :func:`subspace_top_k` (residuals are computed,
   one d × d × k product).
   """
+  m = _check_square(m)
   k = _check_top_k(k, m.shape[-1])
   values, vectors = eigh(m)
   values = values[..., ::-1][..., :k]
   vectors = canonical_signs(vectors[..., ::-1][..., :k])
   return TopK(vectors, values, _residuals(m @ vectors, vectors, values))
+
+
+def _check_square(m):
+  """``m`` as an array of shape (..., d, d), d ≥ 1 (a static check)."""
+  m = jnp.asarray(m)
+  if m.ndim < 2 or m.shape[-1] != m.shape[-2] or m.shape[-1] == 0:
+    raise ValueError(
+        f"m must be a square matrix (or a batch of them), shape (..., d, "
+        f"d), got shape {m.shape}.")
+  return m
 
 
 def _check_top_k(k, d: int) -> int:
@@ -226,9 +239,9 @@ def subspace_top_k(key: jax.Array, m, k: int, *, block: int | None = None,
   Raises:
     ValueError: k, block or iterations out of range.
   """
+  validation.check_key(key)
+  m = _check_square(m)
   d = m.shape[-1]
-  if m.ndim < 2 or m.shape[-2] != d:
-    raise ValueError(f"m must be (..., d, d), got shape {m.shape}.")
   k = _check_top_k(k, d)
   p = min(d, 2 * k + 8) if block is None else block
   if isinstance(p, bool) or not isinstance(p, int) or not k <= p <= d:
@@ -297,6 +310,10 @@ def subspace_distance(a, b):
   Computed from the residual B − A(AᵀB) itself, not from 1 − cos², so a
   float32 distance is accurate well below √ε.
   """
+  if jnp.shape(a) != jnp.shape(b) or jnp.ndim(a) < 2:
+    raise ValueError(
+        f"a and b must be bases of the same shape (..., d, k), got "
+        f"{jnp.shape(a)} and {jnp.shape(b)}.")
   rest = b - a @ (jnp.swapaxes(a, -1, -2) @ b)
   largest = eigh(_gram(rest))[0][..., -1]
   return jnp.sqrt(jnp.maximum(largest, 0.0))

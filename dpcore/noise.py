@@ -2,7 +2,9 @@
 
 Pure functions, key first, jit- and vmap-compatible. Scales are keyword
 arguments and may be traced values, so a vmap over participants can give
-each one its own calibration.
+each one its own calibration. Arguments are checked before tracing: the
+key must be a PRNG key, the shape a tuple of integers ≥ 0, and a concrete
+scale finite and ≥ 0 (a traced one is its caller's to check).
 
 >>> import jax
 >>> z = gaussian_noise(jax.random.key(0), (3,), stddev=2.0)
@@ -90,6 +92,8 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from dpcore import validation
 
 try:  # The Threefry block itself: 64 bits per hash instead of 32.
   from jax.extend.random import threefry2x32_p as _THREEFRY
@@ -202,8 +206,9 @@ def _sample(transform, key, shape, dtype, *, bulk_transform=None):
   ``bulk_transform``, if given, is used instead when every m ≥ 2⁻³³ (the
   common case); it need only be accurate there.
   """
+  validation.check_key(key)
   dtype = _float_dtype(dtype)
-  shape = tuple(shape)
+  shape = validation.check_shape(shape)
   n = math.prod(shape)
   if n >= MAX_DRAWS_PER_CALL:
     raise ValueError(
@@ -309,6 +314,7 @@ def gaussian_noise(key: jax.Array, shape, *, stddev, dtype=jnp.float32
 
   Reaches |z| = 12.90·stddev; cut-off ≤ 2⁻¹²³ per entry (module docstring).
   """
+  validation.check_scale(stddev, "stddev")
   z = _sample(gaussian_from_uniform, key, shape, dtype,
               bulk_transform=_gaussian_bulk)
   return (jnp.asarray(stddev, z.dtype) * z).astype(dtype)
@@ -321,6 +327,7 @@ def laplace_noise(key: jax.Array, shape, *, scale, dtype=jnp.float32
   Reaches |z| = 85.95·scale; cut-off ≤ 2⁻¹²³ per entry, so a claimed pure
   ε holds up to the δ of :func:`cutoff_delta`.
   """
+  validation.check_scale(scale, "scale")
   z = _sample(laplace_from_uniform, key, shape, dtype)
   return (jnp.asarray(scale, z.dtype) * z).astype(dtype)
 
@@ -348,6 +355,7 @@ def symmetric_gaussian_noise(key: jax.Array, dim: int, *, stddev,
   distinct entry of a symmetric query such as XᵀX gets exactly one
   independent draw — the noise matrix of the Analyze-Gauss DP-PCA.
   """
+  dim = validation.check_positive_int(dim, "dim")
   # Only the dim(dim+1)/2 distinct entries are drawn (half the bits of a
   # full matrix); entry (i, j) reads draw number t(min(i, j), max(i, j))
   # of the row-major upper triangle.
@@ -362,6 +370,7 @@ def symmetric_gaussian_noise(key: jax.Array, dim: int, *, stddev,
 def sphere_uniform(key: jax.Array, dim: int, *, dtype=jnp.float32
                    ) -> jax.Array:
   """A direction drawn uniformly from the unit sphere in R^dim."""
+  dim = validation.check_positive_int(dim, "dim")
   z = gaussian_noise(key, (dim,), stddev=1.0, dtype=dtype)
   return z / jnp.linalg.norm(z)
 
@@ -383,6 +392,9 @@ def objective_perturbation_noise(key: jax.Array, dim: int, *, beta,
     Chaudhuri, Monteleoni & Sarwate, Differentially Private Empirical Risk
     Minimization, JMLR 12, 2011 (Algorithm 2).
   """
+  validation.check_key(key)
+  dim = validation.check_positive_int(dim, "dim")
+  validation.check_scale(beta, "beta", allow_zero=False)
   norm_key, dir_key = jax.random.split(key)
   radius = jnp.sum(exponential_noise(norm_key, (dim,), dtype=dtype))
   radius = radius / jnp.asarray(beta, radius.dtype)

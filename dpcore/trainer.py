@@ -132,10 +132,8 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
-  if not noise_multiplier >= 0:
-    raise ValueError(
-        f"noise_multiplier must be ≥ 0, got {noise_multiplier!r}.")
-  noise_multiplier = float(noise_multiplier)
+  noise_multiplier = validation.check_non_negative(noise_multiplier,
+                                                   "noise_multiplier")
   steps = accounting.dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                                  epochs=epochs)
   if max_batch is None:
@@ -250,13 +248,27 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
   """
   if not isinstance(plan, DPSGDPlan):
     raise ValueError(f"plan must come from make_plan, got {type(plan)}.")
-  keys = key if isinstance(key, TrainKeys) else split_keys(key)
+  if isinstance(key, TrainKeys):
+    validation.check_key(key.sampling, "key.sampling")
+    validation.check_key(key.noise, "key.noise")
+    keys = key
+  else:
+    keys = split_keys(validation.check_key(key))
   data = jax.tree.map(jnp.asarray, data)
   _check_data(data, plan.num_examples)
   if clipped_sum is None:
     if loss is None:
       raise ValueError("give a per-example loss or a clipped_sum.")
+    if not callable(loss):
+      raise TypeError(
+          f"loss must be a function loss(params, example), got {loss!r}.")
     clipped_sum = per_example_clipped_sum(loss)
+  elif not callable(clipped_sum):
+    raise TypeError(f"clipped_sum must be a function, got {clipped_sum!r}.")
+  if not hasattr(optimizer, "update"):
+    raise TypeError(
+        f"optimizer must be an optax GradientTransformation, got "
+        f"{optimizer!r}; e.g. optax.sgd(0.1).")
   aggregate = dpsgd.dp_aggregate(
       keys.noise, clip_norm=plan.clip_norm,
       noise_multiplier=plan.noise_multiplier,

@@ -10,9 +10,11 @@ argument so it can be used inline::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 
@@ -81,6 +83,15 @@ def check_in_range(value, name: str, low: float, high: float, *,
     right = "]" if high_inclusive else ")"
     raise ValueError(
         f"{name} must lie in {left}{low}, {high}{right}, got {value!r}.")
+  return float(value)
+
+
+def check_non_negative(value, name: str) -> float:
+  """Requires a finite number ≥ 0 (e.g. a noise multiplier, where 0 is
+  the documented noise-free test setting)."""
+  if not _is_number(value) or not math.isfinite(float(value)) or value < 0:
+    raise ValueError(
+        f"{name} must be a finite number ≥ 0, got {value!r}.")
   return float(value)
 
 
@@ -187,3 +198,111 @@ def check_labels(y, name: str = "y", *, classes: Sequence | None = None,
           f"{name} has labels {outside[:10]} outside the class set "
           f"{sorted(allowed)[:20]}; relabel or extend the class set.")
   return arr
+
+
+def is_concrete(value) -> bool:
+  """False for a JAX tracer (a value inside ``jit``/``vmap``), else True.
+
+  Value checks (finite, > 0) run only on concrete values; inside a traced
+  function only shapes and dtypes can be checked.
+  """
+  return not any(isinstance(leaf, jax.core.Tracer)
+                 for leaf in jax.tree.leaves(value))
+
+
+@functools.cache
+def _raw_key_width() -> int:
+  """Words of raw key data of JAX's default PRNG (2 for Threefry)."""
+  return int(jax.eval_shape(
+      lambda: jax.random.key_data(jax.random.key(0))).shape[-1])
+
+
+def check_key(key, name: str = "key", *, batch: bool = False):
+  """Requires a JAX PRNG key: one key, or a 1-D array of keys (``batch``).
+
+  Accepts typed keys (``jax.random.key``) and raw uint32 key data
+  (``jax.random.PRNGKey``) of the default implementation; checks the type,
+  dtype and shape only, so it also works on traced keys. An integer seed is
+  refused: a key must be made (and split) explicitly.
+  """
+  want = "a 1-D array of keys, e.g. jax.random.split(key, n)" if batch else (
+      "one key, e.g. jax.random.key(0)")
+  dtype = getattr(key, "dtype", None)
+  shape = getattr(key, "shape", None)
+  if dtype is None or shape is None:
+    raise TypeError(
+        f"{name} must be a JAX PRNG key ({want}), got {type(key).__name__} "
+        f"{key!r}; keys are never optional or plain integers: pass "
+        f"{name}=jax.random.key(seed).")
+  if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    key_shape = tuple(shape)
+  elif np.dtype(dtype) == np.uint32 and len(shape) >= 1 and (
+      shape[-1] == _raw_key_width()):
+    key_shape = tuple(shape[:-1])
+  else:
+    raise TypeError(
+        f"{name} must be a JAX PRNG key ({want}), got an array of dtype "
+        f"{dtype} and shape {tuple(shape)}; pass {name}=jax.random.key(seed) "
+        f"(raw uint32 key data must have shape (..., {_raw_key_width()})).")
+  if (len(key_shape) != 1) if batch else key_shape:
+    raise TypeError(
+        f"{name} must be {want}, got keys of shape {key_shape}.")
+  return key
+
+
+def check_shape(shape, name: str = "shape") -> tuple[int, ...]:
+  """Requires a sequence of integers ≥ 0 (an array shape)."""
+  if isinstance(shape, (str, bytes)) or not isinstance(
+      shape, (tuple, list)):
+    raise TypeError(
+        f"{name} must be a tuple of integers, got {shape!r}; write e.g. "
+        f"{name}=(3,) for a vector.")
+  for size in shape:
+    if isinstance(size, (bool, np.bool_)) or not isinstance(
+        size, (int, np.integer)) or size < 0:
+      raise ValueError(
+          f"{name} must hold integers ≥ 0, got {tuple(shape)!r}.")
+  return tuple(int(size) for size in shape)
+
+
+def check_scale(value, name: str, *, allow_zero: bool = True):
+  """Requires a concrete scale to be finite and ≥ 0 (> 0 unless
+  ``allow_zero``); a traced value passes unchecked. Returns ``value``.
+
+  Arrays (a scale per entry) are checked entry by entry.
+  """
+  if not is_concrete(value):
+    return value
+  try:
+    arr = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError):
+    raise ValueError(
+        f"{name} must be a number, got {value!r}.") from None
+  bound = "≥ 0" if allow_zero else "> 0"
+  bad = ~np.isfinite(arr) | ((arr < 0) if allow_zero else (arr <= 0))
+  if isinstance(value, (bool, np.bool_)) or np.any(bad):
+    raise ValueError(
+        f"{name} must be a finite number {bound}, got {value!r}.")
+  return value
+
+
+def check_rows(x, name: str = "x") -> None:
+  """Kernel-side data check: a 2-D array with ≥ 1 row and ≥ 1 column
+  (shapes are static, so this holds under ``jit`` too); a concrete array is
+  also checked to be real and finite (:func:`check_matrix`)."""
+  shape = np.shape(x) if is_concrete(x) else tuple(x.shape)
+  if len(shape) != 2 or 0 in shape:
+    raise ValueError(
+        f"{name} must be a non-empty 2-D array (rows are examples, "
+        f"columns features), got shape {shape}.")
+  if is_concrete(x):
+    check_matrix(x, name)
+
+
+def check_vector(v, name: str, length: int) -> None:
+  """Requires shape ``(length,)`` (static, so also under ``jit``)."""
+  shape = tuple(np.shape(v)) if is_concrete(v) else tuple(v.shape)
+  if shape != (length,):
+    raise ValueError(
+        f"{name} must have shape ({length},), one entry per row of the "
+        f"data, got shape {shape}.")

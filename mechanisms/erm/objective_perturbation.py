@@ -396,6 +396,7 @@ def fit(key: jax.Array, x, y, *, epsilon: float | None, lam: float,
     ε-DP under replacement of one row (module docstring); the release is
     refused when the minimiser was not reached.
   """
+  validation.check_key(key)
   if loss not in LOSSES:
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
   c = curvature_bound(loss, h=h)  # also checks h > 0

@@ -65,6 +65,7 @@ def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,
   Privacy: ε-DP for the weights when ``sensitivity_l2`` bounds their L2
   change between neighbouring data sets (Chaudhuri et al. 2011, Thm 6).
   """
+  validation.check_key(key)
   epsilon = validation.check_epsilon(epsilon)
   sensitivity_l2 = validation.check_positive(sensitivity_l2,
                                              "sensitivity_l2")
@@ -149,9 +150,28 @@ class LinearRelease:
     return np.asarray(x, np.float64) @ self.w + self.b
 
 
+def _check_fit_inputs(x, y, *, c, tol, max_epochs):
+  """Host-side checks shared by the entry points; returns (x, y).
+
+  Labels in {−1, +1}; one class alone is a legitimate (if trivial) fit,
+  e.g. the one-row data sets of the audits. The private release requires
+  both classes itself.
+  """
+  x = validation.check_matrix(x, "x")
+  y = validation.check_labels(y, "y", classes=(-1, 1), n_rows=x.shape[0])
+  validation.check_positive(c, "c")
+  validation.check_positive(tol, "tol")
+  validation.check_positive_int(max_epochs, "max_epochs")
+  return x, y
+
+
 def fit_linear(x, y, *, c: float, tol: float = 1e-8,
                max_epochs: int = 10_000) -> tuple[np.ndarray, int, float]:
-  """Bias-free linear C-SVC on ``augment(x)``; returns (w̃, epochs, gap)."""
+  """Bias-free linear C-SVC on ``augment(x)``; returns (w̃, epochs, gap).
+
+  Non-private; checks its data (finite, labels ±1) and settings itself.
+  """
+  x, y = _check_fit_inputs(x, y, c=c, tol=tol, max_epochs=max_epochs)
   with jax.enable_x64(True):
     state = _dual_cd(jnp.asarray(augment(x)), jnp.asarray(y, jnp.float64),
                      jnp.asarray(c, jnp.float64),
@@ -183,6 +203,7 @@ def private_linear_svm(key: jax.Array, x, y, *, c: float, epsilon: float,
   sensitivity 2C, so adding noise ∝ exp(−ε‖b‖/(2C)) makes (w, b) ε-DP
   (pure), assuming the exact minimiser (``tol`` bounds the deviation).
   """
+  validation.check_key(key)
   return private_linear_svms(key[None], x, y, c=c, epsilon=epsilon, tol=tol,
                              max_epochs=max_epochs, kernel=kernel)[0]
 
@@ -195,6 +216,7 @@ def private_linear_svms(keys: jax.Array, x, y, *, c: float, epsilon: float,
   Same arguments as :func:`private_linear_svm` except ``keys`` (k,).
   Each release on its own is ε-DP; publishing k of them costs k·ε.
   """
+  validation.check_key(keys, "keys", batch=True)
   check_linear_kernel(kernel)
   epsilon = validation.check_epsilon(epsilon)
   x = validation.check_row_norms(x, "x")

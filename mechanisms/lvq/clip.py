@@ -64,6 +64,9 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
                          mask=None, phi_kind: str = "identity"):
   """Σᵢ maskᵢ · clip_C(∇ℓᵢ) over a batch, and the per-example norms ‖∇ℓᵢ‖.
 
+  A raw jit/vmap kernel (no host-side checks); its validated entry point
+  is :func:`mechanisms.lvq.train.train`.
+
   Args:
     params: GLVQ or GMLVQ params.
     x: (n, d) batch.

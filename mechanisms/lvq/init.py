@@ -67,6 +67,25 @@ def prototype_labels(num_classes: int, prototypes_per_class: int = 1
   return jnp.repeat(jnp.arange(num_classes), prototypes_per_class)
 
 
+def check_init_inputs(key, x, y, num_classes) -> int:
+  """Checks of the initialisations, before tracing where they can be.
+
+  Always (shapes and types are static): the key, ``x`` a non-empty
+  (n, d) array, ``y`` of shape (n,), ``num_classes`` a positive integer.
+  Where concrete (not traced): ``x`` finite and ``y`` class indices in
+  0..k−1 (one-hot encoding would silently drop any other label). The
+  box [−1, 1]^d is not required here (the private versions clip to it);
+  :func:`check_box` is the stricter host-side check.
+  """
+  validation.check_key(key)
+  validation.check_rows(x, "x")
+  validation.check_vector(y, "y", jnp.shape(x)[0])
+  num_classes = validation.check_positive_int(num_classes, "num_classes")
+  if validation.is_concrete(y):
+    validation.check_labels(np.asarray(y), "y", classes=range(num_classes))
+  return num_classes
+
+
 def _spread(key, means, prototypes_per_class, jitter):
   # Several prototypes of a class start at its mean plus small public noise
   # (data-independent), so they can separate.
@@ -80,7 +99,11 @@ def _spread(key, means, prototypes_per_class, jitter):
 def class_mean_prototypes(key: jax.Array, x, y, *, num_classes: int,
                           prototypes_per_class: int = 1,
                           jitter: float = 0.01) -> jax.Array:
-  """Exact class means (non-private), shape (k · prototypes_per_class, d)."""
+  """Exact class means (non-private), shape (k · prototypes_per_class, d).
+
+  Inputs are checked by :func:`check_init_inputs`.
+  """
+  check_init_inputs(key, x, y, num_classes)
   one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
   counts = jnp.sum(one_hot, axis=0)
   sums = one_hot.T @ x
@@ -115,7 +138,13 @@ def private_prototypes(key: jax.Array, x, y, *, num_classes: int, epsilon,
   class's sum by at most 1 per coordinate) and get Laplace(2d/ε₁). Each is
   ε₁/2-DP, together ε₁-DP (basic composition); dividing, flooring and
   clipping are post-processing. Record with :func:`record_private_init`.
+
+  Raises:
+    TypeError, ValueError: by :func:`check_init_inputs`, or a concrete
+      ``epsilon`` that is not finite and > 0.
   """
+  check_init_inputs(key, x, y, num_classes)
+  validation.check_scale(epsilon, "epsilon", allow_zero=False)
   d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
@@ -157,7 +186,13 @@ def gaussian_private_prototypes(key: jax.Array, x, y, *, num_classes: int,
   of L2 sensitivity √(1 + d) (add/remove-one); (ε₁, δ₁)-DP for σ_init from
   ``calibration.gaussian_sigma_analytic(ε₁, δ₁, 1)``. Record with
   :func:`record_gaussian_init`.
+
+  Raises:
+    TypeError, ValueError: by :func:`check_init_inputs`, or a concrete
+      ``noise_multiplier`` that is not finite and ≥ 0.
   """
+  check_init_inputs(key, x, y, num_classes)
+  validation.check_scale(noise_multiplier, "noise_multiplier")
   d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)

@@ -38,6 +38,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dpcore import validation
+
 PHIS = ("identity", "sigmoid")
 
 
@@ -60,7 +62,8 @@ def init_omega(dim: int, *, rank: int | None = None,
 
   With ``normalise`` it is scaled so that trace ΩᵀΩ = 1.
   """
-  rank = dim if rank is None else rank
+  dim = validation.check_positive_int(dim, "dim")
+  rank = dim if rank is None else validation.check_positive_int(rank, "rank")
   omega = jnp.eye(rank, dim, dtype=jnp.float32)
   if normalise:
     omega = omega / jnp.sqrt(jnp.asarray(min(rank, dim), jnp.float32))
@@ -185,8 +188,22 @@ def example_loss(params, x: jax.Array, y: jax.Array,
                           phi_kind=phi_kind)[0]
 
 
+def _check_features(params, x, prototype_labels) -> None:
+  """Static shape checks: (n, d) rows, (m, d) prototypes, m labels."""
+  protos = jnp.shape(params["prototypes"])
+  if jnp.ndim(x) != 2 or len(protos) != 2 or jnp.shape(x)[1] != protos[1]:
+    raise ValueError(
+        f"x must be (n, d) with the prototypes' d, got x of shape "
+        f"{jnp.shape(x)} and prototypes of shape {protos}.")
+  if jnp.shape(prototype_labels) != (protos[0],):
+    raise ValueError(
+        f"prototype_labels must have shape ({protos[0]},), one class per "
+        f"prototype, got {jnp.shape(prototype_labels)}.")
+
+
 def predict(params, x: jax.Array, prototype_labels: jax.Array) -> jax.Array:
   """Winner-takes-all: the label of the closest prototype, shape (n,)."""
+  _check_features(params, x, prototype_labels)
   z, p = project(params, x)
   dist = _expanded_distances(z, p)
   return prototype_labels[jnp.argmin(dist, axis=1)]

@@ -382,7 +382,19 @@ def train_bfgs(key: jax.Array, x, y, config: TrainConfig) -> TrainResult:
 
 
 def train(key: jax.Array, x, y, config: TrainConfig) -> TrainResult:
-  """Dispatches on ``config.trainer`` (jit/vmap-friendly)."""
+  """Dispatches on ``config.trainer`` (jit/vmap-friendly).
+
+  Validates ``config`` (:meth:`TrainConfig.validate`) and the inputs as
+  :func:`lvq_init.check_init_inputs` does (shapes always; finite data and
+  labels in 0..k−1 where concrete). Host-side data checks that need the
+  whole data set (every class present, the box [−1, 1]^d) are
+  :func:`lvq_init.check_classes_present` and :func:`lvq_init.check_box`,
+  run by ``launch.experiments.lvq_eval.evaluate``.
+  """
+  if not isinstance(config, TrainConfig):
+    raise TypeError(f"config must be a TrainConfig, got {config!r}.")
+  config.validate()
+  lvq_init.check_init_inputs(key, x, y, config.num_classes)
   if config.trainer == "bfgs":
     return train_bfgs(key, x, y, config)
   return train_sgd(key, x, y, config, private=config.trainer == "dpsgd")

@@ -276,6 +276,12 @@ def _check_k(k, d: int) -> int:
   return k
 
 
+def _check_data(x, mask) -> None:
+  """x a non-empty (n, d) array (finite where concrete), mask (n,)."""
+  validation.check_rows(x, "x")
+  validation.check_vector(mask, "mask", jnp.shape(x)[0])
+
+
 def _check_concrete_sigma(sigma) -> None:
   """Refuses a concrete σ that is not a finite number > 0 (tracers pass)."""
   if isinstance(sigma, jax.core.Tracer):
@@ -316,13 +322,18 @@ def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
       ``"eigh"``'s for the same key).
 
   Raises:
-    ValueError: k outside 1..d, or a concrete σ that is not finite and
-      positive.
+    TypeError: ``key`` is not a PRNG key.
+    ValueError: k outside 1..d, ``x`` not a non-empty 2-D array, ``mask``
+      not of shape (n_max,), a concrete ``x`` with NaN or infinite entries,
+      or a concrete σ that is not finite and positive. (Traced values are
+      not checked; inside the kernel, non-finite rows count as zero.)
 
   Privacy:
     (ε, δ)-DP for the (ε, δ) σ was calibrated for, under the neighbouring
     relation matching the sensitivity used (module docstring).
   """
+  validation.check_key(key)
+  _check_data(x, mask)
   k = _check_k(k, jnp.shape(x)[-1])
   check_noise(noise, granularity)
   check_topk(topk)
@@ -372,6 +383,7 @@ def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
     (ε, δ)-DP under ``neighbouring`` for rows of norm ≤ 1 (checked here
     and enforced by clipping inside the mechanism).
   """
+  validation.check_key(key)
   sens = sensitivity(neighbouring)
   g = check_noise(noise, granularity)
   check_pca_inputs(x, k=k)
@@ -395,7 +407,12 @@ def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
 
 
 def pca(x, mask, *, k: int) -> PcaResult:
-  """Non-private top-k basis of XᵀX (the Non-Priv baseline)."""
+  """Non-private top-k basis of XᵀX (the Non-Priv baseline).
+
+  Checks as :func:`dp_pca` does (shapes always, values where concrete).
+  """
+  _check_data(x, mask)
+  k = _check_k(k, jnp.shape(x)[-1])
   return top_k_eigenvectors(second_moment(x, mask), k)
 
 

@@ -86,6 +86,9 @@ PRIVATE_SCOPE = (
 PAIR_FLAGS_TOTAL_BYTES = 4 << 30
 
 
+PAIR_FLAG_MODES = ("auto", "bits", "scan")
+
+
 def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
   """``"auto"`` → ``"bits"`` when the flags of every repeat fit, else scan.
 
@@ -94,6 +97,9 @@ def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
   within ``wss.BITSET_MAX_BYTES``): 5 repeats at l = 50,000 take 1.6 GB;
   64 repeats at l = 50,000 (20 GB) scan the pair record instead.
   """
+  if pair_flags not in PAIR_FLAG_MODES:
+    raise ValueError(
+        f"pair_flags must be one of {PAIR_FLAG_MODES}, got {pair_flags!r}.")
   if pair_flags != "auto":
     return pair_flags
   per_run = wss.bitset_bytes(num)
@@ -222,9 +228,13 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
   :func:`privacy_report` composes it; the returned models are NOT
   differentially private in either mode.
   """
+  validation.check_key(key)
   selection = check_selection(selection)
   epsilon, sigma = check_dpwss_parameters(epsilon, sigma)
   repeats = validation.check_positive_int(repeats, "repeats")
+  if pair_flags not in PAIR_FLAG_MODES:
+    raise ValueError(
+        f"pair_flags must be one of {PAIR_FLAG_MODES}, got {pair_flags!r}.")
   if selection == "private":
     if max_iter is None:
       raise ValueError(
@@ -263,6 +273,16 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
   return DPWSSRun(models, epsilon, sigma, pairs, selection)
 
 
+def check_iterations(iterations) -> int:
+  """An iteration count: an integer ≥ 0 (e.g. ``run.iterations.max()``)."""
+  if isinstance(iterations, (bool, np.bool_)) or not isinstance(
+      iterations, (int, np.integer)) or iterations < 0:
+    raise ValueError(
+        f"iterations must be an integer ≥ 0 (the iterations run, e.g. "
+        f"int(run.iterations.max())), got {iterations!r}.")
+  return int(iterations)
+
+
 def selection_ledger(epsilon: float, iterations: int,
                      ledger: accounting.PrivacyLedger | None = None, *,
                      selection: str = "private"
@@ -274,7 +294,8 @@ def selection_ledger(epsilon: float, iterations: int,
   per-selection figure would compose to, see :func:`privacy_report`).
   """
   ledger = accounting.PrivacyLedger() if ledger is None else ledger
-  count = int(iterations) * selections_per_iteration(selection)
+  count = check_iterations(iterations) * selections_per_iteration(
+      selection)
   if count > 0:
     ledger.record_exponential(epsilon, count=count,
                               label="dpwss_selections")
@@ -320,6 +341,7 @@ def privacy_report(epsilon: float, iterations: int, *,
   selection = check_selection(selection)
   epsilon = validation.check_epsilon(epsilon)
   delta = validation.check_delta(delta)
+  check_iterations(iterations)
   if selection == "paper":
     return accounting.no_guarantee_record(
         PAPER_NO_GUARANTEE, nominal_epsilon=epsilon,
@@ -348,7 +370,7 @@ def selection_report(epsilon: float, iterations: int, *,
   selection = check_selection(selection)
   epsilon = validation.check_epsilon(epsilon)
   delta = validation.check_delta(delta)
-  iterations = int(iterations)
+  iterations = check_iterations(iterations)
   count = iterations * selections_per_iteration(selection)
   report = {"selection": selection, "iterations": iterations,
             "selections": count, "epsilon_per_selection": epsilon,

@@ -102,6 +102,11 @@ def kernel_matrix(spec: KernelSpec, xa: jax.Array, xb: jax.Array, *,
   """
   if spec.gamma is None and spec.kind != "linear":
     raise ValueError("kernel gamma is unset; call spec.resolve(d) first.")
+  if jnp.ndim(xa) != 2 or jnp.ndim(xb) != 2 or (
+      jnp.shape(xa)[1] != jnp.shape(xb)[1]):
+    raise ValueError(
+        f"xa and xb must be 2-D with the same number of features, got "
+        f"shapes {jnp.shape(xa)} and {jnp.shape(xb)}.")
   dots = xa @ xb.T
   if spec.kind == "rbf":
     sq_a = squared_norms(xa) if sq_a is None else sq_a

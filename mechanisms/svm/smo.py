@@ -339,6 +339,12 @@ def solve(key: jax.Array, problem: Problem, params: SolverParams, *,
           config: SolverConfig, rule) -> SMOResult:
   """Runs SMO with selection ``rule`` from α = 0 until an exit.
 
+  A raw kernel: it validates nothing (inside ``jit`` shapes are the
+  contract). The validated entry points are
+  :func:`mechanisms.svm.smo_train.wss2_train` and
+  :func:`mechanisms.svm.dpwss.dpwss_train`, which check the data, labels
+  and settings host-side and build ``problem`` and ``params``.
+
   Args:
     key: PRNG key (folded with the iteration; unused by WSS2).
     problem: from :func:`make_problem`.
@@ -359,6 +365,9 @@ def solve(key: jax.Array, problem: Problem, params: SolverParams, *,
 def solve_repeats(keys: jax.Array, problem: Problem, params: SolverParams,
                   *, config: SolverConfig, rule) -> SMOResult:
   """Independent runs, one per key, in one loop (results batched).
+
+  A raw kernel like :func:`solve`; validated by
+  :func:`mechanisms.svm.dpwss.dpwss_train`.
 
   Equivalent to ``jax.vmap(solve)`` over ``keys`` but cheaper: ``vmap`` of
   a ``while_loop`` selects between old and new values of the *whole* carry

@@ -143,6 +143,13 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   x, y = check_svm_inputs(x, y, c=c, eps=eps)
   if dtype not in ("float32", "float64"):
     raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+  if row_dtype not in ("float32", "float64"):
+    raise ValueError(
+        f"row_dtype must be 'float32' or 'float64', got {row_dtype!r}.")
+  if not isinstance(kernel, kernels.KernelSpec):
+    raise TypeError(
+        f"kernel must be a kernels.KernelSpec, got {kernel!r}; write e.g. "
+        f"kernel=kernels.KernelSpec({kernel!r}) for a kernel name.")
   spec = kernel.resolve(x.shape[1])
   num = x.shape[0]
   max_iter = smo.default_max_iter(num) if max_iter is None else (

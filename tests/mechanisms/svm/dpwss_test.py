@@ -93,7 +93,8 @@ def test_huge_epsilon_picks_the_best_score(fixed_state):
   assert np.all(js == best)
 
 
-@pytest.mark.parametrize("ordered", [True, False])
+@pytest.mark.parametrize(
+    "ordered", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_pair_lookups_match_a_dense_flag_matrix(ordered):
   # Pairs recorded one by one; the bit flags and the record scan must both
   # give the rows of the paper's dense l × l flag matrix I.
@@ -338,7 +339,8 @@ def test_batched_loop_equals_separate_runs():
                                  np.asarray(batched.alpha[r]), atol=1e-12)
 
 
-@pytest.mark.parametrize("shrinking", [False, True])
+@pytest.mark.parametrize(
+    "shrinking", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_unrolled_loop_gives_the_same_runs(shrinking):
   # Several SMO steps per while-loop trip: a step of an exited run changes
   # nothing, so iterations, α, pairs and exits are those of unroll = 1,
