@@ -25,10 +25,12 @@ test rows preprocessed like the training rows):
 * ``dpml`` — DPML, objective perturbation on the full d dimensions, no
   reduction, each participant alone. There is no PCA step, so the whole ε
   goes to training. Evaluated like ``dpdr_dpml`` (mean over participants).
-* ``nonpriv`` — Non-Priv: the FedDPDR pipeline with the noise off (exact
-  PCA per participant, the same basis aggregation, non-private fits with
-  b = 0 and θ = 0, the same model averaging), so its gap to ``feddpdr`` is
-  the cost of privacy alone. Evaluated like ``feddpdr``.
+* ``nonpriv`` — Non-Priv: the FedDPDR pipeline with the noise off (σ = 0:
+  exact PCA per participant; the same basis aggregation; fits with b = 0
+  and θ = 0; the same model averaging), so its gap to ``feddpdr`` is the
+  cost of privacy alone. It runs the ``feddpdr`` program itself, the
+  noise switched off by its traced σ, θ and p (:func:`program`).
+  Evaluated like ``feddpdr``.
 
 Budget. ε is split ε₁ = ``pca_fraction``·ε, ε₂ = ε − ε₁ (the paper: ½).
 By default the K one-vs-rest classifiers get ε₂/K each (total ε₂);
@@ -41,12 +43,20 @@ is what ``privacy`` reports (beside the paper's nominal ε, labelled).
 ``nonpriv`` claims nothing: its record is
 ``accounting.no_guarantee_record(accounting.NON_PRIVATE)``.
 
+Top k. ``topk="eigh"`` (default) finds every top-k basis exactly (DP-PCA
+by ``eigh``, the server's aggregate by a thin SVD); ``topk="subspace"``
+uses block subspace iteration for both (:func:`mechanisms.pca.dp_pca.dp_pca`
+and :func:`federated.aggregation.subspace_aggregate`). Either is
+post-processing of the noisy matrices; the server's start block comes from
+:func:`server_key`, a stream no noise is drawn from.
+
 Compilation. :class:`Config` splits into :class:`Static` (what shapes the
-compiled program: mechanism, k, λ, loss, aggregations, tol, max_iter) and
-the budget (ε, δ, calibration, split, neighbouring), which reaches the
-program only through the traced per-participant arrays σ, p and θ of
-:class:`Plan`. :func:`train` is one module-level ``jax.jit`` with static
-arguments, so a sweep over ε or δ reuses one executable (JAX's own cache).
+compiled program: mechanism, k, λ, loss, aggregations, top-k, tol,
+max_iter) and the budget (ε, δ, calibration, split, neighbouring), which
+reaches the program only through the traced per-participant arrays σ, p
+and θ of :class:`Plan`. :func:`train` is one module-level ``jax.jit`` with
+static arguments, so a sweep over ε or δ reuses one executable (JAX's own
+cache), and ``nonpriv`` reuses the ``feddpdr`` one (:func:`program`).
 Timing, records and sweeps are the harness's
 (``launch/experiments/feddpdr.py``).
 
@@ -86,6 +96,12 @@ MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
 AGGREGATIONS = ("subspace", "paper")
 MODEL_AGGREGATIONS = ("weighted", "paper")
 NEIGHBOURING = dp_pca.NEIGHBOURING
+TOPK = dp_pca.TOPK
+SERVER_STREAM = 2**32 - 1
+"""The index folded into a repeat's key for the server's own randomness
+(the start block of ``topk="subspace"`` aggregation). Participant i's keys
+come from ``fold_in(key, i)`` with i < N ≤ 2³² − 1, so this stream is
+never a participant's, and never carries noise."""
 NOMINAL_NOTE = ("the paper's figure: eps1 + eps2, one classifier's eps2 "
                 "counted once")
 
@@ -103,6 +119,7 @@ class Static:
   huber_h: float = op.HUBER_H
   aggregation: str = "subspace"
   model_aggregation: str = "weighted"
+  topk: str = "eigh"
   tol: float = 1e-8
   max_iter: int = 500
 
@@ -128,6 +145,7 @@ class Config:
   budget_per_classifier: bool = False
   pca_fraction: float = 0.5
   neighbouring: str = "replace"
+  topk: str = "eigh"
   tol: float = 1e-8
   max_iter: int = 500
 
@@ -149,6 +167,7 @@ class Config:
     _one_of(self.loss, op.LOSSES, "loss")
     _one_of(self.calibration, dp_pca.CALIBRATIONS, "calibration")
     _one_of(self.neighbouring, NEIGHBOURING, "neighbouring")
+    _one_of(self.topk, TOPK, "topk")
     validation.check_epsilon(self.epsilon)
     validation.check_delta(self.delta)
     validation.check_positive(self.lam, "lam")
@@ -172,6 +191,19 @@ def _static(config: Config | Static) -> Static:
   return config.static if isinstance(config, Config) else config
 
 
+def program(config: Config | Static) -> Static:
+  """The :class:`Static` that selects the compiled program.
+
+  ``nonpriv`` runs the ``feddpdr`` program with the noise switched off by
+  its traced arguments (:func:`prepare`), so the baseline and every
+  private budget share one executable; every other mechanism is its own.
+  """
+  static = _static(config)
+  if static.mechanism == "nonpriv":
+    return dataclasses.replace(static, mechanism="feddpdr")
+  return static
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """Host-side calibration of one experiment (one entry per participant).
@@ -179,7 +211,8 @@ class Plan:
   Attributes:
     sigma: (N,) DP-PCA noise σ (0 where there is no private PCA).
     n: (N,) true sizes, float.
-    p: (N,) objective-perturbation p of each fit (1 where non-private).
+    p: (N,) objective-perturbation p of each fit (∞ for ``nonpriv``:
+      the noise b, of density ∝ exp(−(p/2)‖b‖), is then exactly 0).
     theta: (N,) θ of each fit.
     epsilon_pca: ε₁ (None without private PCA).
     epsilon_fit: ε of each classifier (None when non-private).
@@ -216,8 +249,12 @@ def participant_ledger(*, sigma: float, epsilon_fit: float, num_fits: int,
 
 def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
   """Validates the settings and calibrates every participant's noise."""
+  if not isinstance(config, Config):
+    raise TypeError(f"config must be a feddpdr.Config, got {config!r}.")
   config.check(d=d)
   sizes = np.asarray(sizes)
+  if sizes.size and not np.issubdtype(sizes.dtype, np.integer):
+    raise ValueError(f"sizes must be whole row counts, got {sizes!r}.")
   if sizes.ndim != 1 or sizes.size == 0:
     raise ValueError(f"sizes must be a non-empty list, got {sizes!r}.")
   if np.any(sizes < 1):
@@ -232,8 +269,10 @@ def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
   mech = config.mechanism
   has_pca = mech in ("feddpdr", "dpdr_dpml")
   if not config.private:
-    return Plan(np.zeros(count), sizes.astype(np.float64), np.ones(count),
-                np.zeros(count), None, None, num_fits,
+    # σ = 0, θ = 0 and p = ∞ turn the noise off inside the private
+    # program (:func:`_train_one`); the record claims nothing.
+    return Plan(np.zeros(count), sizes.astype(np.float64),
+                np.full(count, np.inf), np.zeros(count), None, None, num_fits,
                 accounting.no_guarantee_record(accounting.NON_PRIVATE))
   eps_pca = config.epsilon * config.pca_fraction if has_pca else None
   eps_train = config.epsilon - eps_pca if has_pca else config.epsilon
@@ -245,8 +284,10 @@ def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
         epsilon=eps_pca, delta=config.delta, calibration=config.calibration,
         sensitivity=dp_pca.sensitivity(config.neighbouring))
   c = op.curvature_bound(config.loss, h=config.huber_h)
+  # p and θ depend on nᵢ only: computed once per distinct size.
+  distinct, which = np.unique(sizes, return_inverse=True)
   params = [op.perturbation_params(epsilon=eps_fit, n=int(n_i),
-                                   lam=config.lam, c=c) for n_i in sizes]
+                                   lam=config.lam, c=c) for n_i in distinct]
   # Neither σ nor the per-fit ε depends on nᵢ: every participant's ledger
   # holds the same entries, so one report stands for each of them.
   ledger = participant_ledger(sigma=sigma, epsilon_fit=eps_fit,
@@ -255,8 +296,8 @@ def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
   privacy = ledger.report(config.delta, nominal_epsilon=config.epsilon,
                           nominal_note=NOMINAL_NOTE)
   return Plan(np.full(count, sigma), sizes.astype(np.float64),
-              np.asarray([q.p for q in params]),
-              np.asarray([q.theta for q in params]), eps_pca, eps_fit,
+              np.asarray([q.p for q in params])[which],
+              np.asarray([q.theta for q in params])[which], eps_pca, eps_fit,
               num_fits, privacy)
 
 
@@ -301,6 +342,17 @@ def participant_keys(key: jax.Array, count: int, *, first: int = 0):
   return pairs[:, 0], pairs[:, 1]
 
 
+def server_key(key: jax.Array) -> jax.Array:
+  """The key of the server's post-processing randomness in one repeat.
+
+  ``fold_in(key, SERVER_STREAM)``: a stream no participant's keys come
+  from (:func:`participant_keys` folds in indices below
+  :data:`SERVER_STREAM`), so what it draws is independent of every noise
+  draw. It seeds only the start block of ``topk="subspace"`` aggregation.
+  """
+  return jax.random.fold_in(key, jnp.uint32(SERVER_STREAM))
+
+
 def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
                config: Config | Static, num_classes: int, mesh=None,
                chunk=None) -> TrainOutput:
@@ -309,54 +361,71 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
   Per-participant steps map over the participant axis with
   :func:`sharding.over_participants` (a ``vmap``, or with ``mesh`` a
   ``shard_map`` of it; with ``chunk``, ``chunk`` participants at a time).
+  Each participant's projection, clipping and fits happen inside that map,
+  so with ``chunk`` no intermediate is held for all N participants at
+  once: only the inputs, the (N, d, k) bases and the outputs scale with N.
+
+  ``nonpriv`` is the ``feddpdr`` program with the noise off by its traced
+  arguments (:func:`prepare`: σ = 0, θ = 0, p = ∞, so DP-PCA adds 0·Z and
+  each fit's b has radius Gamma/∞ = 0): the samplers run, add nothing, and
+  both share one executable.
   """
   static = _static(config)
-  mech = static.mechanism
+  mech = "feddpdr" if static.mechanism == "nonpriv" else static.mechanism
   count, _, d = x.shape
   k = static.k
   pca_keys, fit_keys = participant_keys(key, count)
   weights = aggregation.size_weights(n)
 
   each = partial(sharding.over_participants, mesh=mesh, chunk=chunk)
-  if mech == "nonpriv":
-    bases = each(lambda xi, mi: dp_pca.pca(xi, mi, k=k).components)(
-        x, mask)
-  elif mech in ("feddpdr", "dpdr_dpml"):
+  if mech in ("feddpdr", "dpdr_dpml"):
     bases = each(
-        lambda kk, xi, mi, si: dp_pca.dp_pca(kk, xi, mi, k=k,
-                                             sigma=si).components)(
-                                                 pca_keys, x, mask,
-                                                 sigma.astype(x.dtype))
+        lambda kk, xi, mi, si: dp_pca.dp_pca(
+            kk, xi, mi, k=k, sigma=si, topk=static.topk).components)(
+                pca_keys, x, mask, sigma.astype(x.dtype))
   else:
     bases = jnp.zeros((count, 0, 0), x.dtype)
 
   global_basis = jnp.zeros((d, k), x.dtype)
-  if mech in ("nonpriv", "feddpdr"):
+  if mech == "feddpdr":
     if static.aggregation == "subspace":
-      global_basis = aggregation.subspace_aggregate(bases, weights)
+      global_basis = _subspace_aggregate(bases, weights, key,
+                                         topk=static.topk)
     else:
       global_basis = aggregation.paper_aggregate(bases, weights)
-    z = jnp.einsum("pnd,dk->pnk", x, global_basis)
-  elif mech == "dpdr_dpml":
-    z = jnp.einsum("pnd,pdk->pnk", x, bases)
-  else:
-    z = x
-  z = clip_rows(z.astype(jnp.float64))
-  mask64 = mask.astype(jnp.float64)
 
-  def fit(kk, zi, yi, mi, ni, pi, ti):
+  def fit(kk, xi, yi, mi, ni, pi, ti, basis):
+    # Each participant projects its own rows (z = x Û, or x itself for
+    # dpml) and clips them to norm ≤ 1 before its K fits.
+    z = xi if basis is None else xi @ basis
+    z = clip_rows(z.astype(jnp.float64))
     return op.one_vs_rest(
-        kk, zi, yi, mi, num_classes=num_classes, n=ni, p=pi, theta=ti,
-        lam=static.lam, loss=static.loss, h=static.huber_h, tol=static.tol,
-        max_iter=static.max_iter, private=mech != "nonpriv")
+        kk, z, yi, mi.astype(jnp.float64), num_classes=num_classes, n=ni,
+        p=pi, theta=ti, lam=static.lam, loss=static.loss, h=static.huber_h,
+        tol=static.tol, max_iter=static.max_iter, private=True)
 
-  fits = each(fit)(fit_keys, z, labels, mask64, n, p, theta)
+  per_participant = (fit_keys, x, labels, mask, n, p, theta)
+  if mech == "feddpdr":
+    fits = each(lambda *a: fit(*a, global_basis))(*per_participant)
+  elif mech == "dpdr_dpml":
+    fits = each(fit)(*per_participant, bases)
+  else:
+    fits = each(lambda *a: fit(*a, None))(*per_participant)
   global_betas = jnp.zeros(fits.beta.shape[1:], fits.beta.dtype)
-  if mech in ("nonpriv", "feddpdr"):
+  if mech == "feddpdr":
     global_betas = aggregation.model_aggregate(
         fits.beta, weights, paper=static.model_aggregation == "paper")
   return TrainOutput(bases, fits.beta, global_basis, global_betas,
                      fits.grad_norm, fits.iterations, fits.converged)
+
+
+def _subspace_aggregate(bases, weights, key, *, topk: str):
+  """The server's subspace aggregate; ``"subspace"`` seeds its start block
+  from :func:`server_key` (post-processing: never a noise key)."""
+  if topk == "subspace":
+    return aggregation.subspace_aggregate(bases, weights, topk=topk,
+                                          key=server_key(key))
+  return aggregation.subspace_aggregate(bases, weights)
 
 
 @partial(jax.jit, static_argnames=("static", "num_classes", "mesh", "chunk"))
@@ -373,9 +442,10 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *,
           chunk=None) -> TrainOutput:
   """All repeats (one per key, vmapped), jitted. Call under ``enable_x64``.
 
-  One module-level ``jax.jit``: only ``config.static``, ``num_classes``,
-  ``mesh``, ``chunk`` and the arrays' shapes select the executable, so
-  runs that differ in ε, δ or calibration reuse it.
+  One module-level ``jax.jit``: only :func:`program` of ``config``,
+  ``num_classes``, ``mesh``, ``chunk`` and the arrays' shapes select the
+  executable, so runs that differ in ε, δ or calibration reuse it, and so
+  does ``nonpriv`` (the ``feddpdr`` program with the noise off).
 
   Args:
     keys: (S,) PRNG keys, one per repeat.
@@ -390,7 +460,7 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *,
       peak memory, see :func:`sharding.over_participants`).
   """
   return _train_all(keys, x, labels, mask, sigma, n, p, theta,
-                    static=_static(config), num_classes=num_classes,
+                    static=program(config), num_classes=num_classes,
                     mesh=mesh, chunk=chunk)
 
 
@@ -427,7 +497,7 @@ def evaluate(out: TrainOutput, x_test, y_test, *, config: Config | Static,
     ``(accuracy (S,), per_participant (S, N) or None)``.
   """
   return _evaluate(out, jnp.asarray(x_test, jnp.float64),
-                   jnp.asarray(y_test), static=_static(config),
+                   jnp.asarray(y_test), static=program(config),
                    num_classes=num_classes, chunk=chunk)
 
 
@@ -444,7 +514,11 @@ def check_data(participants: Participants, x_test, y_test, *,
   validation.check_row_norms(x[mask], "participants.x")
   validation.check_labels(np.asarray(participants.y)[mask], "participants.y",
                           classes=range(num_classes))
-  validation.check_row_norms(x_test, "x_test")
+  x_test = validation.check_row_norms(x_test, "x_test")
+  if x_test.shape[1] != np.shape(participants.x)[-1]:
+    raise ValueError(
+        f"x_test has {x_test.shape[1]} features, the participants' rows "
+        f"{np.shape(participants.x)[-1]}; use the same features.")
   validation.check_labels(y_test, "y_test", classes=range(num_classes),
                           n_rows=np.asarray(x_test).shape[0])
 
@@ -557,6 +631,7 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
     ValueError: bad settings or data.
     ConvergenceError: a fit hit ``max_iter``.
   """
+  validation.check_key(key)
   seeds = validation.check_positive_int(seeds, "seeds")
   chunk = check_chunk(participant_chunk)
   d = np.asarray(participants.x).shape[-1]

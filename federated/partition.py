@@ -53,21 +53,34 @@ def even_sizes(n_available: int, participants: int,
 
 
 def check_sizes(sizes: Sequence[int], n_available: int) -> tuple[int, ...]:
-  """Every size ≥ 1 and their sum ≤ ``n_available``."""
+  """Every size ≥ 1 and their sum ≤ ``n_available``.
+
+  Vectorised (one NumPy pass), so hundreds of thousands of sizes check in
+  milliseconds.
+  """
   sizes = tuple(sizes)
   if not sizes:
     raise ValueError("sizes is empty; give at least one participant size.")
-  for i, s in enumerate(sizes):
-    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
-      raise ValueError(
-          f"participant {i} has size {s!r}; every participant needs at "
-          f"least one row (drop empty participants).")
-  total = int(sum(sizes))
+  counts = np.asarray(sizes)
+  if counts.dtype.kind in "iu" and not any(isinstance(s, bool)
+                                           for s in sizes):
+    bad = np.flatnonzero(counts < 1)
+  else:  # a float, bool or other entry: name the first
+    bad = [i for i, s in enumerate(sizes)
+           if isinstance(s, bool) or not isinstance(s, (int, np.integer))
+           or s < 1]
+  if len(bad):
+    i = int(bad[0])
+    raise ValueError(
+        f"participant {i} has size {sizes[i]!r}; every participant needs at "
+        f"least one row (drop empty participants).")
+  counts = counts.astype(np.int64)
+  total = int(counts.sum())
   if total > n_available:
     raise ValueError(
         f"sizes sum to {total} but only {n_available} rows are available; "
         f"shrink the sizes.")
-  return tuple(int(s) for s in sizes)
+  return tuple(counts.tolist())
 
 
 def pad(xs: Sequence, ys: Sequence) -> Participants:
@@ -75,6 +88,14 @@ def pad(xs: Sequence, ys: Sequence) -> Participants:
   if not xs or len(xs) != len(ys):
     raise ValueError("xs and ys must be non-empty lists of equal length.")
   sizes = np.array([len(v) for v in xs], np.int64)
+  d = np.shape(xs[0])[-1]
+  for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
+    if np.ndim(xi) != 2 or np.shape(xi)[1] != d:
+      raise ValueError(f"xs[{i}] has shape {np.shape(xi)}; every "
+                       f"participant needs (rows, {d}) like xs[0].")
+    if np.shape(yi) != (len(xi),):
+      raise ValueError(f"ys[{i}] has shape {np.shape(yi)}, expected "
+                       f"({len(xi)},): one label per row of xs[{i}].")
   if np.any(sizes < 1):
     bad = int(np.argmin(sizes))
     raise ValueError(
@@ -92,9 +113,48 @@ def pad(xs: Sequence, ys: Sequence) -> Participants:
   return Participants(x, y, mask, sizes)
 
 
+def gather(order: np.ndarray, x: np.ndarray, y: np.ndarray,
+           sizes: Sequence[int]) -> Participants:
+  """Participants from consecutive runs of ``order``, padded, vectorised.
+
+  Participant i gets rows ``order[o_i : o_i + sizes[i]]`` (o_i the sum of
+  the sizes before it), in that order, then zero padding: the same arrays
+  as :func:`pad` of those row lists, built by one fancy-indexing gather
+  instead of a Python loop over participants (what hundreds of thousands
+  of participants need).
+
+  Args:
+    order: (≥ Σ sizes,) row indices.
+    x: (n, d) rows.
+    y: (n,) labels.
+    sizes: rows per participant, each ≥ 1 (checked by the caller).
+  """
+  sizes = np.asarray(sizes, np.int64)
+  order = np.asarray(order)
+  n_max = int(sizes.max())
+  if np.all(sizes == n_max):  # equal sizes: a reshape, no padding
+    index = order[:sizes.size * n_max].reshape(sizes.size, n_max)
+    return Participants(x[index], y[index],
+                        np.ones(index.shape, np.float32), sizes)
+  starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+  slot = np.arange(n_max)
+  real = slot[None, :] < sizes[:, None]
+  # Padding slots read row 0 and are zeroed after the gather.
+  index = np.where(real, order[np.minimum(starts[:, None] + slot,
+                                          len(order) - 1)], 0)
+  xs, ys = x[index], y[index]
+  xs[~real] = 0
+  ys[~real] = 0
+  return Participants(xs, ys, real.astype(np.float32), sizes)
+
+
 def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
               ) -> Participants:
   """Random disjoint subsets of the rows, one per participant.
+
+  Vectorised (:func:`gather`): no Python loop over participants, so
+  200,000 participants of 8 rows take well under a second beyond the
+  shuffle.
 
   Args:
     key: PRNG key of the shuffle.
@@ -102,6 +162,7 @@ def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
     y: (n,) labels.
     sizes: rows per participant (each ≥ 1, sum ≤ n).
   """
+  validation.check_key(key)
   x = validation.check_matrix(x, "x")
   y = np.asarray(y)
   if y.shape != (x.shape[0],):
@@ -109,6 +170,4 @@ def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
         f"y has shape {y.shape}, expected ({x.shape[0]},) to match x.")
   sizes = check_sizes(sizes, x.shape[0])
   order = np.asarray(jax.random.permutation(key, x.shape[0]))
-  bounds = np.cumsum((0,) + sizes)
-  parts = [order[bounds[i]:bounds[i + 1]] for i in range(len(sizes))]
-  return pad([x[p] for p in parts], [y[p] for p in parts])
+  return gather(order, x, y, sizes)

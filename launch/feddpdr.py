@@ -40,6 +40,18 @@ disjoint random training rows (``--sizes``, or ``--participants`` ×
 partition comes from ``--seed``; the ``--seeds`` repeats share it and differ
 in the noise (vmapped over keys). Evaluation of each mechanism: see
 ``federated/feddpdr.py``.
+
+Many participants: ``--dataset=synthetic:rows=1600000,d=64`` (a generated
+class mixture, ``launch.data.loaders.synthetic``) holds 200,000
+participants × 8 rows; ``--participant_chunk`` bounds the memory::
+
+  python -m launch.feddpdr --dataset=synthetic:rows=1600000,d=64 \
+      --participants=200000 --n_per_participant=8 --k=5 --epsilon=2 \
+      --seeds=1 --baseline=false --participant_chunk=20000
+
+Each record has ``participants_per_second`` (participants × seeds per
+second of training), ``devices``, ``processes``, ``chunk``, ``topk`` (the
+solver and its settings, ``--topk``) and the peak host and device memory.
 """
 
 from __future__ import annotations
@@ -65,8 +77,10 @@ KNOWN_SHAPES = {"digits": (1258, 64, 10), "breast_cancer": (398, 30, 2),
                 "mnist": (60_000, 784, 10), "fashion_mnist": (60_000, 784, 10),
                 "cifar10": (50_000, 1764, 10)}
 
-_DATASET = flags.DEFINE_string("dataset", "digits",
-                               "mnist, fashion_mnist, cifar10, digits, ...")
+_DATASET = flags.DEFINE_string(
+    "dataset", "digits",
+    "mnist, fashion_mnist, cifar10, digits, ..., or synthetic[:rows=R,d=D,"
+    "classes=K,rank=r,noise=s,test=T,seed=S] (generated, any size)")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "where the data files are")
 _MECHANISM = flags.DEFINE_enum("mechanism", "feddpdr", MECHANISMS,
                                "the private mechanism of the table")
@@ -104,6 +118,10 @@ _NEIGHBOURING = flags.DEFINE_enum(
     "neighbouring", "replace", ["add_remove", "replace"],
     "what DP-PCA σ is calibrated for: replace (√2, default) or add_remove "
     "(1, the paper); the run is always accounted under replace")
+_TOPK = flags.DEFINE_enum(
+    "topk", "eigh", ["eigh", "subspace"],
+    "DP-PCA's top-k of the noisy matrix: eigh (exact) or subspace (block "
+    "subspace iteration, dpcore.linalg.subspace_top_k's defaults)")
 _TOL = flags.DEFINE_float("tol", 1e-8, "gradient-norm tolerance of the fits")
 _MAX_ITER = flags.DEFINE_integer("max_iter", 500, "L-BFGS iteration cap")
 _SEED = flags.DEFINE_integer("seed", 0, "seed of the partition and noise")
@@ -124,6 +142,22 @@ _CHUNK = flags.DEFINE_integer(
     "map this many participants at a time (default: all at once). Bounds "
     "peak memory for many participants: DP-PCA holds d x d matrices per "
     "participant mapped together")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False,
+    "join a multi-process run (jax.distributed; docs/distributed.md): the "
+    "participants are split over every process's devices and process 0 "
+    "writes the records. Alone, JAX reads the process settings from the "
+    "cluster (Slurm, Open MPI, TPU); --coordinator_address, "
+    "--num_processes and --process_id give them (and imply --distributed)")
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+    "coordinator_address", None,
+    "host:port of process 0's coordinator, the same in every process, "
+    "e.g. 127.0.0.1:12355 on one machine")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "number of processes in a multi-process run")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None,
+    "this process's index in a multi-process run, 0 ... --num_processes - 1")
 _JAX_CACHE_DIR = flags.DEFINE_string(
     "jax_cache_dir", os.path.join("~", ".cache", "dpjax", "jax"),
     "JAX's persistent compilation cache ('' to turn it off)")
@@ -185,6 +219,40 @@ def _sizes():
   return sizes
 
 
+def _check_distributed() -> bool:
+  """Whether this process joins a multi-process run (flags checked)."""
+  given = {"coordinator_address": _COORDINATOR_ADDRESS.value,
+           "num_processes": _NUM_PROCESSES.value,
+           "process_id": _PROCESS_ID.value}
+  missing = [f"--{name}" for name, value in given.items() if value is None]
+  if 0 < len(missing) < 3:
+    raise ValueError(
+        f"{', '.join(missing)} not given: give --coordinator_address, "
+        f"--num_processes and --process_id together, or none of them with "
+        f"--distributed to let JAX read them from the cluster.")
+  joining = _DISTRIBUTED.value or not missing
+  if not missing:
+    host, _, port = _COORDINATOR_ADDRESS.value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(
+          f"--coordinator_address={_COORDINATOR_ADDRESS.value!r} must be "
+          f"host:port, e.g. 127.0.0.1:12355 (process 0's host).")
+    _at_least_one(_NUM_PROCESSES.value, "num_processes")
+    if not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
+      raise ValueError(
+          f"--process_id={_PROCESS_ID.value} must lie in 0 ... "
+          f"{_NUM_PROCESSES.value - 1} for --num_processes="
+          f"{_NUM_PROCESSES.value}.")
+  if joining and _SWEEP.value:
+    raise ValueError("--sweep runs in one process; leave out --distributed "
+                     "and the process flags.")
+  if joining and _SHARD.value:
+    raise ValueError("--shard_participants is for one process; a "
+                     "multi-process run already splits the participants "
+                     "over every process's devices.")
+  return joining
+
+
 def validate() -> dict:
   """Checks every flag (no data, no JAX); returns the settings.
 
@@ -231,7 +299,7 @@ def validate() -> dict:
     raise ValueError(f"--data_dir={_DATA_DIR.value!r} is not a directory; "
                      f"give the directory holding the data files, or leave "
                      f"it out.")
-  shape = KNOWN_SHAPES.get(_DATASET.value)
+  shape = _known_shape(_DATASET.value)
   if shape is not None:
     rows, d, _ = shape
     _check_rows(rows, sizes, participants, n_per)
@@ -246,7 +314,21 @@ def validate() -> dict:
                      f"directory, or '' to turn the cache off.")
   common.check_output_path(_OUT.value, "--out")
   return dict(epsilons=epsilons, delta=delta, k=k, participants=participants,
-              n_per=n_per, sizes=sizes, lam=lam, mechanisms=mechanisms)
+              n_per=n_per, sizes=sizes, lam=lam, mechanisms=mechanisms,
+              distributed=_check_distributed())
+
+
+def _known_shape(dataset: str):
+  """(training rows, d, classes) of a named or synthetic set, else None."""
+  if dataset.startswith("synthetic"):
+    from launch.data import loaders  # pylint: disable=g-import-not-at-top
+    try:
+      settings = loaders.synthetic_settings(dataset)
+    except ValueError as err:
+      raise ValueError(f"--dataset: {err}") from None
+    if settings is not None:
+      return settings["rows"], settings["d"], settings["classes"]
+  return KNOWN_SHAPES.get(dataset)
 
 
 def _fix(rows: int, participants: int) -> str:
@@ -278,6 +360,10 @@ def main(argv):
   from launch.data import loaders  # pylint: disable=g-import-not-at-top
   from launch.experiments import feddpdr as ex  # pylint: disable=g-import-not-at-top
 
+  if s["distributed"]:  # before any JAX computation
+    from federated import distributed  # pylint: disable=g-import-not-at-top
+    distributed.initialize(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
+                           _PROCESS_ID.value)
   loaders.check_dataset(_DATASET.value, data_dir=_DATA_DIR.value)
   base = feddpdr.Config(
       mechanism=_MECHANISM.value, epsilon=s["epsilons"][0], delta=s["delta"],
@@ -287,7 +373,7 @@ def main(argv):
       calibration=_CALIBRATION.value,
       budget_per_classifier=_BUDGET_PER_CLASSIFIER.value,
       neighbouring=_NEIGHBOURING.value, tol=_TOL.value,
-      max_iter=_MAX_ITER.value)
+      max_iter=_MAX_ITER.value, topk=_TOPK.value)
   for eps in s["epsilons"]:  # library checks (e.g. classic calibration)
     dataclasses.replace(base, epsilon=eps).check(d=10**9)
   ex.enable_compilation_cache(_JAX_CACHE_DIR.value)
@@ -306,6 +392,13 @@ def main(argv):
                            sizes=s["sizes"])
   ex.check_against_data(base, d=prepared.x_train.shape[1],
                         num_classes=len(prepared.classes), sizes=sizes)
+  if s["distributed"]:
+    from launch.experiments import distributed as dx  # pylint: disable=g-import-not-at-top
+    dx.budget_table(prepared, sizes=sizes, seed=_SEED.value,
+                    seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
+                    baseline=_BASELINE.value, out=_OUT.value,
+                    participant_chunk=_CHUNK.value)
+    return
   ex.budget_table(prepared, sizes=sizes, seed=_SEED.value,
                   seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
                   baseline=_BASELINE.value, out=_OUT.value,

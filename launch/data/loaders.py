@@ -67,6 +67,13 @@ Names and where they are read from (first match wins):
   attributes and one nominal class attribute (the last). Class ids follow the
   declared order of the nominal values. No bounds.
 
+* ``synthetic`` or ``synthetic:rows=R,d=D,...``: generated, not read (see
+  :func:`synthetic`): a Gaussian class mixture in a low-rank subspace plus
+  isotropic noise, any number of rows and any dimension, seeded by a JAX
+  key (``seed=S`` in the name). For runs larger than any real set here
+  (e.g. 200,000 participants × 8 rows). No bounds (rows are normalised per
+  row, which needs none).
+
 Relative ``svmlight:``/``arff:`` paths are taken relative to ``data_dir`` when
 one is given. ``describe_sources()`` prints the resolved locations.
 
@@ -108,6 +115,7 @@ from launch.data.formats import (
 
 __all__ = [
     "BUNDLED_DIR", "ENV_DATA_DIR", "Bounds", "Dataset", "load_dataset",
+    "SYNTHETIC_DEFAULTS", "synthetic", "synthetic_settings",
     "describe_sources", "check_dataset", "public_bounds", "PUBLIC_BOUNDS",
     # File-format readers, re-exported from launch.data.formats.
     "read_arff", "read_cifar_batch", "read_har_split", "read_idx",
@@ -489,6 +497,126 @@ _LOADERS = {
 
 
 # ----------------------------------------------------------------------------
+# Synthetic data (generated; privacy-free: it is data, not a mechanism).
+
+SYNTHETIC_DEFAULTS = {"rows": 60_000, "test": 10_000, "d": 64, "classes": 10,
+                      "rank": 10, "noise": 1.0, "seed": 0}
+"""Settings of ``synthetic`` when the name does not give them."""
+
+
+def synthetic(key, *, rows: int, d: int, test: int = 10_000,
+              classes: int = 10, rank: int = 10, noise: float = 1.0,
+              name: str = "synthetic") -> Dataset:
+  """A seeded Gaussian class mixture in a low-rank subspace, plus noise.
+
+  Row i of class yᵢ (uniform over ``classes``) is
+  xᵢ = W(μ_{yᵢ} + ½uᵢ) + (noise/√d)·eᵢ, with W a random d × r orthonormal
+  basis (r = ``rank``), class centres μ_c ~ N(0, I_r), and uᵢ ~ N(0, I_r),
+  eᵢ ~ N(0, I_d): a signal of about 1.25·r in r directions and an
+  isotropic floor of total variance noise², so the top r principal
+  components carry the classes. Train and test rows are independent draws
+  of the same mixture. Features are float32, raw (no bounds: normalise
+  rows with :func:`dpcore.clipping.unit_rows`, which needs none).
+
+  This is data, not a mechanism: ``key`` only makes the set reproducible
+  (it seeds a NumPy generator with its key data; threefry is far slower
+  for 10⁸ draws on a CPU) and has nothing to do with any privacy noise.
+
+  Args:
+    key: JAX PRNG key of the whole set.
+    rows: training rows ≥ 1.
+    d: dimension ≥ 1.
+    test: test rows ≥ 1.
+    classes: number of classes ≥ 2.
+    rank: dimension r of the signal, 1 ≤ r ≤ d.
+    noise: standard deviation of the isotropic floor's norm, ≥ 0.
+    name: the :class:`Dataset`'s name.
+  """
+  import jax  # pylint: disable=g-import-not-at-top  (only this set needs it)
+
+  for value, what, low in ((rows, "rows", 1), (d, "d", 1), (test, "test", 1),
+                           (classes, "classes", 2), (rank, "rank", 1)):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (
+        value < low):
+      raise ValueError(f"synthetic: {what} must be an integer >= {low}, got "
+                       f"{value!r}.")
+  if rank > d:
+    raise ValueError(f"synthetic: rank={rank} exceeds d={d}; choose "
+                     f"rank <= d.")
+  if not (np.isfinite(noise) and noise >= 0):
+    raise ValueError(f"synthetic: noise must be a finite number >= 0, got "
+                     f"{noise!r}.")
+  # The key seeds NumPy's generator (its raw key data): 10⁸ normals by
+  # threefry take tens of seconds on a 2-core CPU, NumPy's about one.
+  rng = np.random.default_rng(
+      np.asarray(jax.random.key_data(key), np.uint32).ravel())
+  basis, _ = np.linalg.qr(rng.standard_normal((d, rank)))
+  centres = rng.standard_normal((classes, rank))
+
+  def draw(n):
+    y = rng.integers(0, classes, n)
+    latent = centres[y] + 0.5 * rng.standard_normal((n, rank))
+    x = (latent @ basis.T).astype(np.float32)
+    x += rng.standard_normal((n, d), np.float32) * np.float32(
+        noise / np.sqrt(d))
+    return x, y
+
+  return _make(name, *draw(rows), *draw(test))
+
+
+def synthetic_settings(name: str) -> dict | None:
+  """The settings of a ``synthetic[:key=value,...]`` name, else ``None``.
+
+  Keys: ``rows``, ``test``, ``d``, ``classes``, ``rank`` (integers),
+  ``noise`` (a number) and ``seed`` (the integer seed of the key); the
+  others take :data:`SYNTHETIC_DEFAULTS` (``rank`` at most ``d``).
+  Checked, without generating anything, so a script can size its runs
+  first.
+
+  Raises:
+    ValueError: an unknown key or a bad value, naming it.
+  """
+  head, sep, spec = name.partition(":")
+  if head != "synthetic":
+    return None
+  settings, given = dict(SYNTHETIC_DEFAULTS), set()
+  for item in (spec.split(",") if sep else []):
+    field, eq, text = item.strip().partition("=")
+    if not eq or field not in settings:
+      raise ValueError(
+          f"dataset {name!r}: {item!r} is not one of "
+          f"{', '.join(k + '=...' for k in SYNTHETIC_DEFAULTS)}; e.g. "
+          f"synthetic:rows=1600000,d=64.")
+    try:
+      settings[field] = float(text) if field == "noise" else int(text)
+    except ValueError:
+      raise ValueError(f"dataset {name!r}: {field}={text!r} is not a "
+                       f"number.") from None
+    given.add(field)
+  if "rank" not in given:
+    settings["rank"] = min(settings["rank"], settings["d"])
+  checks = {"rows": 1, "test": 1, "d": 1, "classes": 2, "rank": 1}
+  for field, low in checks.items():
+    if settings[field] < low:
+      raise ValueError(f"dataset {name!r}: {field} must be >= {low}, got "
+                       f"{settings[field]}.")
+  if settings["rank"] > settings["d"]:
+    raise ValueError(f"dataset {name!r}: rank={settings['rank']} exceeds "
+                     f"d={settings['d']}.")
+  if not (np.isfinite(settings["noise"]) and settings["noise"] >= 0):
+    raise ValueError(f"dataset {name!r}: noise must be >= 0.")
+  return settings
+
+
+def _load_synthetic(name: str) -> Dataset:
+  import jax  # pylint: disable=g-import-not-at-top
+
+  settings = synthetic_settings(name)
+  seed = settings.pop("seed")
+  return synthetic(jax.random.key(seed), name=name, **settings)
+
+
+# ----------------------------------------------------------------------------
 # Entry points.
 
 
@@ -544,9 +672,12 @@ def check_dataset(name: str, *, data_dir: str | None = None) -> None:
   """
   if _split_spec(name, data_dir) is not None:
     return
+  if synthetic_settings(name) is not None:
+    return
   if name not in _LOADERS:
     raise ValueError(f"unknown dataset {name!r}; choose one of "
-                     f"{sorted(_LOADERS)} or svmlight:PATH / arff:PATH.")
+                     f"{sorted(_LOADERS)}, svmlight:PATH / arff:PATH or "
+                     f"synthetic[:rows=R,d=D].")
   if name in _SOURCES:
     if name in ("mnist", "fashion_mnist", "cifar10"):
       if any(_tfds_is_built(r, name) for r in _tfds_data_dirs(data_dir)):
@@ -559,8 +690,9 @@ def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
 
   Args:
     name: one of ``mnist``, ``fashion_mnist``, ``cifar10``, ``digits``,
-      ``breast_cancer``, ``heart``, ``segment``, ``har``, or
-      ``svmlight:PATH[,TEST_PATH]`` / ``arff:PATH[,TEST_PATH]``.
+      ``breast_cancer``, ``heart``, ``segment``, ``har``,
+      ``svmlight:PATH[,TEST_PATH]`` / ``arff:PATH[,TEST_PATH]``, or
+      ``synthetic[:rows=R,d=D,...]`` (generated, :func:`synthetic_settings`).
     data_dir: directory holding the files (or a parent of the data set's own
       directory). When given, only it is searched; otherwise
       ``$DPJAX_DATA_DIR`` and the known offline locations are (see the module
@@ -580,9 +712,12 @@ def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
     if kind == "svmlight":
       return _load_svmlight(name, paths)
     return _make(name, *[a for xy in _read_arffs(name, paths) for a in xy])
+  if synthetic_settings(name) is not None:
+    return _load_synthetic(name)
   if name not in _LOADERS:
     raise ValueError(f"unknown dataset {name!r}; choose one of "
-                     f"{sorted(_LOADERS)} or svmlight:PATH / arff:PATH.")
+                     f"{sorted(_LOADERS)}, svmlight:PATH / arff:PATH or "
+                     f"synthetic[:rows=R,d=D].")
   return _LOADERS[name](name, data_dir)
 
 
@@ -597,4 +732,5 @@ def describe_sources(data_dir: str | None = None) -> str:
     lines.append(f"{name}: {files} in the first of [{dirs}]")
   lines.append("digits, breast_cancer: bundled with scikit-learn")
   lines.append("svmlight:PATH[,TEST], arff:PATH[,TEST]: the files named")
+  lines.append("synthetic[:rows=R,d=D,...]: generated from a seed")
   return "\n".join(lines)

@@ -10,13 +10,16 @@ line.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
+import resource
+import sys
 import time
 
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping
+from dpcore import accounting, clipping, linalg
 from federated import feddpdr, partition, sharding
 from launch import common
 from launch.data import loaders as data_lib
@@ -159,6 +162,47 @@ def record_settings(config: feddpdr.Config) -> dict:
   return settings
 
 
+def topk_record(config: feddpdr.Config, *, d: int) -> dict:
+  """The top-k solver of DP-PCA and its settings, for the record.
+
+  ``{"solver": "eigh"}`` (exact), or for ``"subspace"`` the block and
+  iteration count of :func:`dpcore.linalg.subspace_top_k`'s defaults,
+  which DP-PCA (:func:`mechanisms.pca.dp_pca.top_k_by_subspace`) and the
+  server's aggregate use.
+  """
+  if config.topk != "subspace":
+    return {"solver": config.topk}
+  defaults = inspect.signature(linalg.subspace_top_k).parameters
+  return {"solver": config.topk, "block": min(d, 2 * config.k + 8),
+          "iterations": defaults["iterations"].default}
+
+
+def peak_host_memory_bytes() -> int:
+  """This process's peak resident memory so far (``ru_maxrss``), in bytes.
+
+  A high-water mark: it covers everything the process did before, not
+  only the last run.
+  """
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def peak_device_memory_bytes() -> int | None:
+  """The largest ``peak_bytes_in_use`` of the local devices, or None.
+
+  None where the backend reports no memory statistics (the CPU).
+  """
+  peaks = []
+  for device in jax.local_devices():
+    try:
+      stats = device.memory_stats()
+    except (AttributeError, NotImplementedError, RuntimeError):
+      stats = None
+    if stats and "peak_bytes_in_use" in stats:
+      peaks.append(int(stats["peak_bytes_in_use"]))
+  return max(peaks) if peaks else None
+
+
 def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
             config: feddpdr.Config, timing_repeats: int = 1,
             extra: dict | None = None, shard: bool = False,
@@ -169,17 +213,27 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   from the persistent cache, plus one run; ``seconds``: median of
   ``timing_repeats`` further runs). ``shard`` splits the participant axis
   over the local devices; ``participant_chunk`` maps that many
-  participants at a time (:func:`federated.feddpdr.run`).
+  participants at a time (:func:`federated.feddpdr.run`). Prints a
+  progress line after the partition and after training.
 
   Returns:
     The JSON record: settings (budget fields null for ``nonpriv``),
-    results of :func:`federated.feddpdr.summarise`, timings.
+    results of :func:`federated.feddpdr.summarise`, timings, and
+    ``participants_per_second`` (participants × seeds / ``seconds``: the
+    training alone, after compilation, without partition or evaluation),
+    ``devices``, ``processes`` (``jax.process_count()``), ``chunk``,
+    ``topk`` (:func:`topk_record`), ``peak_host_memory_bytes`` (the
+    process's peak RSS so far, :func:`peak_host_memory_bytes`) and
+    ``peak_device_memory_bytes`` (null where the backend reports none).
   """
   key = jax.random.key(seed)
   chunk = feddpdr.check_chunk(participant_chunk)
   mesh = sharding.participant_mesh(len(sizes)) if shard else None
+  start = time.perf_counter()
   parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
                               prepared.y_train, sizes=sizes)
+  common.progress(f"partitioned {len(sizes)} participants "
+                  f"({time.perf_counter() - start:.1f} s)")
   num_classes = len(prepared.classes)
   plan = feddpdr.prepare(parts.sizes, d=prepared.x_train.shape[1],
                          num_classes=num_classes, config=config)
@@ -205,6 +259,10 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
                                 chunk=chunk)
     result = feddpdr.summarise(plan, out, acc, per, config=config)
   seconds = float(np.median(times)) if times else first
+  rate = len(sizes) * seeds / seconds
+  common.progress(f"trained {len(sizes)} participants x {seeds} seed(s) in "
+                  f"{seconds:.2f} s ({rate:,.0f} participants/s; first call "
+                  f"{first:.1f} s)")
   record = {
       "dataset": prepared.name,
       "mechanism": config.mechanism,
@@ -226,7 +284,13 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "test_rows": len(prepared.y_test),
       "num_classes": num_classes,
       "devices": 1 if mesh is None else int(mesh.size),
+      "processes": jax.process_count(),
       "participant_chunk": chunk,
+      "chunk": chunk,
+      "topk": topk_record(config, d=prepared.x_train.shape[1]),
+      "participants_per_second": rate,
+      "peak_host_memory_bytes": peak_host_memory_bytes(),
+      "peak_device_memory_bytes": peak_device_memory_bytes(),
       "device": jax.devices()[0].platform,
   }
   record.update(extra or {})
@@ -243,8 +307,9 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
   for all of them: ε is traced) and, with ``baseline``, the non-private
   pipeline; emits each record as it comes and prints a table on stderr.
   """
-  # The baseline first: its program compiles fastest (no noise samplers),
-  # so a first result comes soonest.
+  # The baseline first: it compiles the one program that every ε then
+  # reuses (federated.feddpdr.program: Non-Priv is the private program
+  # with the noise off).
   configs = []
   if baseline or not base.private:
     configs.append(dataclasses.replace(base, mechanism="nonpriv"))
@@ -253,7 +318,7 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                 for e in epsilons]
   records, seen = [], set()
   for i, config in enumerate(configs):
-    program = (config.static, len(sizes))
+    program = (feddpdr.program(config), len(sizes))
     what = ("compiling (or loading from the JAX cache)" if program not in seen
             else "running (compiled program reused)")
     seen.add(program)

@@ -1,7 +1,9 @@
 """Tests of federated.aggregation."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from federated import aggregation
 
@@ -67,3 +69,56 @@ def test_paper_formulas_as_printed():
   np.testing.assert_allclose(
       aggregation.model_aggregate(jnp.asarray(betas), jnp.asarray(w),
                                   paper=True), weighted / 3, rtol=1e-6)
+
+
+def _near_common_subspace(count, d, k, seed, spread):
+  """Orthonormal bases within ``spread`` of one common k-dim subspace."""
+  rng = np.random.default_rng(seed)
+  common = np.linalg.qr(rng.normal(size=(d, k)))[0]
+  return np.stack([np.linalg.qr(common + spread * rng.normal(size=(d, k)))[0]
+                   for _ in range(count)])
+
+
+def test_subspace_topk_agrees_with_eigh_on_a_gapped_aggregate():
+  bases = _near_common_subspace(5, 12, 3, 4, spread=0.1)
+  w = jnp.asarray([0.1, 0.15, 0.2, 0.25, 0.3])
+  m = np.asarray(aggregation.weighted_projector_sum(jnp.asarray(bases), w))
+  values = np.linalg.eigvalsh(m.astype(np.float64))[::-1]
+  gap = values[2] - values[3]
+  assert gap > 0.5, values  # the premise: a well-separated top 3
+  exact = np.asarray(aggregation.subspace_aggregate(jnp.asarray(bases), w))
+  key = jax.random.key(0)
+  got = np.asarray(aggregation.subspace_aggregate(
+      jnp.asarray(bases), w, topk="subspace", key=key))
+  np.testing.assert_allclose(got.T @ got, np.eye(3), atol=1e-5)
+  # float32 (u ≈ 6e-8): forming and iterating on M perturbs it by about
+  # d·u·‖M‖ ≈ 1e-6, which moves the projector by that over the gap
+  # (Davis–Kahan); 16 iterations of a block of 14 leave
+  # (λ₁₅/λ₃)¹⁶ ≈ 0. 1e-4 is well above both and far below the 0.1 spread
+  # of the participants' own subspaces.
+  np.testing.assert_allclose(_projector(got), _projector(exact), atol=1e-4)
+  # Both in canonical signs: the bases themselves agree.
+  np.testing.assert_allclose(got, exact, atol=1e-4)
+  again = aggregation.subspace_aggregate(jnp.asarray(bases), w,
+                                         topk="subspace", key=key)
+  np.testing.assert_array_equal(np.asarray(again), got)  # pure
+
+
+def test_subspace_topk_needs_a_key_and_a_known_route():
+  bases = jnp.asarray(_bases(2, 5, 2, 5))
+  w = jnp.asarray([0.5, 0.5])
+  with pytest.raises(ValueError, match="needs key"):
+    aggregation.subspace_aggregate(bases, w, topk="subspace")
+  with pytest.raises(ValueError, match="only by topk='subspace'"):
+    aggregation.subspace_aggregate(bases, w, key=jax.random.key(0))
+  with pytest.raises(ValueError, match="topk must be one of"):
+    aggregation.subspace_aggregate(bases, w, topk="lanczos")
+
+
+def test_weighted_projector_sum():
+  bases = _bases(3, 6, 2, 6)
+  w = np.array([0.2, 0.3, 0.5])
+  expected = sum(wi * _projector(u) for wi, u in zip(w, bases, strict=True))
+  np.testing.assert_allclose(
+      aggregation.weighted_projector_sum(jnp.asarray(bases), jnp.asarray(w)),
+      expected, atol=1e-6)

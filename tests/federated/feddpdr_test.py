@@ -14,6 +14,7 @@ from dpcore import accounting
 from federated import aggregation, feddpdr, partition
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
+from tests.federated import layouts
 
 
 def _blobs(n, d, classes, seed):
@@ -102,6 +103,7 @@ def test_paper_calibration_and_other_mechanisms_budget():
   assert uneven.theta[0] > uneven.theta[1]
 
 
+@pytest.mark.slow
 def test_vmapped_padded_pipeline_equals_per_participant_loop():
   d, k, classes = 6, 2, 3
   config = feddpdr.Config(mechanism="feddpdr", epsilon=1.0, k=k)
@@ -218,8 +220,8 @@ def test_run_rejects_bad_input(bad, match):
 
 def test_budgets_share_one_compiled_program(monkeypatch):
   # ε, δ and the calibration reach the program only as traced σ, p, θ:
-  # runs at three budgets (and both calibrations) trace _train_one once;
-  # another mechanism is another program.
+  # runs at three budgets (and both calibrations) trace _train_one once,
+  # and so does the non-private baseline (the same program, noise off).
   x, labels = _blobs(200, 6, 3, 3)
   parts = partition.partition(jax.random.key(0), x[:150], labels[:150],
                               sizes=(70, 80))
@@ -241,8 +243,8 @@ def test_budgets_share_one_compiled_program(monkeypatch):
   assert traces == ["feddpdr"]
   feddpdr.run(jax.random.key(1), parts, x[150:], labels[150:],
               num_classes=3, config=feddpdr.Config(mechanism="nonpriv",
-                                                   k=2))
-  assert traces == ["feddpdr", "nonpriv"]
+                                                   k=2, lam=1.0))
+  assert traces == ["feddpdr"]
   # The traced budget is used: the same key at two budgets gives two
   # different models (the noise is scaled by the traced σ and p).
   betas = []
@@ -254,7 +256,7 @@ def test_budgets_share_one_compiled_program(monkeypatch):
                                      seeds=1)
       betas.append(np.asarray(feddpdr.train(
           *args, config=config, num_classes=3).global_betas))
-  assert traces == ["feddpdr", "nonpriv"]
+  assert traces == ["feddpdr"]
   assert np.max(np.abs(betas[0] - betas[1])) > 0.1
 
 
@@ -265,6 +267,16 @@ def test_static_part_excludes_the_budget():
   assert a.static == b.static
   assert hash(a.static) == hash(b.static)
   assert feddpdr.Config(k=3).static != b.static
+  assert feddpdr.Config(topk="subspace").static != b.static
+  # The baseline selects the private program; other mechanisms their own.
+  assert feddpdr.program(feddpdr.Config(mechanism="nonpriv")) == b.static
+  assert feddpdr.program(feddpdr.Config(mechanism="dpml")) != b.static
+
+
+def test_config_rejects_an_unknown_topk():
+  feddpdr.Config(topk="subspace").check(d=30)
+  with pytest.raises(ValueError, match="topk must be one of"):
+    feddpdr.Config(topk="lanczos").check(d=30)
 
 
 def test_clip_rows_bounds_every_row_nan_included():
@@ -285,6 +297,74 @@ def test_participant_keys_do_not_depend_on_the_number_of_participants():
   pca_tail, fit_tail = feddpdr.participant_keys(key, 2, first=3)
   np.testing.assert_array_equal(data(pca_tail), data(pca5)[3:])
   np.testing.assert_array_equal(data(fit_tail), data(fit5)[3:])
-  # All keys distinct: no participant reuses another's noise.
+  # All keys distinct: no participant reuses another's noise, and the
+  # server's post-processing key is none of them.
+  server = data(feddpdr.server_key(key)).reshape(1, -1)
   flat = np.concatenate([data(pca5), data(fit5)]).reshape(10, -1)
-  assert len({tuple(r) for r in flat}) == 10
+  flat = np.concatenate([flat, server])
+  assert len({tuple(r) for r in flat}) == 11
+
+
+def test_nonpriv_is_the_private_program_with_the_noise_off():
+  # The baseline runs the feddpdr program with σ = 0, θ = 0 and p = ∞. It
+  # must equal the explicitly non-private kernels (exact PCA, fits with
+  # b = 0 and θ = 0) computed here participant by participant.
+  d, k, classes = 6, 2, 3
+  config = feddpdr.Config(mechanism="nonpriv", k=k)
+  sizes = (40, 55)
+  x, labels = _blobs(sum(sizes), d, classes, 7)
+  xs, ys = np.split(x, [sizes[0]]), np.split(labels, [sizes[0]])
+  parts = partition.pad(xs, ys)
+  plan = feddpdr.prepare(parts.sizes, d=d, num_classes=classes,
+                         config=config)
+  assert np.all(plan.sigma == 0) and np.all(plan.theta == 0)
+  assert np.all(np.isinf(plan.p))
+  with jax.enable_x64(True):
+    args = feddpdr.train_arguments(jax.random.key(4), parts, plan, seeds=1)
+    out = jax.device_get(feddpdr.train(*args, config=config,
+                                       num_classes=classes))
+    bases = jnp.stack([dp_pca.pca(jnp.asarray(xi), jnp.ones(len(xi)),
+                                  k=k).components for xi in xs])
+    weights = aggregation.size_weights(np.array(sizes))
+    basis = aggregation.subspace_aggregate(bases, weights)
+    betas = []
+    for xi, yi in zip(xs, ys, strict=True):
+      z = feddpdr.clip_rows((jnp.asarray(xi) @ basis).astype(jnp.float64))
+      res = op.one_vs_rest(jax.random.key(0), z, jnp.asarray(yi),
+                           jnp.ones(len(xi)), num_classes=classes,
+                           n=float(len(xi)), p=1.0, theta=0.0,
+                           lam=config.lam, private=False)
+      betas.append(res.beta)
+    global_beta = aggregation.model_aggregate(jnp.stack(betas), weights)
+  assert bool(np.all(out.converged))
+  # float32 PCA of the same matrices (only padding differs), float64 fits
+  # to ‖∇J‖ ≤ 1e-8 with λ = 0.01: 1e-5 is far above their rounding and far
+  # below any noise (b ≠ 0 would move β by ~‖b‖/n ≥ 1e-2 here).
+  np.testing.assert_allclose(out.bases[0], bases, atol=1e-5)
+  np.testing.assert_allclose(out.global_basis[0], basis, atol=1e-5)
+  np.testing.assert_allclose(out.global_betas[0], global_beta, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_subspace_topk_agrees_with_eigh_in_the_pipeline():
+  # topk="subspace" changes only how each top-k is found: on the
+  # well-gapped layout problem with the noise off, every basis, model and
+  # test score agrees with exact eigh within layouts' tolerances (derived
+  # there from the gaps, which assert_same_runs checks first). Subspace
+  # iteration converges like (λ_{p+1}/λ_k)^16 with p = 2k + 8 = 14, far
+  # below those tolerances on these spectra.
+  parts, x_test, _ = layouts.problem(4)
+  runs = {}
+  for topk in ("eigh", "subspace"):
+    cfg = dataclasses.replace(layouts.config("nonpriv"), topk=topk)
+    plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+                           num_classes=layouts.NUM_CLASSES, config=cfg)
+    with jax.enable_x64(True):
+      args = feddpdr.train_arguments(jax.random.key(2), parts, plan,
+                                     seeds=1)
+      out = jax.device_get(feddpdr.train(
+          *args, config=cfg, num_classes=layouts.NUM_CLASSES))
+    runs[topk] = {f: np.asarray(v) for f, v in out._asdict().items()}
+    runs[topk]["sigma"] = np.asarray(plan.sigma)
+  layouts.assert_same_runs(runs["subspace"], runs["eigh"], parts, x_test,
+                           mechanism="nonpriv")

@@ -120,6 +120,7 @@ def test_participant_mesh_uses_a_divisor_of_the_participants():
   assert mapped(x).shape == (4,)
 
 
+@pytest.mark.slow
 def test_participant_chunks_give_the_same_runs():
   # Mapping 2 participants at a time (5 = 2 + 2 + 1: the last block is
   # shorter) gives the runs of the all-at-once vmap: the same local bases,

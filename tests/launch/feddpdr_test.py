@@ -1,14 +1,17 @@
 """Tests of launch.feddpdr: offline default run, JSON record, resume."""
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
-from dpcore import accounting
+from dpcore import accounting, clipping
 from federated import feddpdr as fed
 from launch import common
 from launch.data import loaders as data_lib
@@ -147,3 +150,95 @@ def test_cifar10_runs_end_to_end_on_hog_features(tmp_path):
   assert 0.0 <= record["accuracy"] <= 1.0
   assert record["privacy"]["epsilon"] <= 1.0 + 1e-9
   assert record["grad_norm_max"] <= 1e-8
+
+
+def _synthetic_prepared(seed=0) -> launch.Prepared:
+  ds = data_lib.synthetic(jax.random.key(seed), rows=300, d=12, test=100,
+                          classes=3, rank=3)
+  return launch.Prepared("toy", np.asarray(clipping.unit_rows(ds.x_train)),
+                         ds.y_train, np.asarray(clipping.unit_rows(ds.x_test)),
+                         ds.y_test, ds.classes)
+
+
+def test_synthetic_set_is_keyed_low_rank_and_named_by_its_settings():
+  a = data_lib.synthetic(jax.random.key(3), rows=2000, d=40, test=50,
+                         classes=4, rank=5)
+  again = data_lib.synthetic(jax.random.key(3), rows=2000, d=40, test=50,
+                             classes=4, rank=5)
+  other = data_lib.synthetic(jax.random.key(4), rows=2000, d=40, test=50,
+                             classes=4, rank=5)
+  assert a.x_train.shape == (2000, 40) and a.x_test.shape == (50, 40)
+  assert a.classes == (0, 1, 2, 3) and a.bounds is None
+  np.testing.assert_array_equal(a.x_train, again.x_train)
+  assert not np.array_equal(a.x_train, other.x_train)
+  # The signal lives in rank = 5 directions, 1.25 per direction (centres
+  # 1, spread 0.25), against a floor of total 1: about 6.25 / 7.25 of the
+  # energy. With noise=10 (floor 100) the top 5 hold about 0.18.
+  def top_share(x):
+    values = np.linalg.eigvalsh(x.T @ x)
+    return values[-5:].sum() / values.sum()
+  assert top_share(a.x_train) > 0.8
+  noisy = data_lib.synthetic(jax.random.key(3), rows=2000, d=40, test=50,
+                             classes=4, rank=5, noise=10.0)
+  assert top_share(noisy.x_train) < 0.3
+  settings = data_lib.synthetic_settings("synthetic:rows=100,d=8,seed=2")
+  assert settings["rows"] == 100 and settings["d"] == 8
+  assert settings["seed"] == 2 and settings["classes"] == 10
+  assert data_lib.synthetic_settings("mnist") is None
+  named = data_lib.load_dataset("synthetic:rows=30,d=6,test=5,rank=2")
+  assert named.x_train.shape == (30, 6) and named.x_test.shape == (5, 6)
+  for bad, message in (("synthetic:rows=0", "rows must be >= 1"),
+                       ("synthetic:colour=3", "is not one of"),
+                       ("synthetic:d=4,rank=5", "rank=5 exceeds d=4"),
+                       ("synthetic:d=x", "is not a number")):
+    with pytest.raises(ValueError, match=message):
+      data_lib.check_dataset(bad)
+
+
+def test_run_one_records_the_rate_layout_solver_and_memory(capsys):
+  prepared = _synthetic_prepared()
+  record = launch.run_one(prepared, sizes=(20,) * 5, seed=0, seeds=2,
+                          config=fed.Config(k=3, epsilon=4.0, lam=0.1),
+                          participant_chunk=2)
+  assert record["participants_per_second"] == pytest.approx(
+      5 * 2 / record["seconds"])
+  assert record["devices"] == 1 and record["processes"] == 1
+  assert record["chunk"] == 2 == record["participant_chunk"]
+  assert record["topk"] == {"solver": "eigh"}
+  # ru_maxrss in bytes: a JAX process holds well over 50 MB, under 1 TB.
+  assert 5e7 < record["peak_host_memory_bytes"] < 1e12
+  assert record["peak_device_memory_bytes"] is None  # the CPU reports none
+  err = capsys.readouterr().err
+  assert "partitioned 5 participants" in err
+  assert "participants/s" in err
+
+
+def test_topk_record_names_the_subspace_settings():
+  config = fed.Config(k=20)
+  eigh = dataclasses.replace(config, topk="eigh")
+  assert launch.topk_record(eigh, d=784) == {"solver": "eigh"}
+  sub = dataclasses.replace(config, topk="subspace")
+  assert launch.topk_record(sub, d=784) == {
+      "solver": "subspace", "block": 48, "iterations": 16}
+  assert launch.topk_record(dataclasses.replace(sub, k=5), d=16)[
+      "block"] == 16
+
+
+@pytest.mark.parametrize("flags_, message", [
+    (["--dataset=synthetic:rows=100,d=8", "--participants=50",
+      "--n_per_participant=4"], "exceeds the 100 training rows"),
+    (["--dataset=synthetic:rows=2000,d=8", "--k=9"],
+     "exceeds the data dimension d=8"),
+    (["--dataset=synthetic:colour=1"], "--dataset: .*is not one of"),
+    (["--topk=power"], "--topk"),
+])
+def test_command_line_checks_synthetic_sizes_before_any_work(
+    tmp_path, flags_, message):
+  out = tmp_path / "runs.jsonl"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.feddpdr", *flags_, f"--out={out}",
+       f"--jax_cache_dir={tmp_path / 'jax'}"], cwd=_REPO,
+      capture_output=True, text=True, check=False,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert re.search(message, proc.stderr), proc.stderr[-2000:]

@@ -1,0 +1,269 @@
+"""FedDPDR over several processes, with JAX's own distribution.
+
+After :func:`initialize` (``jax.distributed.initialize``), ``jax.devices()``
+lists the devices of every process. :func:`global_mesh` lays the
+participant axis over all of them, each process's devices side by side, so
+that each process holds one contiguous block of participants
+(:func:`participant_block`). Each process loads only its own participants'
+rows and turns them into global arrays (:func:`train_arguments`, with
+``jax.make_array_from_process_local_data``); the repeat keys and the
+calibration are replicated, computed alike in every process from the seed
+and the participant sizes. :func:`federated.feddpdr.train` then runs
+unchanged: per-participant steps (DP-PCA, projections, fits) stay on the
+device holding the participant (``shard_map``,
+:func:`federated.sharding.over_participants`), and only the server's
+weighted sums of bases and models cross processes, as XLA's collectives
+(gloo on the CPU). Participant i's keys are ``fold_in(key, i)``
+(:func:`federated.feddpdr.participant_keys`), so a run gives the same
+bases and models on one device, several devices or several processes.
+
+After training, :func:`gather` copies to every process what the server
+reports: the global basis and model (replicated already), the fits'
+diagnostics and, when asked, every participant's basis and model.
+
+Every check here is host-side and runs before any program is compiled.
+
+>>> participant_block([0, 0, 1, 1], 8, process=1)
+(4, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from dpcore import validation
+from federated import sharding
+from federated.feddpdr import Plan, TrainOutput
+from federated.partition import Participants
+
+
+def initialize(coordinator_address: str | None = None,
+               num_processes: int | None = None,
+               process_id: int | None = None) -> None:
+  """Joins a multi-process run (``jax.distributed.initialize``, checked).
+
+  Call it once per process, before any JAX computation. Leave all three
+  arguments None to let JAX detect them from the cluster's environment
+  (Slurm, Open MPI, TPU, or ``mpi4py``); otherwise give all three.
+
+  Args:
+    coordinator_address: ``host:port`` of process 0's coordinator service,
+      the same in every process (e.g. ``127.0.0.1:1234`` on one machine).
+    num_processes: how many processes take part (≥ 1).
+    process_id: this process's index, in ``[0, num_processes)``.
+
+  Raises:
+    ValueError: some arguments given but not all, or a bad value; the
+      message names the argument and the fix.
+  """
+  given = {"coordinator_address": coordinator_address,
+           "num_processes": num_processes, "process_id": process_id}
+  missing = [name for name, value in given.items() if value is None]
+  if missing and len(missing) < len(given):
+    raise ValueError(
+        f"{', '.join(missing)} not given; give coordinator_address, "
+        f"num_processes and process_id together, or none of them to let "
+        f"JAX detect them from the cluster's environment.")
+  if not missing:
+    check_settings(coordinator_address, num_processes, process_id)
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes,
+                             process_id=process_id)
+
+
+def check_settings(coordinator_address: str, num_processes: int,
+                   process_id: int) -> None:
+  """Checks explicit :func:`initialize` settings (no JAX call)."""
+  if not isinstance(coordinator_address, str):
+    raise ValueError(f"coordinator_address must be a 'host:port' string, "
+                     f"got {coordinator_address!r}.")
+  host, _, port = coordinator_address.rpartition(":")
+  if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(
+        f"coordinator_address={coordinator_address!r} must be 'host:port' "
+        f"with a port in 1..65535, e.g. '127.0.0.1:1234' on one machine or "
+        f"'node0:1234' on a cluster (process 0's host).")
+  num_processes = validation.check_positive_int(num_processes,
+                                                "num_processes")
+  if (isinstance(process_id, bool)
+      or not isinstance(process_id, (int, np.integer))
+      or not 0 <= process_id < num_processes):
+    raise ValueError(
+        f"process_id={process_id!r} must be an integer in [0, "
+        f"{num_processes}) for num_processes={num_processes}; number the "
+        f"processes 0, 1, ..., {num_processes - 1}.")
+
+
+def global_mesh(num_participants: int,
+                devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A 1-D participant mesh over every device of every process.
+
+  Devices are ordered by process, then id, so each process's devices are
+  contiguous on the mesh and it holds one block of participants.
+
+  Args:
+    num_participants: N; it must be a multiple of the device count, so
+      that every device (and every process) holds N / devices
+      participants.
+    devices: default ``jax.devices()`` (all processes' devices).
+
+  Raises:
+    ValueError: N does not split evenly over the devices.
+  """
+  num_participants = validation.check_positive_int(num_participants,
+                                                   "num_participants")
+  devices = sorted(jax.devices() if devices is None else devices,
+                   key=lambda dev: (dev.process_index, dev.id))
+  if not devices:
+    raise ValueError("global_mesh needs at least one device.")
+  count = len(devices)
+  if num_participants % count:
+    processes = len({dev.process_index for dev in devices})
+    raise ValueError(
+        f"num_participants={num_participants} does not split over the "
+        f"{count} devices of {processes} process(es); use a multiple of "
+        f"{count} participants, or fewer devices per process (on the CPU, "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count=...).")
+  return Mesh(np.asarray(devices), (sharding.AXIS,))
+
+
+def participant_block(device_processes: Sequence[int], num_participants: int,
+                      *, process: int) -> tuple[int, int]:
+  """The participants ``[start, stop)`` that ``process`` holds.
+
+  Args:
+    device_processes: the process index of each mesh device, in mesh order.
+    num_participants: N, a multiple of the device count.
+    process: the process asked about.
+
+  Raises:
+    ValueError: N does not split over the devices, the process has no
+      device on the mesh, or its devices are not contiguous.
+  """
+  device_processes = [int(p) for p in device_processes]
+  count = len(device_processes)
+  if count == 0 or num_participants % count:
+    raise ValueError(
+        f"num_participants={num_participants} does not split over "
+        f"{count} devices; use a multiple of {max(count, 1)} participants.")
+  where = [i for i, p in enumerate(device_processes) if p == process]
+  if not where:
+    raise ValueError(
+        f"process {process} has no device on the mesh (device processes "
+        f"{device_processes}); build the mesh with global_mesh().")
+  if where != list(range(where[0], where[-1] + 1)):
+    raise ValueError(
+        f"process {process}'s devices are not contiguous on the mesh "
+        f"(device processes {device_processes}); build the mesh with "
+        f"global_mesh(), which orders devices by process.")
+  per_device = num_participants // count
+  return where[0] * per_device, (where[-1] + 1) * per_device
+
+
+def local_block(mesh: Mesh, num_participants: int) -> tuple[int, int]:
+  """This process's block of participants on ``mesh`` (``[start, stop)``)."""
+  return participant_block([dev.process_index for dev in mesh.devices.flat],
+                           num_participants, process=jax.process_index())
+
+
+def place_local(array, mesh: Mesh, num_participants: int) -> jax.Array:
+  """This process's block of a per-participant array, as a global array.
+
+  Args:
+    array: (stop − start, ...) the rows of :func:`local_block`'s
+      participants, in order.
+    mesh: :func:`global_mesh`'s mesh.
+    num_participants: N, the global length of the participant axis.
+  """
+  start, stop = local_block(mesh, num_participants)
+  array = np.asarray(array)
+  if array.ndim == 0 or array.shape[0] != stop - start:
+    raise ValueError(
+        f"this process holds participants {start}..{stop - 1}, so its "
+        f"array needs a leading axis of {stop - start}, got shape "
+        f"{array.shape}.")
+  return jax.make_array_from_process_local_data(
+      NamedSharding(mesh, PartitionSpec(sharding.AXIS)), array,
+      (num_participants,) + array.shape[1:])
+
+
+def replicate(value, mesh: Mesh) -> jax.Array:
+  """``value`` on every device of ``mesh``; it must be equal everywhere."""
+  return jax.make_array_from_process_local_data(
+      NamedSharding(mesh, PartitionSpec()), value)
+
+
+def _pad_rows(array, n_max: int):
+  """Zero padding along axis 1 up to ``n_max`` (every process alike)."""
+  array = np.asarray(array)
+  extra = n_max - array.shape[1]
+  if extra < 0:
+    raise ValueError(f"local participants have {array.shape[1]} rows, more "
+                     f"than the largest size {n_max} in the plan.")
+  widths = [(0, 0), (0, extra)] + [(0, 0)] * (array.ndim - 2)
+  return np.pad(array, widths)
+
+
+def train_arguments(key: jax.Array, local: Participants, plan: Plan, *,
+                    seeds: int, mesh: Mesh) -> tuple:
+  """The arguments of :func:`federated.feddpdr.train`, as global arrays.
+
+  The multi-process :func:`federated.feddpdr.train_arguments`. Call under
+  ``jax.enable_x64(True)``, with the same ``key``, ``plan`` and ``seeds``
+  in every process.
+
+  Args:
+    key: PRNG key; repeat s uses ``split(key, seeds)[s]`` (replicated).
+    local: this process's participants only (:func:`local_block`'s
+      block, in order); they are padded to the largest participant of the
+      whole run, so every process's block has the same shape.
+    plan: :func:`federated.feddpdr.prepare`'s calibration of all N
+      participants (from their sizes, known to every process).
+    seeds: number of repeats.
+    mesh: :func:`global_mesh`'s mesh.
+  """
+  seeds = validation.check_positive_int(seeds, "seeds")
+  count = len(plan.n)
+  start, stop = local_block(mesh, count)
+  sizes = np.asarray(local.sizes)
+  if not np.array_equal(sizes, plan.n[start:stop]):
+    raise ValueError(
+        f"local participants have sizes {sizes.tolist()}, but the plan's "
+        f"participants {start}..{stop - 1} have sizes "
+        f"{plan.n[start:stop].astype(int).tolist()}; give this process "
+        f"the block local_block() names.")
+  n_max = int(np.max(plan.n))
+  per_participant = (
+      (_pad_rows(local.x, n_max), np.float32),
+      (_pad_rows(local.y, n_max), np.int32),
+      (_pad_rows(local.mask, n_max), np.float32),
+      (plan.sigma[start:stop], np.float32),
+      (plan.n[start:stop], np.float64),
+      (plan.p[start:stop], np.float64),
+      (plan.theta[start:stop], np.float64))
+  keys = jax.random.split(key, seeds)
+  return (replicate(keys, mesh),
+          *(place_local(np.asarray(a, dtype), mesh, count)
+            for a, dtype in per_participant))
+
+
+def gather(out: TrainOutput, *, per_participant: bool = True
+           ) -> TrainOutput:
+  """What the server reports, as host arrays in every process.
+
+  The global basis and model are replicated (each process copies its
+  own); the fits' diagnostics (grad_norm, iterations, converged; S × N × F
+  numbers) are gathered from every process. With ``per_participant``,
+  every participant's basis and model are gathered too (what the local
+  mechanisms are evaluated on); without, ``bases`` and ``betas`` are
+  None.
+  """
+  wanted = out if per_participant else out._replace(bases=None, betas=None)
+  return jax.tree.map(np.asarray,
+                      multihost_utils.process_allgather(wanted, tiled=True))
+

@@ -1,0 +1,176 @@
+"""Multi-process harness of one FedDPDR configuration (no flags).
+
+Every process calls the same function with the same arguments, after
+:func:`federated.distributed.initialize`. Every process draws the same
+partition from the seed, as :func:`launch.experiments.feddpdr.run_one`
+does, but keeps only the rows of its own block of participants
+(:func:`federated.distributed.local_block`) and places them on its own
+devices; the participant axis spans every process's devices. Process 0
+emits the record (the fields of ``launch.experiments.feddpdr.run_one``,
+with ``processes``, ``devices`` over all processes, and
+``devices_per_process``; timings and memory peaks are process 0's); the
+others return it without writing.
+``docs/distributed.md`` gives the commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from dpcore import validation
+from federated import distributed, feddpdr, partition
+from launch import common
+from launch.experiments import feddpdr as single
+
+# Evaluated on every participant's own model, so those are gathered.
+LOCAL_MECHANISMS = ("dpml", "dpdr_dpml")
+
+
+def partition_rows(key: jax.Array, n: int, sizes) -> list[np.ndarray]:
+  """Each participant's training-row indices, as ``partition.partition``
+  draws them from ``key`` (it partitions the indices 0 … n − 1 here, so
+  the draw is the library's own)."""
+  rows = partition.partition(key, np.zeros((n, 1), np.float32),
+                             np.arange(n), sizes=sizes)
+  return [rows.y[i][:size] for i, size in enumerate(rows.sizes)]
+
+
+def local_participants(prepared: single.Prepared, *, sizes, seed: int,
+                       mesh) -> partition.Participants:
+  """This process's block of the seed's partition (rows, labels, mask)."""
+  picks = partition_rows(jax.random.fold_in(jax.random.key(seed), 0),
+                         len(prepared.y_train), sizes)
+  start, stop = distributed.local_block(mesh, len(sizes))
+  used = np.concatenate(picks)
+  # Every process checks every participant's rows (cheap, and the same
+  # verdict everywhere), so a bad row stops all processes before they
+  # meet in a collective.
+  validation.check_row_norms(prepared.x_train[used], "x_train")
+  return partition.pad([prepared.x_train[p] for p in picks[start:stop]],
+                       [prepared.y_train[p] for p in picks[start:stop]])
+
+
+def is_reporter() -> bool:
+  """Process 0 prints and writes; the others stay quiet."""
+  return jax.process_index() == 0
+
+
+def run_one(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
+            config: feddpdr.Config, timing_repeats: int = 1,
+            extra: dict | None = None,
+            participant_chunk: int | None = None) -> dict:
+  """One experiment over every process's devices.
+
+  The partition, keys and calibration are those of
+  :func:`launch.experiments.feddpdr.run_one` for the same arguments, so
+  the record's results equal the one-process run's up to rounding.
+
+  Raises:
+    ValueError: bad settings, or a participant count that does not split
+      over the devices (:func:`federated.distributed.global_mesh`).
+  """
+  chunk = feddpdr.check_chunk(participant_chunk)
+  sizes = tuple(sizes)
+  mesh = distributed.global_mesh(len(sizes))
+  num_classes = len(prepared.classes)
+  local = local_participants(prepared, sizes=sizes, seed=seed, mesh=mesh)
+  plan = feddpdr.prepare(sizes, d=prepared.x_train.shape[1],
+                         num_classes=num_classes, config=config)
+  feddpdr.check_data(local, prepared.x_test, prepared.y_test,
+                     num_classes=num_classes)
+  key = jax.random.key(seed)
+  with jax.enable_x64(True):
+    args = distributed.train_arguments(jax.random.fold_in(key, 1), local,
+                                       plan, seeds=seeds, mesh=mesh)
+    run = lambda: feddpdr.train(*args, config=config,  # noqa: E731
+                                num_classes=num_classes, mesh=mesh,
+                                chunk=chunk)
+    start = time.perf_counter()
+    out = jax.block_until_ready(run())
+    first = time.perf_counter() - start
+    times, cpu_times = [], []
+    for _ in range(timing_repeats):
+      start, cpu_start = time.perf_counter(), time.process_time()
+      out = jax.block_until_ready(run())
+      times.append(time.perf_counter() - start)
+      cpu_times.append(time.process_time() - cpu_start)
+    host = distributed.gather(
+        out, per_participant=config.mechanism in LOCAL_MECHANISMS)
+    acc, per = feddpdr.evaluate(host, prepared.x_test, prepared.y_test,
+                                config=config, num_classes=num_classes,
+                                chunk=chunk)
+    result = feddpdr.summarise(plan, host, acc, per, config=config)
+  seconds = float(np.median(times)) if times else first
+  rate = len(sizes) * seeds / seconds
+  record = {
+      "dataset": prepared.name,
+      "mechanism": config.mechanism,
+      "epsilon": config.epsilon if config.private else None,
+      "delta": config.delta if config.private else None,
+      "k": config.k if config.mechanism != "dpml" else None,
+      "participants": len(sizes),
+      "sizes": list(sizes),
+      "accuracy": result.pop("accuracy"),
+      "privacy": result.pop("privacy"),
+      "seconds": seconds,
+      "cpu_seconds": float(np.median(cpu_times)) if cpu_times else None,
+      "first_call_seconds": first,
+      "compile_seconds": max(first - seconds, 0.0),
+      **result,
+      **single.record_settings(config),
+      "seed": seed,
+      "seeds": seeds,
+      "test_rows": len(prepared.y_test),
+      "num_classes": num_classes,
+      "processes": jax.process_count(),
+      "devices": int(mesh.size),
+      "devices_per_process": len(jax.local_devices()),
+      "participant_chunk": chunk,
+      "chunk": chunk,
+      "topk": single.topk_record(config, d=prepared.x_train.shape[1]),
+      "participants_per_second": rate,
+      # Process 0's own peaks (each process holds its block only).
+      "peak_host_memory_bytes": single.peak_host_memory_bytes(),
+      "peak_device_memory_bytes": single.peak_device_memory_bytes(),
+      "device": jax.devices()[0].platform,
+  }
+  record.update(extra or {})
+  return record
+
+
+def budget_table(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
+                 base: feddpdr.Config, epsilons, baseline: bool,
+                 out: str | None,
+                 participant_chunk: int | None = None) -> list[dict]:
+  """The main command of ``launch.feddpdr`` over every process.
+
+  As :func:`launch.experiments.feddpdr.budget_table`: the baseline (with
+  ``baseline``), then ``base.mechanism`` at each ε; process 0 emits each
+  record and prints the table.
+  """
+  configs = []
+  if baseline or not base.private:
+    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
+  if base.private:
+    configs += [dataclasses.replace(base, epsilon=float(e))
+                for e in epsilons]
+  records = []
+  for i, config in enumerate(configs):
+    if is_reporter():
+      eps = f" eps={config.epsilon:g}" if config.private else ""
+      common.progress(f"{i + 1}/{len(configs)} "
+                      f"{single.LABELS[config.mechanism]}{eps} on "
+                      f"{jax.process_count()} processes ...")
+    record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
+                     config=config, participant_chunk=participant_chunk,
+                     extra={"sweep": "budget_table"})
+    if is_reporter():
+      common.emit_record(record, out)
+    records.append(record)
+  if is_reporter():
+    common.progress("done\n" + single.format_table(records))
+  return records

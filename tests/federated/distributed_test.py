@@ -1,0 +1,263 @@
+"""FedDPDR over several processes (federated.distributed), on one machine.
+
+Processes join over loopback (``jax.distributed`` on 127.0.0.1, gloo for
+the CPU collectives), each with forced host devices, and are compared with
+the one-process, one-device run of the test process on what is
+well-defined (:mod:`tests.federated.layouts`: its problem, premise checks
+and tolerances). The full training comparison takes minutes (measured on
+a 2-core machine shared with other test runs: 104 to 329 s per layout),
+so it is marked slow; the default suite keeps a two-process DP-PCA and
+subspace aggregation (the step whose weighted sum crosses processes, with
+the keys of ``feddpdr.train``: 37 to 69 s of wall time on that shared
+machine, about 21 s of CPU time for the three processes together) and the
+host-side checks.
+"""
+
+import doctest
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from federated import aggregation, distributed, feddpdr, partition, sharding
+from mechanisms.pca import dp_pca
+from tests.federated import layouts
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+_HANG_GUARD = 1800  # seconds; a hang guard only, never a speed assertion
+
+
+def _free_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
+
+
+def _launch(script: str, *, processes: int, devices: int, tmp_path) -> dict:
+  """Runs ``script`` in ``processes`` joined processes; process 0's npz.
+
+  Each process gets ``devices`` forced host devices and the names PID,
+  NUM, ADDRESS and OUT; it must call ``distributed.initialize(ADDRESS,
+  NUM, PID)`` before any JAX computation and have process 0 write OUT.
+  """
+  out_path = tmp_path / "out.npz"
+  address = f"127.0.0.1:{_free_port()}"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": _REPO,
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+  procs, logs = [], []
+  for pid in range(processes):
+    head = textwrap.dedent(f"""
+        PID, NUM, ADDRESS = {pid}, {processes}, {address!r}
+        OUT = {str(out_path)!r}
+    """)
+    log = open(tmp_path / f"process{pid}.log", "w+")
+    logs.append(log)
+    procs.append(subprocess.Popen(
+        [sys.executable, "-c", head + textwrap.dedent(script)], cwd=_REPO,
+        env=env, stdout=log, stderr=subprocess.STDOUT, text=True))
+  try:
+    codes = [proc.wait(timeout=_HANG_GUARD) for proc in procs]
+  except subprocess.TimeoutExpired:
+    for proc in procs:
+      proc.kill()
+    pytest.fail(f"{processes} processes on loopback did not finish within "
+                f"{_HANG_GUARD} s (a hang)")
+  finally:
+    tails = []
+    for pid, log in enumerate(logs):
+      log.seek(0)
+      tails.append(f"--- process {pid} ---\n{log.read()[-3000:]}")
+      log.close()
+  assert codes == [0] * processes, "\n".join(tails)
+  with np.load(out_path) as data:
+    return dict(data)
+
+
+# DP-PCA of each participant on its own process's device, with the keys
+# feddpdr.train derives, then the size-weighted subspace aggregate (the
+# server's sum, which crosses processes).
+_PCA_SCRIPT = """
+    from federated import distributed
+    distributed.initialize(ADDRESS, NUM, PID)
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+    from tests.federated import distributed_test, layouts
+    parts, _, _ = layouts.problem(4)
+    mesh = distributed.global_mesh(4)
+    start, stop = distributed.local_block(mesh, 4)
+    assert (stop - start) * NUM == 4, (start, stop)
+    x = distributed.place_local(parts.x[start:stop], mesh, 4)
+    mask = distributed.place_local(parts.mask[start:stop], mesh, 4)
+    key = distributed.replicate(jax.random.key(2), mesh)
+    got = distributed_test.pca_and_aggregate(key, x, mask, parts.sizes, mesh)
+    bases, basis = multihost_utils.process_allgather(got, tiled=True)
+    if PID == 0:
+      np.savez(OUT, bases=bases, basis=basis, block=np.array([start, stop]))
+"""
+
+
+def pca_sigma() -> float:
+  """The DP-PCA σ of the layouts problem's FedDPDR run (ε = 100)."""
+  plan = feddpdr.prepare(layouts.SIZES[:4], d=layouts.D,
+                         num_classes=layouts.NUM_CLASSES,
+                         config=layouts.config("feddpdr"))
+  return float(plan.sigma[0])
+
+
+def pca_and_aggregate(key, x, mask, sizes, mesh):
+  """Per-participant DP-PCA (σ of :func:`pca_sigma`) and the aggregate."""
+  weights = aggregation.size_weights(np.asarray(sizes, np.float64))
+  each = sharding.over_participants(
+      lambda kk, xi, mi: dp_pca.dp_pca(kk, xi, mi, k=layouts.K,
+                                       sigma=pca_sigma()).components, mesh)
+
+  def run(key, x, mask):
+    pca_keys, _ = feddpdr.participant_keys(key, x.shape[0])
+    bases = each(pca_keys, x, mask)
+    return bases, aggregation.subspace_aggregate(bases, weights)
+
+  return jax.jit(run)(key, x, mask)
+
+
+def test_two_processes_give_the_one_process_pca_and_aggregate(tmp_path):
+  got = _launch(_PCA_SCRIPT, processes=2, devices=1, tmp_path=tmp_path)
+  assert got["block"].tolist() == [0, 2]  # process 0 holds participants 0, 1
+  parts, _, _ = layouts.problem(4)
+  bases, basis = pca_and_aggregate(jax.random.key(2), parts.x, parts.mask,
+                                   parts.sizes, None)
+  # Premise of the comparison (layouts): every participant's top K + 1
+  # noisy eigenvalues are apart, so the bases are well-defined and agree
+  # to float32 rounding (BASIS_TOL; layouts module docstring).
+  layouts._check_premise(parts, np.full(4, pca_sigma()))
+  layouts._check_aggregate_premise(np.asarray(bases), parts.sizes)
+  np.testing.assert_allclose(got["bases"], bases, atol=layouts.BASIS_TOL)
+  np.testing.assert_allclose(got["basis"], basis, atol=layouts.BASIS_TOL)
+  # Neighbouring participants' bases differ far beyond the tolerance
+  # (measured 0.09, 90x it), so a key or row block landing on the wrong
+  # participant would fail the comparison above.
+  assert np.max(np.abs(got["bases"][1] - bases[0])) > 10 * layouts.BASIS_TOL
+
+
+# feddpdr.train on the global mesh: each process pads and places only its
+# own participants' rows (re-padded locally first, so the padding to the
+# run's largest participant is exercised), then gathers the outputs.
+_TRAIN_SCRIPT = """
+    from federated import distributed
+    distributed.initialize(ADDRESS, NUM, PID)
+    import jax
+    import numpy as np
+    from federated import feddpdr, partition
+    from tests.federated import layouts
+    parts, _, _ = layouts.problem(4)
+    mesh = distributed.global_mesh(4)
+    assert mesh.size == NUM * len(jax.local_devices()), mesh
+    start, stop = distributed.local_block(mesh, 4)
+    keep = parts.mask[start:stop] > 0
+    local = partition.pad(
+        [parts.x[i][keep[i - start]] for i in range(start, stop)],
+        [parts.y[i][keep[i - start]] for i in range(start, stop)])
+    cfg = layouts.config("feddpdr")
+    plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+                           num_classes=layouts.NUM_CLASSES, config=cfg)
+    with jax.enable_x64(True):
+      args = distributed.train_arguments(jax.random.key(2), local, plan,
+                                         seeds=2, mesh=mesh)
+      out = feddpdr.train(*args, config=cfg,
+                          num_classes=layouts.NUM_CLASSES, mesh=mesh)
+      host = distributed.gather(out)
+      reduced = distributed.gather(out, per_participant=False)
+    assert reduced.bases is None and reduced.betas is None
+    np.testing.assert_array_equal(reduced.global_basis, host.global_basis)
+    if PID == 0:
+      np.savez(OUT, sigma=plan.sigma, **host._asdict())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes, devices", [(2, 1), (2, 2), (1, 4)])
+def test_processes_give_the_one_device_run(tmp_path, processes, devices):
+  # 2 processes x 1 device, 2 x 2 (4 global devices), and 1 process with 4
+  # forced host devices: the same local bases, local models, global basis,
+  # global model and test scores as one device, up to the layouts module's
+  # rounding bounds (which also check that the spectra make them
+  # well-defined). Measured on a loaded 2-core machine: 329 s (2, 1),
+  # 213 s (2, 2), 104 s (1, 4).
+  got = _launch(_TRAIN_SCRIPT, processes=processes, devices=devices,
+                tmp_path=tmp_path)
+  parts, x_test, _ = layouts.problem(4)
+  want = layouts.train(parts, "feddpdr")
+  layouts.assert_same_runs(got, want, parts, x_test, mechanism="feddpdr")
+
+
+def test_initialize_refuses_bad_settings():
+  # Every check runs before jax.distributed is touched.
+  with pytest.raises(ValueError, match="process_id=2 must be an integer in"):
+    distributed.initialize("127.0.0.1:1234", 2, 2)
+  with pytest.raises(ValueError, match="process_id=-1"):
+    distributed.initialize("127.0.0.1:1234", 2, -1)
+  with pytest.raises(ValueError, match="num_processes"):
+    distributed.initialize("127.0.0.1:1234", 0, 0)
+  with pytest.raises(ValueError, match="host:port"):
+    distributed.initialize("127.0.0.1", 2, 0)
+  with pytest.raises(ValueError, match="host:port"):
+    distributed.initialize("127.0.0.1:99999", 2, 0)
+  with pytest.raises(ValueError, match="process_id not given"):
+    distributed.initialize("127.0.0.1:1234", 2)
+
+
+def test_participant_blocks():
+  assert distributed.participant_block([0, 0, 1, 1], 8, process=0) == (0, 4)
+  assert distributed.participant_block([0, 0, 1, 1], 8, process=1) == (4, 8)
+  assert distributed.participant_block([0, 1, 2], 6, process=2) == (4, 6)
+  assert distributed.participant_block([0], 5, process=0) == (0, 5)
+  with pytest.raises(ValueError, match="use a multiple of 4"):
+    distributed.participant_block([0, 0, 1, 1], 6, process=0)
+  with pytest.raises(ValueError, match="not contiguous"):
+    distributed.participant_block([0, 1, 0, 1], 8, process=0)
+  with pytest.raises(ValueError, match="no device"):
+    distributed.participant_block([0, 0], 4, process=1)
+
+
+def test_global_mesh_needs_a_multiple_of_the_devices():
+  mesh = distributed.global_mesh(3)  # the test process: one device
+  assert mesh.size == len(jax.devices())
+  assert distributed.local_block(mesh, 3) == (0, 3)
+  two = [jax.devices()[0]] * 2  # stands for two devices in the message
+  with pytest.raises(ValueError, match="use a multiple of 2 participants"):
+    distributed.global_mesh(3, two)
+  with pytest.raises(ValueError, match="num_participants"):
+    distributed.global_mesh(0)
+
+
+def test_train_arguments_check_the_local_block():
+  parts, _, _ = layouts.problem(4)
+  cfg = layouts.config("feddpdr")
+  plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+                         num_classes=layouts.NUM_CLASSES, config=cfg)
+  mesh = distributed.global_mesh(4)
+  with jax.enable_x64(True):
+    # One process holds all four participants; given only three, refused.
+    short = partition.Participants(*(a[:3] for a in parts))
+    with pytest.raises(ValueError, match="local participants have sizes"):
+      distributed.train_arguments(jax.random.key(2), short, plan, seeds=1,
+                                  mesh=mesh)
+    args = distributed.train_arguments(jax.random.key(2), parts, plan,
+                                       seeds=2, mesh=mesh)
+    want = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=2)
+  assert len(args) == len(want) == 8
+  np.testing.assert_array_equal(jax.random.key_data(args[0]),
+                                jax.random.key_data(want[0]))
+  for got_arg, want_arg in zip(args[1:], want[1:], strict=True):
+    assert got_arg.dtype == want_arg.dtype
+    np.testing.assert_array_equal(got_arg, want_arg)
+
+
+def test_docstring_example():
+  result = doctest.testmod(distributed, optionflags=doctest.ELLIPSIS)
+  assert result.attempted > 0 and result.failed == 0

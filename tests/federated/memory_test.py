@@ -1,0 +1,84 @@
+"""Scratch memory of feddpdr.train grows with the chunk, not with P.
+
+XLA's own accounting of a compiled program
+(``compiled.memory_analysis().temp_size_in_bytes``: the buffers it
+allocates besides the arguments and outputs) is a deterministic function
+of the program, independent of the machine's load, and available on the
+CPU. The test compiles :func:`federated.feddpdr.train` for P = 1,000 and
+P = 10,000 participants of a small problem and compares.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from federated import feddpdr
+
+D, N_MAX, K, CLASSES, SEEDS = 16, 8, 2, 3, 1
+SMALL, LARGE = 1_000, 10_000
+CHUNK = 100
+F = CLASSES  # one-vs-rest fits per participant (K > 2 classes)
+
+
+def _per_participant_bytes() -> int:
+  """What one participant's own arrays take, inputs and outputs.
+
+  Inputs (:func:`feddpdr.train_arguments`): x (n_max, d) float32, labels
+  (n_max,) int32, mask (n_max,) float32, σ float32, n, p, θ float64.
+  Outputs per seed (:class:`feddpdr.TrainOutput`): the basis (d, k)
+  float32, F models (F, k) float64, F gradient norms float64, F iteration
+  counts int32, F convergence flags bool.
+  """
+  inputs = N_MAX * D * 4 + N_MAX * 4 + N_MAX * 4 + 4 + 3 * 8
+  outputs = D * K * 4 + F * K * 8 + F * 8 + F * 4 + F * 1
+  return inputs + SEEDS * outputs
+
+
+def _compiled_memory(count: int, chunk):
+  config = feddpdr.Config(mechanism="feddpdr", k=K, epsilon=1.0)
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.key(0), SEEDS)
+    shapes = (
+        jax.ShapeDtypeStruct((count, N_MAX, D), jnp.float32),
+        jax.ShapeDtypeStruct((count, N_MAX), jnp.int32),
+        jax.ShapeDtypeStruct((count, N_MAX), jnp.float32),
+        jax.ShapeDtypeStruct((count,), jnp.float32),
+        jax.ShapeDtypeStruct((count,), jnp.float64),
+        jax.ShapeDtypeStruct((count,), jnp.float64),
+        jax.ShapeDtypeStruct((count,), jnp.float64))
+    train = jax.jit(lambda *a: feddpdr.train(
+        *a, config=config, num_classes=CLASSES, chunk=chunk))
+    stats = train.lower(keys, *shapes).compile().memory_analysis()
+  if stats is None:
+    pytest.skip("this backend gives no memory analysis")
+  return stats
+
+
+@pytest.mark.slow
+def test_scratch_is_bounded_by_the_chunk_not_by_the_participants():
+  per = _per_participant_bytes()
+  small = _compiled_memory(SMALL, CHUNK)
+  large = _compiled_memory(LARGE, CHUNK)
+  # The shapes' arithmetic is the program's: arguments and outputs grow by
+  # exactly what the participants' own arrays take.
+  assert (large.argument_size_in_bytes + large.output_size_in_bytes
+          - small.argument_size_in_bytes - small.output_size_in_bytes
+          ) == pytest.approx((LARGE - SMALL) * per, rel=0.01)
+  # The bound: at most one more copy of the participants' own data and
+  # outputs (e.g. the (N, d, k) bases staged for the server's sums); every
+  # per-participant intermediate (DP-PCA's d × d matrices and their
+  # decompositions, the noise, the projected rows, the fits' state) is
+  # held for CHUNK participants only.
+  bound = small.temp_size_in_bytes + (LARGE - SMALL) * per
+  assert large.temp_size_in_bytes <= bound, (
+      large.temp_size_in_bytes, small.temp_size_in_bytes, per)
+  # Without a chunk the same program holds those intermediates for all
+  # participants at once, and the same bound fails: the test can fail.
+  whole_small = _compiled_memory(SMALL, None)
+  whole_large = _compiled_memory(LARGE, None)
+  growth = whole_large.temp_size_in_bytes - whole_small.temp_size_in_bytes
+  assert growth > 3 * (LARGE - SMALL) * per, (growth, per)
+  assert whole_large.temp_size_in_bytes > 5 * large.temp_size_in_bytes
+  np.testing.assert_array_less(0, [small.temp_size_in_bytes,
+                                   whole_small.temp_size_in_bytes])
