@@ -16,7 +16,6 @@ others return it without writing.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import jax
 import numpy as np
@@ -86,60 +85,20 @@ def run_one(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
   with jax.enable_x64(True):
     args = distributed.train_arguments(jax.random.fold_in(key, 1), local,
                                        plan, seeds=seeds, mesh=mesh)
-    run = lambda: feddpdr.train(*args, config=config,  # noqa: E731
-                                num_classes=num_classes, mesh=mesh,
-                                chunk=chunk)
-    start = time.perf_counter()
-    out = jax.block_until_ready(run())
-    first = time.perf_counter() - start
-    times, cpu_times = [], []
-    for _ in range(timing_repeats):
-      start, cpu_start = time.perf_counter(), time.process_time()
-      out = jax.block_until_ready(run())
-      times.append(time.perf_counter() - start)
-      cpu_times.append(time.process_time() - cpu_start)
+    out, timing = single.timed_training(
+        lambda: feddpdr.train(*args, config=config, num_classes=num_classes,
+                              mesh=mesh, chunk=chunk),
+        timing_repeats, participants=len(sizes), seeds=seeds)
     host = distributed.gather(
         out, per_participant=config.mechanism in LOCAL_MECHANISMS)
     acc, per = feddpdr.evaluate(host, prepared.x_test, prepared.y_test,
                                 config=config, num_classes=num_classes,
                                 chunk=chunk)
     result = feddpdr.summarise(plan, host, acc, per, config=config)
-  seconds = float(np.median(times)) if times else first
-  rate = len(sizes) * seeds / seconds
-  record = {
-      "dataset": prepared.name,
-      "mechanism": config.mechanism,
-      "epsilon": config.epsilon if config.private else None,
-      "delta": config.delta if config.private else None,
-      "k": config.k if config.mechanism != "dpml" else None,
-      "participants": len(sizes),
-      "sizes": list(sizes),
-      "accuracy": result.pop("accuracy"),
-      "privacy": result.pop("privacy"),
-      "seconds": seconds,
-      "cpu_seconds": float(np.median(cpu_times)) if cpu_times else None,
-      "first_call_seconds": first,
-      "compile_seconds": max(first - seconds, 0.0),
-      **result,
-      **single.record_settings(config),
-      "seed": seed,
-      "seeds": seeds,
-      "test_rows": len(prepared.y_test),
-      "num_classes": num_classes,
-      "processes": jax.process_count(),
-      "devices": int(mesh.size),
-      "devices_per_process": len(jax.local_devices()),
-      "participant_chunk": chunk,
-      "chunk": chunk,
-      "topk": single.topk_record(config, d=prepared.x_train.shape[1]),
-      "participants_per_second": rate,
-      # Process 0's own peaks (each process holds its block only).
-      "peak_host_memory_bytes": single.peak_host_memory_bytes(),
-      "peak_device_memory_bytes": single.peak_device_memory_bytes(),
-      "device": jax.devices()[0].platform,
-  }
-  record.update(extra or {})
-  return record
+  extra = {"devices_per_process": len(jax.local_devices()), **(extra or {})}
+  return single.make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
+                            config=config, result=result, timing=timing,
+                            devices=int(mesh.size), chunk=chunk, extra=extra)
 
 
 def budget_table(prepared: single.Prepared, *, sizes, seed: int, seeds: int,

@@ -432,9 +432,10 @@ def _release(key, x, y, x_eval, y_eval, *, c, epsilon, repeats) -> dict:
   releases = output_perturbation.private_linear_svms(
       jax.random.split(key, repeats), x, y, c=c, epsilon=epsilon)
   per = [_report(y_eval, rel.decision_function(x_eval)) for rel in releases]
-  return {"epsilon": epsilon, "delta": 0.0,
-          "privacy_scope": "the released (w, b) alone, fitted on the data "
-                           "independently of the SMO run",
+  # Its guarantee is in the record's one "privacy" (the run's ledger);
+  # here only what the release is and how it scored.
+  return {"scope": "the released (w, b) alone, fitted on the data "
+                   "independently of the SMO run",
           "sensitivity": output_perturbation.sensitivity(c),
           "noise_scale": output_perturbation.sensitivity(c) / epsilon,
           "bias": "constant feature appended: x~ = [x, 1]/sqrt(2)",

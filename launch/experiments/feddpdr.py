@@ -242,27 +242,61 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.fold_in(key, 1), parts, plan,
                                    seeds=seeds, mesh=mesh)
-    run = lambda: feddpdr.train(*args, config=config,  # noqa: E731
-                                num_classes=num_classes, mesh=mesh,
-                                chunk=chunk)
-    start = time.perf_counter()
-    out = jax.block_until_ready(run())
-    first = time.perf_counter() - start
-    times, cpu_times = [], []
-    for _ in range(timing_repeats):
-      start, cpu_start = time.perf_counter(), time.process_time()
-      out = jax.block_until_ready(run())
-      times.append(time.perf_counter() - start)
-      cpu_times.append(time.process_time() - cpu_start)
+    out, timing = timed_training(
+        lambda: feddpdr.train(*args, config=config, num_classes=num_classes,
+                              mesh=mesh, chunk=chunk),
+        timing_repeats, participants=len(sizes), seeds=seeds)
     acc, per = feddpdr.evaluate(out, prepared.x_test, prepared.y_test,
                                 config=config, num_classes=num_classes,
                                 chunk=chunk)
     result = feddpdr.summarise(plan, out, acc, per, config=config)
+  return make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
+                     config=config, result=result, timing=timing,
+                     devices=1 if mesh is None else int(mesh.size),
+                     chunk=chunk, extra=extra)
+
+
+def timed_training(run, timing_repeats: int, *, participants: int,
+                   seeds: int):
+  """Calls ``run`` once (compile or cache load, plus one run), then
+  ``timing_repeats`` more times; prints the rate.
+
+  Returns:
+    ``(outputs, timing)``, timing a dict of ``seconds`` (median of the
+    repeats, or the first call without repeats), ``cpu_seconds``,
+    ``first_call_seconds``, ``compile_seconds`` and
+    ``participants_per_second`` (participants × seeds / ``seconds``).
+  """
+  start = time.perf_counter()
+  out = jax.block_until_ready(run())
+  first = time.perf_counter() - start
+  times, cpu_times = [], []
+  for _ in range(timing_repeats):
+    start, cpu_start = time.perf_counter(), time.process_time()
+    out = jax.block_until_ready(run())
+    times.append(time.perf_counter() - start)
+    cpu_times.append(time.process_time() - cpu_start)
   seconds = float(np.median(times)) if times else first
-  rate = len(sizes) * seeds / seconds
-  common.progress(f"trained {len(sizes)} participants x {seeds} seed(s) in "
-                  f"{seconds:.2f} s ({rate:,.0f} participants/s; first call "
-                  f"{first:.1f} s)")
+  rate = participants * seeds / seconds
+  common.progress(f"trained {participants} participants x {seeds} seed(s) "
+                  f"in {seconds:.2f} s ({rate:,.0f} participants/s; first "
+                  f"call {first:.1f} s)")
+  return out, {
+      "seconds": seconds,
+      "cpu_seconds": float(np.median(cpu_times)) if cpu_times else None,
+      "first_call_seconds": first,
+      "compile_seconds": max(first - seconds, 0.0),
+      "participants_per_second": rate,
+  }
+
+
+def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
+                config: feddpdr.Config, result: dict, timing: dict,
+                devices: int, chunk: int | None, extra: dict | None = None
+                ) -> dict:
+  """The JSON record of one run (:func:`run_one`; the multi-process
+  harness, ``launch.experiments.distributed``, writes the same fields)."""
+  result = dict(result)
   record = {
       "dataset": prepared.name,
       "mechanism": config.mechanism,
@@ -273,22 +307,22 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "sizes": list(sizes),
       "accuracy": result.pop("accuracy"),
       "privacy": result.pop("privacy"),
-      "seconds": seconds,
-      "cpu_seconds": float(np.median(cpu_times)) if cpu_times else None,
-      "first_call_seconds": first,
-      "compile_seconds": max(first - seconds, 0.0),
+      "seconds": timing["seconds"],
+      "cpu_seconds": timing["cpu_seconds"],
+      "first_call_seconds": timing["first_call_seconds"],
+      "compile_seconds": timing["compile_seconds"],
       **result,
       **record_settings(config),
       "seed": seed,
       "seeds": seeds,
       "test_rows": len(prepared.y_test),
-      "num_classes": num_classes,
-      "devices": 1 if mesh is None else int(mesh.size),
+      "num_classes": len(prepared.classes),
+      "devices": devices,
       "processes": jax.process_count(),
-      "participant_chunk": chunk,
       "chunk": chunk,
       "topk": topk_record(config, d=prepared.x_train.shape[1]),
-      "participants_per_second": rate,
+      "participants_per_second": timing["participants_per_second"],
+      # This process's own peak (in a multi-process run, process 0's).
       "peak_host_memory_bytes": peak_host_memory_bytes(),
       "peak_device_memory_bytes": peak_device_memory_bytes(),
       "device": jax.devices()[0].platform,
