@@ -195,6 +195,7 @@ def test_synthetic_set_is_keyed_low_rank_and_named_by_its_settings():
       data_lib.check_dataset(bad)
 
 
+@pytest.mark.slow
 def test_run_one_records_the_rate_layout_solver_and_memory(capsys):
   prepared = _synthetic_prepared()
   record = launch.run_one(prepared, sizes=(20,) * 5, seed=0, seeds=2,
