@@ -15,8 +15,6 @@ others return it without writing.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import numpy as np
 
@@ -111,12 +109,7 @@ def budget_table(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
   ``baseline``), then ``base.mechanism`` at each ε; process 0 emits each
   record and prints the table.
   """
-  configs = []
-  if baseline or not base.private:
-    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
-  if base.private:
-    configs += [dataclasses.replace(base, epsilon=float(e))
-                for e in epsilons]
+  configs = single.table_configs(base, epsilons, baseline=baseline)
   records = []
   for i, config in enumerate(configs):
     if is_reporter():

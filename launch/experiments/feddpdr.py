@@ -331,6 +331,19 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
   return record
 
 
+def table_configs(base: feddpdr.Config, epsilons, *, baseline: bool
+                  ) -> list[feddpdr.Config]:
+  """The runs of the main command's table: the non-private baseline (with
+  ``baseline``, or when ``base`` is non-private), then ``base`` at each ε."""
+  configs = []
+  if baseline or not base.private:
+    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
+  if base.private:
+    configs += [dataclasses.replace(base, epsilon=float(e))
+                for e in epsilons]
+  return configs
+
+
 def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                  base: feddpdr.Config, epsilons, baseline: bool,
                  out: str | None, shard: bool = False,
@@ -344,12 +357,7 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
   # The baseline first: it compiles the one program that every ε then
   # reuses (federated.feddpdr.program: Non-Priv is the private program
   # with the noise off).
-  configs = []
-  if baseline or not base.private:
-    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
-  if base.private:
-    configs += [dataclasses.replace(base, epsilon=float(e))
-                for e in epsilons]
+  configs = table_configs(base, epsilons, baseline=baseline)
   records, seen = [], set()
   for i, config in enumerate(configs):
     program = (feddpdr.program(config), len(sizes))
