@@ -139,11 +139,15 @@ def record(ledger, *, epsilon: float, count: int = 1,
   ledger.record_pure(epsilon, label=label, count=count)
 
 
-def perturbation_noise(key: jax.Array, dim: int, *, p, dtype=jnp.float64
-                       ) -> jax.Array:
-  """b ∈ R^dim with density ∝ exp(−(p/2)‖b‖): ‖b‖ ~ Gamma(dim, 2/p)."""
+def perturbation_noise(key: jax.Array, dim: int, *, p, num: int | None = None,
+                       dtype=jnp.float64) -> jax.Array:
+  """b ∈ R^dim with density ∝ exp(−(p/2)‖b‖): ‖b‖ ~ Gamma(dim, 2/p).
+
+  ``num`` independent vectors, shape (num, dim), from one sampler call
+  (:func:`dpcore.noise.objective_perturbation_noise`).
+  """
   return dp_noise.objective_perturbation_noise(key, dim, beta=p / 2.0,
-                                               dtype=dtype)
+                                               num=num, dtype=dtype)
 
 
 def objective(beta, x, y, mask, *, n, lam, theta, b, loss: str,
@@ -302,14 +306,19 @@ def objective_perturbation(key: jax.Array, x, y, mask, *, n, p, theta, lam,
   """
   dim = x.shape[-1]
   if private:
-    x = clipping.clip_rows(x)
-    mask = clipping.clip_weights(mask)
+    x, mask = _enforce_bounds(x, mask)
     b = perturbation_noise(key, dim, p=p, dtype=x.dtype)
   else:
     b = jnp.zeros(dim, x.dtype)
     theta = 0.0
   return minimise(x, y, mask, n=n, lam=lam, theta=theta, b=b, loss=loss,
                   h=h, tol=tol, max_iter=max_iter)
+
+
+def _enforce_bounds(x, mask):
+  """Rows clipped to ‖x‖ ≤ 1 and the mask to [0, 1] (NaN → 0): per row,
+  data-independent, a no-op on valid input (the proof's bounds)."""
+  return clipping.clip_rows(x), clipping.clip_weights(mask)
 
 
 def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
@@ -324,7 +333,9 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
   the models.
 
   Args:
-    key: PRNG key; class c uses ``fold_in(key, c)``.
+    key: PRNG key. The K noise vectors are drawn together, row c for
+      class c (``perturbation_noise(key, k, p=p, num=K)``): one sampler
+      call instead of K, which keeps the vmapped program small.
     x: (n_max, k) rows with ‖x‖ ≤ 1.
     labels: (n_max,) class indices in [0, K).
     mask: (n_max,) 1 for real rows.
@@ -343,15 +354,20 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
   """
   fits = 1 if num_classes == 2 else num_classes
   targets = jnp.arange(fits) + (1 if num_classes == 2 else 0)
+  dim = x.shape[-1]
+  if private:
+    x, mask = _enforce_bounds(x, mask)
+    b = perturbation_noise(key, dim, p=p, num=fits, dtype=x.dtype)
+  else:
+    b = jnp.zeros((fits, dim), x.dtype)
+    theta = 0.0
 
-  def one(c, target):
+  def one(b_c, target):
     y = jnp.where(labels == target, 1.0, -1.0).astype(x.dtype)
-    return objective_perturbation(
-        jax.random.fold_in(key, c), x, y, mask, n=n, p=p, theta=theta,
-        lam=lam, loss=loss, h=h, tol=tol, max_iter=max_iter,
-        private=private)
+    return minimise(x, y, mask, n=n, lam=lam, theta=theta, b=b_c, loss=loss,
+                    h=h, tol=tol, max_iter=max_iter)
 
-  return jax.vmap(one)(jnp.arange(fits), targets)
+  return jax.vmap(one)(b, targets)
 
 
 def decision_scores(x, betas, num_classes: int):

@@ -151,6 +151,34 @@ def test_objective_perturbation_rejects_wrong_beta(op_draws):
       REJECT_P)
 
 
+def test_objective_perturbation_rows_of_one_call():
+  # num=K rows from one call: each row has the one-vector law, and rows
+  # are independent (a sampler that reused draws across rows, or gave
+  # every row the same radius, is rejected).
+  num = 4
+  keys = jax.random.split(jax.random.key(6), OP_DRAWS // num)
+  draws = np.asarray(jax.jit(jax.vmap(
+      lambda k: noise.objective_perturbation_noise(
+          k, OP_DIM, beta=OP_BETA, num=num)))(keys), np.float64)
+  assert draws.shape == (OP_DRAWS // num, num, OP_DIM)
+  norms = np.linalg.norm(draws, axis=-1)
+  for i in range(num):
+    assert _ks(norms[:, i], stats.gamma(OP_DIM, scale=1 / OP_BETA)) > (
+        PASS_P / num)
+  assert _ks(norms[:, 0], stats.gamma(OP_DIM, scale=1 / (0.8 * OP_BETA))) < (
+      REJECT_P)
+  bound = 5 / np.sqrt(norms.shape[0])
+  corr = np.corrcoef(norms.T)
+  assert np.all(np.abs(corr[np.triu_indices(num, 1)]) < bound)
+  cos = np.einsum("si,si->s", draws[:, 0], draws[:, 1]) / (
+      norms[:, 0] * norms[:, 1])
+  assert abs(cos.mean()) < 5 / np.sqrt(OP_DIM * norms.shape[0])
+  # num=None is the first row's law with the same shape as before.
+  one = noise.objective_perturbation_noise(jax.random.key(0), OP_DIM,
+                                           beta=OP_BETA)
+  assert one.shape == (OP_DIM,)
+
+
 # -- purity, jit, dtypes -------------------------------------------------------
 
 SAMPLERS = {
@@ -410,7 +438,11 @@ def test_norm_noise_radius_reach(monkeypatch):
   _use_words(monkeypatch, 0, 0)
   b = noise.objective_perturbation_noise(jax.random.key(0), 5, beta=2.0)
   radius = float(np.linalg.norm(np.asarray(b, np.float64)))
-  expected = (2 * 125 + 3 * 65) * math.log(2) / 2.0
+  # One call of 2·5 draws (radius first, direction after): with every word
+  # 0, the call's first and last draws are refined (m = 2⁻¹²⁵, E = 125 ln 2)
+  # and the others stay at m = 2⁻⁶⁵ (E = 65 ln 2); the first draw is a
+  # radius draw, the last a direction draw.
+  expected = (125 + 4 * 65) * math.log(2) / 2.0
   np.testing.assert_allclose(radius, expected, rtol=1e-5)
 
 

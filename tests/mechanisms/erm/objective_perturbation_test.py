@@ -119,25 +119,31 @@ def test_noise_norm_is_gamma_and_rejects_wrong_scale():
 
 
 def test_one_vs_rest_equals_separate_fits():
+  # Class c's fit is the fit of its own one-vs-rest labels with row c of
+  # the K noise vectors drawn together from the participant's key.
   rng = np.random.default_rng(3)
   x = rng.normal(size=(120, 5))
   x /= np.linalg.norm(x, axis=1, keepdims=True)
   labels = rng.integers(0, 3, 120)
   mask = np.ones(120)
   key = jax.random.key(4)
-  kwargs = dict(n=120.0, p=0.7, theta=0.01, lam=0.01)
+  kwargs = dict(n=120.0, theta=0.01, lam=0.01)
   with jax.enable_x64(True):
     xj = jnp.asarray(x)
     both = jax.jit(lambda kk: op.one_vs_rest(
         kk, xj, jnp.asarray(labels), jnp.asarray(mask), num_classes=3,
-        **kwargs))(key)
+        p=0.7, **kwargs))(key)
     assert both.beta.shape == (3, 5)
-    single = jax.jit(lambda kk, yy: op.objective_perturbation(
-        kk, xj, yy, jnp.asarray(mask), **kwargs))
+    b = op.perturbation_noise(key, 5, p=0.7, num=3)
+    single = jax.jit(lambda yy, bb: op.minimise(
+        xj, yy, jnp.asarray(mask), b=bb, **kwargs))
     for c in range(3):
       y = jnp.where(jnp.asarray(labels) == c, 1.0, -1.0)
-      alone = single(jax.random.fold_in(key, c), y)
+      alone = single(y, b[c])
       np.testing.assert_allclose(both.beta[c], alone.beta, atol=1e-9)
+      # Each class has its own noise: another row gives another model.
+      other = single(y, b[(c + 1) % 3])
+      assert np.max(np.abs(both.beta[c] - other.beta)) > 1e-4
 
 
 @pytest.mark.parametrize("bad, match", [
