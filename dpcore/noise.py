@@ -358,10 +358,22 @@ def symmetric_gaussian_noise(key: jax.Array, dim: int, *, stddev,
   """
   dim = validation.check_positive_int(dim, "dim")
   # Only the dim(dim+1)/2 distinct entries are drawn (half the bits of a
-  # full matrix); entry (i, j) reads draw number t(min(i, j), max(i, j))
-  # of the row-major upper triangle.
-  distinct = gaussian_noise(key, (dim * (dim + 1) // 2,), stddev=stddev,
-                            dtype=dtype)
+  # full matrix).
+  return symmetric_from_upper(
+      gaussian_noise(key, (dim * (dim + 1) // 2,), stddev=stddev,
+                     dtype=dtype), dim)
+
+
+def symmetric_from_upper(distinct: jax.Array, dim: int) -> jax.Array:
+  """The symmetric dim × dim matrix whose row-major upper triangle
+  (diagonal included) is ``distinct`` (dim(dim+1)/2 entries, the layout
+  :func:`symmetric_gaussian_noise` draws). Linear: the matrix of a sum of
+  such vectors is the sum of their matrices."""
+  dim = validation.check_positive_int(dim, "dim")
+  if jnp.shape(distinct) != (dim * (dim + 1) // 2,):
+    raise ValueError(f"distinct must have shape ({dim * (dim + 1) // 2},) "
+                     f"for dim={dim}, got {jnp.shape(distinct)}.")
+  # Entry (i, j) reads entry t(min(i, j), max(i, j)) of the upper triangle.
   i = lax.broadcasted_iota(jnp.int32, (dim, dim), 0)
   j = lax.broadcasted_iota(jnp.int32, (dim, dim), 1)
   row, col = jnp.minimum(i, j), jnp.maximum(i, j)

@@ -21,6 +21,15 @@ aggregates:
   orthonormal: rows projected on it must be clipped to norm 1 before
   objective perturbation.
 
+Second moments. Instead of a basis, each participant may send the noisy
+matrix XᵢᵀXᵢ + Zᵢ that DP-PCA releases anyway (its top k is
+post-processing of it). :func:`summed_over_participants` adds those
+matrices up without ever holding N of them (a scan over chunks, and across
+devices a sum of the per-device totals), and :func:`moments_aggregate`
+takes the top k of the sum: the noise grows like Nσ² while the signal
+Σ XᵢᵀXᵢ = XᵀX grows with all N participants' rows, so the server recovers
+a basis even where every participant's own noisy matrix is noise.
+
 Models. :func:`model_aggregate` returns Σᵢ wᵢ β̂ᵢ, or with ``paper=True``
 (1/N) Σᵢ wᵢ β̂ᵢ as printed (Algorithm 1 line 7; a positive rescaling, so
 it does not change the predicted classes).
@@ -30,11 +39,15 @@ Privacy: post-processing of the participants' private releases.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 from dpcore import linalg, validation
+from federated import sharding
 
 TOPK = ("eigh", "subspace")
 """How :func:`subspace_aggregate` finds the top k (post-processing)."""
@@ -139,3 +152,111 @@ def model_aggregate(betas, weights, *, paper: bool = False):
   if paper:
     out = out / betas.shape[0]
   return out
+
+
+def _sum_mapped(fn: Callable, args, chunk: int | None):
+  """Σᵢ fn(argsᵢ) over the leading axis; ``chunk`` at a time with chunk.
+
+  ``fn`` may return a pytree of arrays; each leaf is summed.
+  """
+  count = jax.tree_util.tree_leaves(args)[0].shape[0]
+
+  def summed(block):
+    return jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0),
+                                  jax.vmap(fn)(*block))
+
+  if chunk is None or chunk >= count:
+    return summed(args)
+  blocks, full = count // chunk, count // chunk * chunk
+  head = jax.tree_util.tree_map(
+      lambda a: a[:full].reshape((blocks, chunk) + a.shape[1:]), args)
+  first = jax.tree_util.tree_map(lambda a: a[0], args)
+  zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                 jax.eval_shape(fn, *first))
+
+  def add_block(total, block):
+    return jax.tree_util.tree_map(jnp.add, total, summed(block)), None
+
+  total, _ = jax.lax.scan(add_block, zeros, head)
+  if full < count:
+    tail = jax.tree_util.tree_map(lambda a: a[full:], args)
+    total = jax.tree_util.tree_map(jnp.add, total, summed(tail))
+  return total
+
+
+def summed_over_participants(fn: Callable, mesh: Mesh | None = None,
+                             chunk: int | None = None) -> Callable:
+  """Σᵢ fn(argsᵢ) over the leading participant axis of every argument.
+
+  Like :func:`federated.sharding.over_participants`, but the outputs are
+  added up instead of stacked. Without ``chunk`` it is ``vmap`` and a sum
+  (all N outputs are formed first). With ``chunk``, a ``lax.scan`` over
+  blocks of ``chunk`` participants carries the running total (the last,
+  shorter block added after it), so at most ``chunk`` outputs exist at
+  once: N d × d matrices are never stacked. With a mesh, each device sums
+  its own block (a ``shard_map``), and the per-device totals, one per
+  device, are added as the only cross-device step. The order of the
+  additions depends on the layout, so layouts agree up to rounding.
+
+  Args:
+    fn: per-participant function; its output (an array or a pytree of
+      arrays) is summed.
+    mesh: optional participant mesh (:func:`sharding.participant_mesh`).
+    chunk: optional number of participants summed at once (≥ 1).
+  """
+  if chunk is not None:
+    chunk = validation.check_positive_int(chunk, "chunk")
+
+  def local(*args):
+    return _sum_mapped(fn, args, chunk)
+
+  if mesh is None or mesh.shape[sharding.AXIS] == 1:
+    return local
+  spec = PartitionSpec(sharding.AXIS)
+  per_device = jax.shard_map(
+      lambda *a: jax.tree_util.tree_map(lambda t: t[None], local(*a)),
+      mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+  return lambda *args: jax.tree_util.tree_map(
+      lambda t: jnp.sum(t, axis=0), per_device(*args))
+
+
+def moments_aggregate(total, k: int, *, topk: str = "eigh",
+                      key: jax.Array | None = None):
+  """Top-k eigenvectors of the summed noisy second moments Σᵢ (XᵢᵀXᵢ + Zᵢ).
+
+  The plain, unweighted sum: every participant's matrix carries noise of
+  the same σ (σ does not depend on nᵢ), so the sum is the pooled XᵀX, each
+  row counted once, plus noise of variance Nσ² per entry; any weights
+  other than equal ones would add variance without changing the
+  expectation's eigenvectors any better (size weights nᵢ/Σn would count a
+  row of a large participant more than one of a small one).
+
+  Args:
+    total: (d, d) symmetric sum.
+    k: number of components, 1 ≤ k ≤ d (static).
+    topk: ``"eigh"`` (default, exact) or ``"subspace"`` (block subspace
+      iteration, :func:`dpcore.linalg.subspace_top_k`'s defaults).
+    key: required with ``topk="subspace"``, refused otherwise: the start
+      block's key, never a noise key (see :func:`subspace_aggregate`).
+
+  Returns:
+    (d, k) orthonormal basis in descending eigenvalue order, signs fixed
+    by :func:`dpcore.linalg.canonical_signs`.
+  """
+  check_topk(topk)
+  if jnp.ndim(total) != 2 or jnp.shape(total)[0] != jnp.shape(total)[1]:
+    raise ValueError(f"total must be a square (d, d) matrix, got shape "
+                     f"{jnp.shape(total)}.")
+  k = validation.check_positive_int(k, "k")
+  if k > jnp.shape(total)[0]:
+    raise ValueError(f"k={k} exceeds the dimension d={jnp.shape(total)[0]}"
+                     f"; choose k <= {jnp.shape(total)[0]}.")
+  if topk == "subspace":
+    if key is None:
+      raise ValueError("topk='subspace' needs key, the PRNG key of the "
+                       "start block (never a noise key).")
+    return linalg.subspace_top_k(key, total, k).vectors
+  if key is not None:
+    raise ValueError("key is used only by topk='subspace'; leave it out "
+                     "for topk='eigh'.")
+  return linalg.eigh_top_k(total, k).vectors

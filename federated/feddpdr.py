@@ -13,6 +13,11 @@ test rows preprocessed like the training rows):
 * ``feddpdr`` — FedDPDR-DPML. Each participant runs DP-PCA (ε₁, δ) on its
   rows; the server aggregates the bases (``aggregation``: ``"subspace"``,
   top-k of Σ wᵢÛᵢÛᵢᵀ, default; or ``"paper"``, (1/N)Σ wᵢÛᵢ as printed);
+  or, with ``aggregation="moments"``, each participant sends the noisy
+  matrix XᵢᵀXᵢ + Zᵢ of its DP-PCA instead of its top k, and the global
+  basis is the top k of Σᵢ (XᵢᵀXᵢ + Zᵢ) (the plain sum: every Zᵢ has the
+  same σ; see :func:`federated.aggregation.moments_aggregate`), no local
+  basis being computed (``bases`` is then (N, 0, 0));
   each participant projects its rows on the global basis, clips them to
   norm ≤ 1, and trains K objective-perturbation classifiers; the server
   averages the models (Σ wᵢβ̂ᵢ, or (1/N)Σ wᵢβ̂ᵢ with
@@ -74,6 +79,18 @@ Privacy:
   ‖∇J‖ ≤ ``tol``; :func:`summarise` raises :class:`ConvergenceError`
   otherwise).
   Aggregation at the server is post-processing. The test set is public.
+  ``aggregation="moments"`` releases each participant's noisy matrix
+  XᵢᵀXᵢ + Zᵢ itself, which is exactly the Gaussian mechanism's output that
+  DP-PCA's guarantee is about (its top k is post-processing of it): the
+  same σ, the same ledger entry, the same privacy record as ``"subspace"``
+  (:func:`prepare` does not look at the aggregation); the server's sum and
+  its top k are post-processing.
+
+Unequal sizes. Participants padded to one length waste the work done on
+padding; :class:`federated.partition.Buckets` (participants grouped by
+padded length) run each bucket as its own map inside the one compiled
+program, every participant keyed by its original index, so the results
+are those of the single padded array up to rounding (:func:`train`).
 """
 
 from __future__ import annotations
@@ -87,13 +104,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import accounting, clipping, metrics, validation
+from dpcore import noise as dp_noise
 from federated import aggregation, sharding
-from federated.partition import Participants
+from federated.partition import Buckets, Participants
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 
 MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
-AGGREGATIONS = ("subspace", "paper")
+AGGREGATIONS = ("subspace", "paper", "moments")
 MODEL_AGGREGATIONS = ("weighted", "paper")
 NEIGHBOURING = dp_pca.NEIGHBOURING
 TOPK = dp_pca.TOPK
@@ -353,7 +371,7 @@ def server_key(key: jax.Array) -> jax.Array:
   return jax.random.fold_in(key, jnp.uint32(SERVER_STREAM))
 
 
-def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
+def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
                config: Config | Static, num_classes: int, mesh=None,
                chunk=None) -> TrainOutput:
   """One repeat. x: (N, n_max, d) float32; labels: (N, n_max) class ids.
@@ -365,6 +383,14 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
   so with ``chunk`` no intermediate is held for all N participants at
   once: only the inputs, the (N, d, k) bases and the outputs scale with N.
 
+  Buckets (:class:`federated.partition.Buckets`): ``x``, ``labels`` and
+  ``mask`` are tuples, one padded array per bucket, and ``index`` the
+  tuple of each bucket's original participant indices; σ, n, p and θ stay
+  (N,) in the original order. Each bucket is its own map in this one
+  program; every participant's keys come from its original index, and the
+  bases and fits are put back in the original order before the server's
+  steps, so the outputs do not depend on the bucketing (up to rounding).
+
   ``nonpriv`` is the ``feddpdr`` program with the noise off by its traced
   arguments (:func:`prepare`: σ = 0, θ = 0, p = ∞, so DP-PCA adds 0·Z and
   each fit's b has radius Gamma/∞ = 0): the samplers run, add nothing, and
@@ -372,22 +398,61 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
   """
   static = _static(config)
   mech = "feddpdr" if static.mechanism == "nonpriv" else static.mechanism
-  count, _, d = x.shape
+  count = sigma.shape[0]
+  d = (x[0] if index is not None else x).shape[-1]
+  dtype = (x[0] if index is not None else x).dtype
   k = static.k
   pca_keys, fit_keys = participant_keys(key, count)
   weights = aggregation.size_weights(n)
+  sigma = sigma.astype(dtype)
+  # One entry per bucket: (rows, labels, mask, original indices or None).
+  groups = ([(x, labels, mask, None)] if index is None
+            else list(zip(x, labels, mask, index, strict=True)))
+
+  def pick(values, which):
+    return values if which is None else values[which]
+
+  def in_order(parts, groups_):
+    # Bucket outputs back in the original participant order.
+    if index is None:
+      return parts[0]
+    order = jnp.concatenate([g[3] for g in groups_])
+    return jax.tree_util.tree_map(
+        lambda *a: jnp.zeros((count,) + a[0].shape[1:], a[0].dtype).at[
+            order].set(jnp.concatenate(a)), *parts)
 
   each = partial(sharding.over_participants, mesh=mesh, chunk=chunk)
-  if mech in ("feddpdr", "dpdr_dpml"):
-    bases = each(
+  moments = mech == "feddpdr" and static.aggregation == "moments"
+  global_basis = jnp.zeros((d, k), dtype)
+  if moments:
+    # The participants release their noisy XᵢᵀXᵢ + Zᵢ (what DP-PCA
+    # releases; the same noise key as its ``topk="eigh"`` path) and the
+    # server sums them: no local basis is computed.
+    # The sum of the releases mᵢ + mirror(zᵢ) is computed as Σ mᵢ +
+    # mirror(Σ zᵢ) (dp_pca.second_moment_and_noise): the same matrix, one
+    # mirroring instead of N.
+    summed = aggregation.summed_over_participants(
+        lambda kk, xi, mi, si: dp_pca.second_moment_and_noise(
+            kk, xi, mi, sigma=si), mesh=mesh, chunk=chunk)
+    parts = [summed(pick(pca_keys, w), xi, mi, pick(sigma, w))
+             for xi, _, mi, w in groups]
+    total = sum(m for m, _ in parts) + dp_noise.symmetric_from_upper(
+        sum(z for _, z in parts), d)
+    global_basis = (aggregation.moments_aggregate(
+        total, k, topk="subspace", key=server_key(key))
+                    if static.topk == "subspace"
+                    else aggregation.moments_aggregate(total, k))
+    bases = jnp.zeros((count, 0, 0), dtype)
+  elif mech in ("feddpdr", "dpdr_dpml"):
+    local_pca = each(
         lambda kk, xi, mi, si: dp_pca.dp_pca(
-            kk, xi, mi, k=k, sigma=si, topk=static.topk).components)(
-                pca_keys, x, mask, sigma.astype(x.dtype))
+            kk, xi, mi, k=k, sigma=si, topk=static.topk).components)
+    bases = in_order([local_pca(pick(pca_keys, w), xi, mi, pick(sigma, w))
+                      for xi, _, mi, w in groups], groups)
   else:
-    bases = jnp.zeros((count, 0, 0), x.dtype)
+    bases = jnp.zeros((count, 0, 0), dtype)
 
-  global_basis = jnp.zeros((d, k), x.dtype)
-  if mech == "feddpdr":
+  if mech == "feddpdr" and not moments:
     if static.aggregation == "subspace":
       global_basis = _subspace_aggregate(bases, weights, key,
                                          topk=static.topk)
@@ -404,13 +469,20 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, *,
         p=pi, theta=ti, lam=static.lam, loss=static.loss, h=static.huber_h,
         tol=static.tol, max_iter=static.max_iter, private=True)
 
-  per_participant = (fit_keys, x, labels, mask, n, p, theta)
   if mech == "feddpdr":
-    fits = each(lambda *a: fit(*a, global_basis))(*per_participant)
+    local_fit = each(lambda *a: fit(*a, global_basis))
   elif mech == "dpdr_dpml":
-    fits = each(fit)(*per_participant, bases)
+    local_fit = each(fit)
   else:
-    fits = each(lambda *a: fit(*a, None))(*per_participant)
+    local_fit = each(lambda *a: fit(*a, None))
+  fits = []
+  for xi, yi, mi, w in groups:
+    args = (pick(fit_keys, w), xi, yi, mi, pick(n, w), pick(p, w),
+            pick(theta, w))
+    if mech == "dpdr_dpml":
+      args += (pick(bases, w),)
+    fits.append(local_fit(*args))
+  fits = in_order(fits, groups)
   global_betas = jnp.zeros(fits.beta.shape[1:], fits.beta.dtype)
   if mech == "feddpdr":
     global_betas = aggregation.model_aggregate(
@@ -429,15 +501,15 @@ def _subspace_aggregate(bases, weights, key, *, topk: str):
 
 
 @partial(jax.jit, static_argnames=("static", "num_classes", "mesh", "chunk"))
-def _train_all(keys, x, labels, mask, sigma, n, p, theta, *, static: Static,
-               num_classes: int, mesh, chunk) -> TrainOutput:
+def _train_all(keys, x, labels, mask, sigma, n, p, theta, index, *,
+               static: Static, num_classes: int, mesh, chunk) -> TrainOutput:
   fn = partial(_train_one, config=static, num_classes=num_classes, mesh=mesh,
                chunk=chunk)
-  return jax.vmap(fn, in_axes=(0,) + (None,) * 7)(
-      keys, x, labels, mask, sigma, n, p, theta)
+  return jax.vmap(fn, in_axes=(0,) + (None,) * 8)(
+      keys, x, labels, mask, sigma, n, p, theta, index)
 
 
-def train(keys, x, labels, mask, sigma, n, p, theta, *,
+def train(keys, x, labels, mask, sigma, n, p, theta, index=None, *,
           config: Config | Static, num_classes: int, mesh=None,
           chunk=None) -> TrainOutput:
   """All repeats (one per key, vmapped), jitted. Call under ``enable_x64``.
@@ -458,8 +530,22 @@ def train(keys, x, labels, mask, sigma, n, p, theta, *,
     mesh: optional participant mesh (static; :mod:`federated.sharding`).
     chunk: optional number of participants mapped at once (static; bounds
       peak memory, see :func:`sharding.over_participants`).
+    index: None for one padded array; for buckets
+      (:class:`federated.partition.Buckets`, as :func:`train_arguments`
+      gives them), ``x``, ``labels`` and ``mask`` are tuples of per-bucket
+      arrays and ``index`` the tuple of their original participant indices.
+      The outputs are in the original participant order either way.
+
+  Raises:
+    ValueError: buckets with a mesh (not supported: give one padded array,
+      or no mesh).
   """
-  return _train_all(keys, x, labels, mask, sigma, n, p, theta,
+  if index is not None and mesh is not None:
+    raise ValueError(
+        "bucketed participants (index given) cannot be sharded over a mesh;"
+        " pass one padded array (partition.partition) with the mesh, or "
+        "leave out the mesh.")
+  return _train_all(keys, x, labels, mask, sigma, n, p, theta, index,
                     static=program(config), num_classes=num_classes,
                     mesh=mesh, chunk=chunk)
 
@@ -501,7 +587,7 @@ def evaluate(out: TrainOutput, x_test, y_test, *, config: Config | Static,
                    num_classes=num_classes, chunk=chunk)
 
 
-def check_data(participants: Participants, x_test, y_test, *,
+def check_data(participants: Participants | Buckets, x_test, y_test, *,
                num_classes: int) -> None:
   """Host-side input checks (finite data, ‖x‖ ≤ 1, labels in [0, K))."""
   sizes = np.asarray(participants.sizes)
@@ -509,35 +595,55 @@ def check_data(participants: Participants, x_test, y_test, *,
     raise ValueError(
         f"participant {int(np.argmin(sizes))} has no rows; every "
         f"participant needs at least one row.")
-  mask = np.asarray(participants.mask) > 0
-  x = np.asarray(participants.x)
-  validation.check_row_norms(x[mask], "participants.x")
-  validation.check_labels(np.asarray(participants.y)[mask], "participants.y",
-                          classes=range(num_classes))
+  groups = (participants.groups if isinstance(participants, Buckets)
+            else (participants,))
+  for group in groups:
+    mask = np.asarray(group.mask) > 0
+    validation.check_row_norms(np.asarray(group.x)[mask], "participants.x")
+    validation.check_labels(np.asarray(group.y)[mask], "participants.y",
+                            classes=range(num_classes))
   x_test = validation.check_row_norms(x_test, "x_test")
-  if x_test.shape[1] != np.shape(participants.x)[-1]:
+  if x_test.shape[1] != np.shape(groups[0].x)[-1]:
     raise ValueError(
         f"x_test has {x_test.shape[1]} features, the participants' rows "
-        f"{np.shape(participants.x)[-1]}; use the same features.")
+        f"{np.shape(groups[0].x)[-1]}; use the same features.")
   validation.check_labels(y_test, "y_test", classes=range(num_classes),
                           n_rows=np.asarray(x_test).shape[0])
 
 
-def train_arguments(key: jax.Array, participants: Participants, plan: Plan,
-                    *, seeds: int, mesh=None) -> tuple:
+def train_arguments(key: jax.Array, participants: Participants | Buckets,
+                    plan: Plan, *, seeds: int, mesh=None) -> tuple:
   """The positional arguments of :func:`train`, typed and placed.
 
   Call under ``jax.enable_x64(True)`` (the fits' arrays are float64).
 
   Args:
     key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
-    participants: padded data (:mod:`federated.partition`).
+    participants: padded data (:mod:`federated.partition`), or
+      :class:`federated.partition.Buckets` (then x, labels and mask are
+      tuples, one array per bucket, and a ninth argument, ``index``,
+      follows: see :func:`train`).
     plan: :func:`prepare`'s calibration for these participants.
     seeds: number of repeats.
     mesh: optional participant mesh; per-participant arrays are split
-      over it, the keys replicated.
+      over it, the keys replicated (one padded array only).
   """
   keys = jax.random.split(key, seeds)
+  if isinstance(participants, Buckets):
+    if mesh is not None:
+      raise ValueError("bucketed participants cannot be sharded over a "
+                       "mesh; use partition.partition (one padded array) "
+                       "with a mesh, or leave out the mesh.")
+    groups = participants.groups
+    return (keys,
+            tuple(jnp.asarray(g.x, jnp.float32) for g in groups),
+            tuple(jnp.asarray(g.y, jnp.int32) for g in groups),
+            tuple(jnp.asarray(g.mask, jnp.float32) for g in groups),
+            jnp.asarray(plan.sigma, jnp.float32),
+            jnp.asarray(plan.n, jnp.float64),
+            jnp.asarray(plan.p, jnp.float64),
+            jnp.asarray(plan.theta, jnp.float64),
+            tuple(jnp.asarray(i, jnp.int32) for i in participants.index))
   per_participant = (jnp.asarray(participants.x, jnp.float32),
                      jnp.asarray(participants.y, jnp.int32),
                      jnp.asarray(participants.mask, jnp.float32),
@@ -603,8 +709,8 @@ def summarise(plan: Plan, out: TrainOutput, accuracy, per_participant, *,
   return result
 
 
-def run(key: jax.Array, participants: Participants, x_test, y_test, *,
-        num_classes: int, config: Config, seeds: int = 1, mesh=None,
+def run(key: jax.Array, participants: Participants | Buckets, x_test, y_test,
+        *, num_classes: int, config: Config, seeds: int = 1, mesh=None,
         participant_chunk: int | None = None) -> dict:
   """Checks, calibrates, trains ``seeds`` vmapped repeats, evaluates.
 
@@ -613,7 +719,9 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
 
   Args:
     key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
-    participants: padded data, labels as class indices in [0, K).
+    participants: padded data, labels as class indices in [0, K), or
+      the same in buckets (:func:`federated.partition.bucket`; not with a
+      mesh): the results are the same up to rounding.
     x_test, y_test: held-out rows (‖x‖ ≤ 1) and class indices.
     num_classes: K.
     config: the experiment.
@@ -634,7 +742,9 @@ def run(key: jax.Array, participants: Participants, x_test, y_test, *,
   validation.check_key(key)
   seeds = validation.check_positive_int(seeds, "seeds")
   chunk = check_chunk(participant_chunk)
-  d = np.asarray(participants.x).shape[-1]
+  first = (participants.groups[0] if isinstance(participants, Buckets)
+           else participants)
+  d = np.shape(first.x)[-1]
   plan = prepare(participants.sizes, d=d, num_classes=num_classes,
                  config=config)
   check_data(participants, x_test, y_test, num_classes=num_classes)

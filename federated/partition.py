@@ -4,6 +4,17 @@ Participants are a leading array axis: ``x`` has shape (N, n_max, d), with
 each participant's rows first and zero padding after them, flagged by
 ``mask``. Every per-participant computation is then one ``vmap``.
 
+Very unequal sizes. Padding every participant to the longest wastes most
+of the work when a few participants are much larger than the rest. When
+one padded array would be more than half padding (Σ nᵢ < ½ N n_max,
+:func:`wants_buckets`), :func:`bucket` and :func:`partition_buckets` group
+the participants into :class:`Buckets` by padded length: nᵢ rounded up to
+a power of two (capped at n_max), so every participant fills more than
+half of its padded rows and no bucket wastes more than half of its work.
+Each bucket is its own padded :class:`Participants`, and ``Buckets.index``
+keeps every participant's original index (its keys and its place in the
+outputs depend on that index alone).
+
 >>> import jax, numpy as np
 >>> x = np.arange(20, dtype=np.float32).reshape(10, 2)
 >>> parts = partition(jax.random.key(0), x, np.zeros(10), sizes=(3, 5))
@@ -136,8 +147,18 @@ def gather(order: np.ndarray, x: np.ndarray, y: np.ndarray,
     index = order[:sizes.size * n_max].reshape(sizes.size, n_max)
     return Participants(x[index], y[index],
                         np.ones(index.shape, np.float32), sizes)
-  starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-  slot = np.arange(n_max)
+  return _gather_padded(order, _starts(sizes), sizes, n_max, x, y)
+
+
+def _starts(sizes: np.ndarray) -> np.ndarray:
+  """Offset of each participant's first row in the shuffled order."""
+  return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+
+
+def _gather_padded(order, starts, sizes, length, x, y) -> Participants:
+  """Rows ``order[starts[i] : starts[i] + sizes[i]]``, padded to
+  ``length``, for each i (one fancy-indexing gather)."""
+  slot = np.arange(length)
   real = slot[None, :] < sizes[:, None]
   # Padding slots read row 0 and are zeroed after the gather.
   index = np.where(real, order[np.minimum(starts[:, None] + slot,
@@ -146,6 +167,92 @@ def gather(order: np.ndarray, x: np.ndarray, y: np.ndarray,
   xs[~real] = 0
   ys[~real] = 0
   return Participants(xs, ys, real.astype(np.float32), sizes)
+
+
+class Buckets(NamedTuple):
+  """Participants grouped by padded length (:func:`bucket`).
+
+  Attributes:
+    groups: one :class:`Participants` per bucket, in increasing padded
+      length, each padded to its own length.
+    index: one (N_b,) int array per bucket: the original indices of its
+      participants, ascending. Together a permutation of 0 … N − 1.
+    sizes: (N,) true row counts in the original participant order.
+  """
+  groups: tuple
+  index: tuple
+  sizes: np.ndarray
+
+
+def wants_buckets(sizes) -> bool:
+  """Whether one padded array would be more than half padding.
+
+  True when Σ nᵢ < ½ · N · n_max: padding everyone to the longest would
+  then waste more than half of the rows computed on.
+  """
+  sizes = np.asarray(sizes, np.int64)
+  return 2 * int(sizes.sum()) < sizes.size * int(sizes.max())
+
+
+def bucket_lengths(sizes) -> np.ndarray:
+  """Each participant's padded length when bucketed.
+
+  nᵢ rounded up to a power of two, capped at n_max = max nᵢ: every
+  participant then fills more than half of its padded rows (a power of two
+  2ʲ ≥ nᵢ > 2ʲ⁻¹; under the cap, n_max < 2ʲ so nᵢ > 2ʲ⁻¹ > n_max/2).
+  """
+  sizes = np.asarray(sizes, np.int64)
+  if sizes.ndim != 1 or sizes.size == 0 or np.any(sizes < 1):
+    raise ValueError(f"sizes must be a non-empty list of row counts >= 1, "
+                     f"got {sizes.tolist()}.")
+  powers = np.left_shift(1, np.ceil(np.log2(sizes)).astype(np.int64))
+  # log2 of an exact power of two may round up: step back where it did.
+  powers = np.where(powers // 2 >= sizes, powers // 2, powers)
+  return np.minimum(powers, sizes.max())
+
+
+def bucket_index(sizes) -> list[tuple[int, np.ndarray]]:
+  """(padded length, original indices) of each bucket, shortest first."""
+  lengths = bucket_lengths(sizes)
+  return [(int(length), np.flatnonzero(lengths == length))
+          for length in np.unique(lengths)]
+
+
+def bucket(participants: Participants) -> Buckets:
+  """Splits padded participants into buckets (:func:`bucket_lengths`).
+
+  The rows, labels and masks are those of ``participants``, cut to each
+  bucket's length; nothing is reordered within a participant.
+  """
+  sizes = np.asarray(participants.sizes, np.int64)
+  groups, index = [], []
+  for length, which in bucket_index(sizes):
+    groups.append(Participants(
+        np.asarray(participants.x)[which, :length],
+        np.asarray(participants.y)[which, :length],
+        np.asarray(participants.mask)[which, :length], sizes[which]))
+    index.append(which)
+  return Buckets(tuple(groups), tuple(index), sizes)
+
+
+def padded_rows(layout) -> int:
+  """The rows computed on: Σ over buckets of N_b × length_b."""
+  groups = layout.groups if isinstance(layout, Buckets) else (layout,)
+  return int(sum(np.shape(g.mask)[0] * np.shape(g.mask)[1]
+                 for g in groups))
+
+
+def layout_record(sizes, *, bucketed: bool) -> dict:
+  """``buckets`` (1 for one padded array) and ``padding_efficiency``
+  (real rows / padded rows) of the layout of ``sizes``."""
+  sizes = np.asarray(sizes, np.int64)
+  if bucketed:
+    buckets = bucket_index(sizes)
+    padded = sum(length * len(which) for length, which in buckets)
+  else:
+    buckets, padded = [None], sizes.size * int(sizes.max())
+  return {"buckets": len(buckets),
+          "padding_efficiency": float(sizes.sum()) / padded}
 
 
 def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
@@ -171,3 +278,36 @@ def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
   sizes = check_sizes(sizes, x.shape[0])
   order = np.asarray(jax.random.permutation(key, x.shape[0]))
   return gather(order, x, y, sizes)
+
+
+def partition_buckets(key: jax.Array, x, y, *, sizes: Sequence[int]
+                      ) -> Buckets:
+  """:func:`partition`, laid out in buckets (:func:`bucket_index`).
+
+  Each participant gets exactly the rows :func:`partition` gives it with
+  the same key, without ever forming the array padded to the longest.
+  """
+  validation.check_key(key)
+  x = validation.check_matrix(x, "x")
+  y = np.asarray(y)
+  if y.shape != (x.shape[0],):
+    raise ValueError(
+        f"y has shape {y.shape}, expected ({x.shape[0]},) to match x.")
+  sizes = np.asarray(check_sizes(sizes, x.shape[0]), np.int64)
+  order = np.asarray(jax.random.permutation(key, x.shape[0]))
+  starts = _starts(sizes)
+  groups, index = [], []
+  for length, which in bucket_index(sizes):
+    groups.append(_gather_padded(order, starts[which], sizes[which], length,
+                                 x, y))
+    index.append(which)
+  return Buckets(tuple(groups), tuple(index), sizes)
+
+
+def partition_auto(key: jax.Array, x, y, *, sizes: Sequence[int],
+                   buckets: bool = True) -> Participants | Buckets:
+  """:func:`partition_buckets` when ``buckets`` and :func:`wants_buckets`,
+  else :func:`partition` (the same rows either way)."""
+  if buckets and wants_buckets(check_sizes(sizes, np.shape(x)[0])):
+    return partition_buckets(key, x, y, sizes=sizes)
+  return partition(key, x, y, sizes=sizes)

@@ -30,6 +30,10 @@ may be shared). One JSON line per (d, top-k solver, ε)::
 
 The privacy record is each participant's (the run is the real mechanism;
 the loop repeats the same releases with the same keys).
+
+``--bench_aggregation=moments`` times the server-side aggregate of the
+participants' noisy second moments instead (no local top-k; the loop sums
+the per-participant noisy matrices, then takes one top-k).
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ _CHUNK = flags.DEFINE_integer("bench_chunk", None,
                               "participants mapped at a time (vmapped)")
 _TOPK = flags.DEFINE_list("bench_topk", ["eigh", "subspace"],
                           "top-k solvers (federated.feddpdr.Config.topk)")
+_AGGREGATION = flags.DEFINE_list(
+    "bench_aggregation", ["subspace"],
+    "server aggregations (federated.feddpdr.Config.aggregation): subspace "
+    "(the participants' bases) or moments (their noisy second moments)")
 _LOOP = flags.DEFINE_bool("bench_loop", True, "also time the Python loop")
 _REPEATS = flags.DEFINE_integer("bench_repeats", 1,
                                 "timed calls of the vmapped pipeline")
@@ -113,8 +121,20 @@ def _loop_functions():
           bases, weights, topk=topk, key=feddpdr.server_key(key))
     return aggregation.subspace_aggregate(bases, weights)
 
+  @partial(jax.jit, static_argnames=("static",))
+  def moment(key, i, x, mask, sigma, *, static):
+    del static
+    return dp_pca.noisy_second_moment(keys(key, i)[0], x, mask, sigma=sigma)
+
+  @partial(jax.jit, static_argnames=("k", "topk"))
+  def moments_basis(total, key, *, k, topk):
+    if topk == "subspace":
+      return aggregation.moments_aggregate(total, k, topk=topk,
+                                           key=feddpdr.server_key(key))
+    return aggregation.moments_aggregate(total, k)
+
   average = jax.jit(aggregation.model_aggregate, static_argnames=("paper",))
-  return basis, fit, aggregate, average
+  return basis, fit, aggregate, average, moment, moments_basis
 
 
 def loop_train(key, x, labels, mask, sigma, n, p, theta, *, static,
@@ -130,13 +150,21 @@ def loop_train(key, x, labels, mask, sigma, n, p, theta, *, static,
 
   from federated import aggregation, feddpdr  # pylint: disable=g-import-not-at-top
 
-  basis, fit, aggregate, average = _loop_functions()
+  basis, fit, aggregate, average, moment, moments_basis = _loop_functions()
   count = x.shape[0]
   index = np.arange(count, dtype=np.uint32)
-  bases = jnp.stack([basis(key, index[i], x[i], mask[i], sigma[i],
-                           static=static) for i in range(count)])
   weights = aggregation.size_weights(n)
-  global_basis = aggregate(bases, weights, key, topk=static.topk)
+  if static.aggregation == "moments":
+    total = moment(key, index[0], x[0], mask[0], sigma[0], static=static)
+    for i in range(1, count):
+      total = total + moment(key, index[i], x[i], mask[i], sigma[i],
+                             static=static)
+    bases = jnp.zeros((count, 0, 0), x.dtype)
+    global_basis = moments_basis(total, key, k=static.k, topk=static.topk)
+  else:
+    bases = jnp.stack([basis(key, index[i], x[i], mask[i], sigma[i],
+                             static=static) for i in range(count)])
+    global_basis = aggregate(bases, weights, key, topk=static.topk)
   fits = [fit(key, index[i], x[i], labels[i], mask[i], n[i], p[i], theta[i],
               global_basis, static=static, num_classes=num_classes)
           for i in range(count)]
@@ -152,7 +180,9 @@ def captured(x, mask, bases, global_basis, k: int) -> dict:
 
   Args:
     x, mask: (P, n, d) rows and (P, n) mask.
-    bases: (P, d, k) each participant's noisy-top-k basis.
+    bases: (P, d, k) each participant's noisy-top-k basis, or (P, 0, 0)
+      where there is none (``aggregation="moments"``): the local
+      fractions are then None.
     global_basis: (d, k).
     k: components.
   """
@@ -161,6 +191,11 @@ def captured(x, mask, bases, global_basis, k: int) -> dict:
   best = np.sum(np.linalg.eigvalsh(pooled)[-k:])
   g = np.asarray(global_basis, np.float64)
   global_fraction = float(np.sum(g * (pooled @ g)) / best)
+  if np.size(bases) == 0:
+    return {"global_captured_fraction": global_fraction,
+            "local_captured_fraction_mean": None,
+            "local_captured_fraction_median": None,
+            "local_random_fraction_mean": None}
   singular = np.linalg.svd(rows, compute_uv=False)  # (P, min(n, d))
   local_best = np.sum(singular[:, :k] ** 2, axis=1)
   projected = np.einsum("pnd,pdk->pnk", rows, np.asarray(bases, np.float64))
@@ -176,7 +211,7 @@ def captured(x, mask, bases, global_basis, k: int) -> dict:
 def benchmark(*, d: int, participants: int, rows: int, k: int,
               epsilon: float, delta: float, lam: float, chunk: int | None,
               topk: str, loop: bool, repeats: int, seed: int,
-              prepared=None) -> dict:
+              aggregation: str = "subspace", prepared=None) -> dict:
   """Times the vmapped pipeline and the loop; measures the utility.
 
   ``prepared`` (a ``launch.experiments.feddpdr.Prepared``) replaces the
@@ -194,7 +229,8 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
   if prepared.x_train.shape[1] != d:
     raise ValueError(f"the data has d={prepared.x_train.shape[1]}, not {d}.")
   config = feddpdr.Config(mechanism="feddpdr", epsilon=epsilon, delta=delta,
-                          k=k, lam=lam, topk=topk).check(d=d)
+                          k=k, lam=lam, topk=topk,
+                          aggregation=aggregation).check(d=d)
   num_classes = len(prepared.classes)
   key = jax.random.key(seed)
   parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
@@ -235,8 +271,9 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
           "global_basis_distance_to_vmapped": float(
               linalg.subspace_distance(loop_out.global_basis,
                                        out.global_basis[0])),
-          "local_basis_distance_to_vmapped_max": float(np.max(
-              linalg.subspace_distance(loop_out.bases, out.bases[0]))),
+          "local_basis_distance_to_vmapped_max": (
+              None if np.size(out.bases) == 0 else float(np.max(
+                  linalg.subspace_distance(loop_out.bases, out.bases[0])))),
           "global_betas_max_abs_diff": float(np.max(np.abs(
               np.asarray(loop_out.global_betas)
               - np.asarray(out.global_betas[0])))),
@@ -247,6 +284,7 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
       "dataset": prepared.name, "d": d, "k": k, "rows": rows,
       "participants": participants, "num_classes": num_classes,
       "chunk": chunk, "topk": ex.topk_record(config, d=d),
+      "aggregation": aggregation,
       "epsilon": epsilon, "delta": delta, "lam": lam,
       "sigma_pca": float(plan.sigma[0]),
       "vmapped": {
@@ -293,17 +331,24 @@ def main(argv):
   for name in topks:
     if name not in ("eigh", "subspace"):
       raise ValueError(f"--bench_topk: unknown {name!r}; eigh or subspace.")
+  aggregations = list(_AGGREGATION.value)
+  for name in aggregations:
+    if name not in ("subspace", "moments"):
+      raise ValueError(f"--bench_aggregation: unknown {name!r}; subspace "
+                       f"or moments.")
   for d in dims:
-    for topk in topks:
-      for i, eps in enumerate(epsilons):
-        common.progress(f"d={d} topk={topk} eps={eps:g}: "
-                        f"{_PARTICIPANTS.value} participants x "
-                        f"{_ROWS.value} rows")
-        common.emit_record(benchmark(
-            d=d, participants=_PARTICIPANTS.value, rows=_ROWS.value,
-            k=_K.value, epsilon=eps, delta=_DELTA.value, lam=_LAM.value,
-            chunk=_CHUNK.value, topk=topk, loop=_LOOP.value and i == 0,
-            repeats=_REPEATS.value, seed=_SEED.value), _OUT.value)
+    for aggregation in aggregations:
+      for topk in topks:
+        for i, eps in enumerate(epsilons):
+          common.progress(f"d={d} aggregation={aggregation} topk={topk} "
+                          f"eps={eps:g}: {_PARTICIPANTS.value} participants "
+                          f"x {_ROWS.value} rows")
+          common.emit_record(benchmark(
+              d=d, participants=_PARTICIPANTS.value, rows=_ROWS.value,
+              k=_K.value, epsilon=eps, delta=_DELTA.value, lam=_LAM.value,
+              chunk=_CHUNK.value, topk=topk, loop=_LOOP.value and i == 0,
+              repeats=_REPEATS.value, seed=_SEED.value,
+              aggregation=aggregation), _OUT.value)
 
 
 if __name__ == "__main__":

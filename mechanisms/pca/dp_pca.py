@@ -222,11 +222,11 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
   sensitivity of :func:`lattice_sensitivity`).
   """
   g = check_noise(noise, granularity)
+  if g is None:
+    m, upper_noise = second_moment_and_noise(key, x, mask, sigma=sigma)
+    return m + dp_noise.symmetric_from_upper(upper_noise, m.shape[0])
   rows = clipped_rows(x, mask)
   m = rows.T @ rows
-  if g is None:
-    return m + dp_noise.symmetric_gaussian_noise(
-        key, m.shape[0], stddev=sigma, dtype=m.dtype)
   sigma_lattice = lattice_sigma(sigma, granularity=g)
   d = m.shape[0]
   upper = np.triu_indices(d)
@@ -235,6 +235,26 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
   full = jnp.zeros((d, d), jnp.int32).at[upper].set(z)
   full = full + jnp.triu(full, 1).T
   return discrete.from_lattice(full, g, m.dtype)
+
+
+def second_moment_and_noise(key: jax.Array, x, mask, *, sigma):
+  """The two terms of :func:`noisy_second_moment` (float noise), apart.
+
+  Returns ``(m, z)``: m = XᵀX of the clipped, unmasked rows (d × d) and z
+  the dim(dim+1)/2 Gaussian draws of the noise's upper triangle, so that
+  the release is ``m + dpcore.noise.symmetric_from_upper(z, d)`` — exactly
+  what :func:`noisy_second_moment` returns, from the same key. A server
+  that adds many participants' releases (``federated.aggregation``) may
+  add the m's and the z's and mirror the summed z once: the same sum (the
+  mirroring is linear) without building every participant's noise matrix.
+  The release, and its privacy, is each participant's m + mirror(z).
+  """
+  rows = clipped_rows(x, mask)
+  m = rows.T @ rows
+  d = m.shape[0]
+  z = dp_noise.gaussian_noise(key, (d * (d + 1) // 2,), stddev=sigma,
+                              dtype=m.dtype)
+  return m, z
 
 
 def check_topk(topk: str) -> str:

@@ -51,6 +51,25 @@ def test_a_tiny_benchmark_records_both_paths_and_they_agree(topk):
   assert record["privacy"]["epsilon"] <= 8.0 + 1e-9
 
 
+def test_the_moments_aggregate_is_benchmarked_against_its_loop():
+  record = bench.benchmark(d=16, participants=6, rows=20, k=3, epsilon=8.0,
+                           delta=1e-4, lam=0.1, chunk=None, topk="eigh",
+                           loop=True, repeats=1, seed=0, prepared=_toy(),
+                           aggregation="moments")
+  vm, loop = record["vmapped"], record["loop"]
+  assert record["aggregation"] == "moments"
+  # No local top-k: no local fractions; the server's basis is the same.
+  assert vm["local_captured_fraction_mean"] is None
+  assert loop["local_basis_distance_to_vmapped_max"] is None
+  assert 0.0 < vm["global_captured_fraction"] <= 1.0 + 1e-9
+  assert loop["global_basis_distance_to_vmapped"] < 1e-4
+  assert loop["global_betas_max_abs_diff"] < 1e-4
+  assert loop["accuracy"] == vm["accuracy"]
+  # At ε = 8 the summed moments find the pooled top 3 far better than a
+  # random subspace would (k/d = 3/16 of the variance, or less).
+  assert vm["global_captured_fraction"] > 0.6
+
+
 def test_the_loop_follows_the_participant_keys():
   # The comparison above can fail: another repeat key moves every basis.
   prepared = _toy()

@@ -9,7 +9,7 @@ from dp_accounting import pld
 from scipy import stats
 from sklearn.decomposition import TruncatedSVD
 
-from dpcore import accounting
+from dpcore import accounting, noise
 from mechanisms.pca import dp_pca
 
 
@@ -397,3 +397,30 @@ def test_subspace_topk_keeps_the_noisy_matrix_utility():
   basis, _ = dp_pca.private_basis(key, x, k=k, epsilon=1.0, delta=1e-5,
                                   topk="subspace")
   assert basis.components.shape == (d, k)
+
+
+def test_second_moment_and_noise_are_the_release_apart():
+  # m + mirror(z) is noisy_second_moment from the same key, and the sum of
+  # releases equals Σ m + mirror(Σ z) (what the moments server computes).
+  x = jax.random.uniform(jax.random.key(1), (4, 30, 12))
+  mask = jnp.ones((4, 30)).at[:, 25:].set(0.0)
+  keys = jax.random.split(jax.random.key(2), 4)
+  releases = [dp_pca.noisy_second_moment(keys[i], x[i], mask[i], sigma=2.0)
+              for i in range(4)]
+  parts = [dp_pca.second_moment_and_noise(keys[i], x[i], mask[i], sigma=2.0)
+           for i in range(4)]
+  for release, (m, z) in zip(releases, parts, strict=True):
+    assert z.shape == (12 * 13 // 2,)
+    np.testing.assert_array_equal(
+        release, m + noise.symmetric_from_upper(z, 12))
+  summed = sum(m for m, _ in parts) + noise.symmetric_from_upper(
+      sum(z for _, z in parts), 12)
+  np.testing.assert_allclose(summed, sum(releases), atol=1e-4)
+  # The noise is really there (σ = 2 on every entry), and another key
+  # gives another release.
+  assert float(jnp.std(parts[0][1])) > 1.0
+  other = dp_pca.second_moment_and_noise(keys[0], x[1], mask[1], sigma=2.0)
+  np.testing.assert_array_equal(other[1], parts[0][1])
+  assert not np.allclose(parts[1][1], parts[0][1])
+  with pytest.raises(ValueError, match="distinct must have shape"):
+    noise.symmetric_from_upper(jnp.zeros(5), 12)
