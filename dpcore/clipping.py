@@ -136,7 +136,13 @@ def _as_float(x) -> jax.Array:
 
 def row_norms(x: jax.Array) -> jax.Array:
   """L2 norm of every row (last axis), without overflow for huge rows."""
-  x = _as_float(x)
+  return _row_norms(_as_float(x))
+
+
+@jax.jit
+def _row_norms(x: jax.Array) -> jax.Array:
+  # One compiled program: called eagerly (data preparation), the dozen
+  # small operations would otherwise each be compiled on their own.
   peak = jnp.max(jnp.abs(x), axis=-1, initial=0.0)
   unit = _power_of_two_unit(peak)[..., None]
   return jnp.linalg.norm(x * unit * unit, axis=-1) / unit[..., 0] / unit[
@@ -150,8 +156,12 @@ def normalize_rows(x: jax.Array, *, eps: float = 1e-12) -> jax.Array:
   every output row whatever the input.
   """
   validation.check_scale(eps, "eps")
-  x = _as_float(x)
-  norms = row_norms(x)[..., None]
+  return _normalize_rows(_as_float(x), eps)
+
+
+@jax.jit
+def _normalize_rows(x: jax.Array, eps) -> jax.Array:
+  norms = _row_norms(x)[..., None]
   keep = jnp.isfinite(norms) & (norms > eps)
   return jnp.where(keep, x / jnp.where(keep, norms, 1.0), 0.0)
 
@@ -163,8 +173,12 @@ def clip_rows(x: jax.Array, *, max_norm=1.0) -> jax.Array:
   ``max_norm`` > 0 may be traced; a concrete one is checked.
   """
   validation.check_scale(max_norm, "max_norm", allow_zero=False)
-  x = _as_float(x)
-  norms = row_norms(x)[..., None]
+  return _clip_rows(_as_float(x), max_norm)
+
+
+@jax.jit
+def _clip_rows(x: jax.Array, max_norm) -> jax.Array:
+  norms = _row_norms(x)[..., None]
   finite = jnp.isfinite(norms)
   scale = jnp.minimum(1.0, max_norm / jnp.where(
       finite, jnp.maximum(norms, 1e-30), 1.0))
@@ -283,5 +297,10 @@ def unit_rows(x, bounds=None) -> jax.Array:
     if (high <= 0).any():
       raise ValueError(f"unit_rows divides by the upper bound, which must "
                        f"be > 0, got bounds={bounds!r}.")
-    x = x / jnp.asarray(high, x.dtype)
+    return _divide_and_normalize(x, jnp.asarray(high, x.dtype))
   return normalize_rows(x, eps=0.0)
+
+
+@jax.jit
+def _divide_and_normalize(x, high):
+  return _normalize_rows(x / high, 0.0)

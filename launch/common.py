@@ -21,7 +21,9 @@ said so) before the next append, never glued to.
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import math
 import os
 import sys
@@ -67,6 +69,11 @@ def run_cli(main: Callable[[list[str]], None]) -> None:
         raise
       print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
       sys.exit(2)
+    finally:
+      # The work is done: spare the interpreter's exit a garbage
+      # collection of every object JAX, SciPy and dp_accounting made
+      # (0.7 s of a 2-core CPU's time; atexit handlers still run).
+      gc.freeze()
 
   def flags_parser(argv):
     try:
@@ -77,6 +84,10 @@ def run_cli(main: Callable[[list[str]], None]) -> None:
       sys.exit(2)
 
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  # JAX logs, at INFO, each accelerator plugin it looked for and did not
+  # find ("Unable to initialize backend 'tpu'"): absl's INFO verbosity
+  # would print that line, which reads like an error, on every CPU run.
+  logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
   asked = [a for a in sys.argv[1:] if a.split("=")[0] in _HELP_FLAGS]
   if asked:  # absl exits 1 after --help; a help request is not an error.
     flags.FLAGS.mark_as_parsed()

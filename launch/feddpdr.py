@@ -51,7 +51,14 @@ participants × 8 rows; ``--participant_chunk`` bounds the memory::
 
 Each record has ``participants_per_second`` (participants × seeds per
 second of training), ``devices``, ``processes``, ``chunk``, ``topk`` (the
-solver and its settings, ``--topk``) and the peak host and device memory.
+solver and its settings, ``--topk``), the peak host and device memory,
+``buckets`` and ``padding_efficiency`` (real rows / padded rows).
+
+Very unequal ``--sizes`` (padding to the longest would waste more than
+half the rows) run in buckets of similar padded length, one compiled
+program (``--buckets``, on by default; one process only, the multi-process
+run pads to the longest). Many tiny participants: ``--aggregation=moments``
+(docs/many_participants.md).
 """
 
 from __future__ import annotations
@@ -100,9 +107,11 @@ _SIZES = flags.DEFINE_list("sizes", None,
 _LAM = flags.DEFINE_float("lam", 1.0, "regularisation λ (paper: 0.01)")
 _LOSS = flags.DEFINE_enum("loss", "huber", ["huber", "logistic"], "loss")
 _AGGREGATION = flags.DEFINE_enum(
-    "aggregation", "subspace", ["subspace", "paper"],
-    "basis aggregation: subspace (sign/rotation invariant) or paper "
-    "((1/N) Σ wᵢ Uᵢ as printed)")
+    "aggregation", "subspace", ["subspace", "paper", "moments"],
+    "basis aggregation: subspace (sign/rotation invariant), paper "
+    "((1/N) Σ wᵢ Uᵢ as printed) or moments (top k of the sum of the "
+    "participants' noisy XᵢᵀXᵢ; the same privacy; for many small "
+    "participants, docs/many_participants.md)")
 _MODEL_AGGREGATION = flags.DEFINE_enum(
     "model_aggregation", "weighted", ["weighted", "paper"],
     "model aggregation: Σ wᵢβᵢ or the paper's (1/N) Σ wᵢβᵢ")
@@ -122,6 +131,12 @@ _TOPK = flags.DEFINE_enum(
     "topk", "eigh", ["eigh", "subspace"],
     "DP-PCA's top-k of the noisy matrix: eigh (exact) or subspace (block "
     "subspace iteration, dpcore.linalg.subspace_top_k's defaults)")
+_BUCKETS = flags.DEFINE_bool(
+    "buckets", True,
+    "when --sizes are so unequal that padding to the longest would waste "
+    "more than half the rows, run the participants in buckets of similar "
+    "padded length (same results; the record's 'buckets' and "
+    "'padding_efficiency' say how); one process, no --shard_participants")
 _TOL = flags.DEFINE_float("tol", 1e-8, "gradient-norm tolerance of the fits")
 _MAX_ITER = flags.DEFINE_integer("max_iter", 500, "L-BFGS iteration cap")
 _SEED = flags.DEFINE_integer("seed", 0, "seed of the partition and noise")
@@ -402,7 +417,8 @@ def main(argv):
   ex.budget_table(prepared, sizes=sizes, seed=_SEED.value,
                   seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
                   baseline=_BASELINE.value, out=_OUT.value,
-                  shard=_SHARD.value, participant_chunk=_CHUNK.value)
+                  shard=_SHARD.value, participant_chunk=_CHUNK.value,
+                  buckets=_BUCKETS.value)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import numpy as np
 
 from dpcore import accounting, clipping, linalg
 from federated import feddpdr, partition, sharding
-from launch import common
+from launch import common, programs
 from launch.data import loaders as data_lib
 
 PAPER_K = (5, 10, 20, 50, 100)
@@ -206,8 +206,16 @@ def peak_device_memory_bytes() -> int | None:
 def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
             config: feddpdr.Config, timing_repeats: int = 1,
             extra: dict | None = None, shard: bool = False,
-            participant_chunk: int | None = None) -> dict:
+            participant_chunk: int | None = None,
+            buckets: bool = True) -> dict:
   """One experiment: partition from ``seed``, train ``seeds`` repeats.
+
+  With ``buckets`` (default), sizes so unequal that one padded array would
+  be more than half padding (:func:`federated.partition.wants_buckets`)
+  are laid out in buckets of similar padded length
+  (:func:`federated.partition.partition_buckets`: the same rows per
+  participant, the same keys, the same results up to rounding); buckets
+  are not sharded, so ``shard`` then keeps one padded array.
 
   Times the jitted training (``first_call_seconds``: compile, or a load
   from the persistent cache, plus one run; ``seconds``: median of
@@ -224,16 +232,23 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
     ``devices``, ``processes`` (``jax.process_count()``), ``chunk``,
     ``topk`` (:func:`topk_record`), ``peak_host_memory_bytes`` (the
     process's peak RSS so far, :func:`peak_host_memory_bytes`) and
-    ``peak_device_memory_bytes`` (null where the backend reports none).
+    ``peak_device_memory_bytes`` (null where the backend reports none),
+    ``buckets`` (1 for one padded array) and ``padding_efficiency`` (real
+    rows / padded rows); for ``feddpdr`` and ``nonpriv``,
+    ``captured_variance`` (:func:`captured_variance`).
   """
   key = jax.random.key(seed)
   chunk = feddpdr.check_chunk(participant_chunk)
   mesh = sharding.participant_mesh(len(sizes)) if shard else None
   start = time.perf_counter()
-  parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
-                              prepared.y_train, sizes=sizes)
-  common.progress(f"partitioned {len(sizes)} participants "
-                  f"({time.perf_counter() - start:.1f} s)")
+  parts = partition.partition_auto(
+      jax.random.fold_in(key, 0), prepared.x_train, prepared.y_train,
+      sizes=sizes, buckets=buckets and mesh is None)
+  bucketed = isinstance(parts, partition.Buckets)
+  common.progress(
+      f"partitioned {len(sizes)} participants "
+      f"({time.perf_counter() - start:.1f} s"
+      f"{f'; {len(parts.groups)} buckets' if bucketed else ''})")
   num_classes = len(prepared.classes)
   plan = feddpdr.prepare(parts.sizes, d=prepared.x_train.shape[1],
                          num_classes=num_classes, config=config)
@@ -242,18 +257,68 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.fold_in(key, 1), parts, plan,
                                    seeds=seeds, mesh=mesh)
+    train = training_program(args, config=config, num_classes=num_classes,
+                             mesh=mesh, chunk=chunk)
     out, timing = timed_training(
-        lambda: feddpdr.train(*args, config=config, num_classes=num_classes,
-                              mesh=mesh, chunk=chunk),
+        lambda: train(*args),
         timing_repeats, participants=len(sizes), seeds=seeds)
     acc, per = feddpdr.evaluate(out, prepared.x_test, prepared.y_test,
                                 config=config, num_classes=num_classes,
                                 chunk=chunk)
     result = feddpdr.summarise(plan, out, acc, per, config=config)
+  if feddpdr.program(config).mechanism == "feddpdr":
+    result["captured_variance"] = captured_variance(parts, out.global_basis,
+                                                    k=config.k)
   return make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
                      config=config, result=result, timing=timing,
                      devices=1 if mesh is None else int(mesh.size),
-                     chunk=chunk, extra=extra)
+                     chunk=chunk, extra=extra, bucketed=bucketed)
+
+
+def training_program(args, *, config: feddpdr.Config, num_classes: int,
+                     mesh=None, chunk: int | None = None):
+  """``feddpdr.train`` at these settings, as a function of ``args``.
+
+  With JAX's persistent cache on (:func:`enable_compilation_cache`), one
+  process and no mesh, the traced program is kept beside the cache
+  (:mod:`launch.programs`), so a later run with the same settings, shapes
+  and library source neither traces nor compiles; otherwise it is
+  ``feddpdr.train`` itself. The results are the same either way.
+  """
+  def train(*arguments):
+    return feddpdr.train(*arguments, config=config, num_classes=num_classes,
+                         mesh=mesh, chunk=chunk)
+
+  cache = jax.config.jax_compilation_cache_dir
+  if not cache or mesh is not None or jax.process_count() > 1:
+    return train
+  stored = programs.load_or_export(
+      lambda *arguments: tuple(train(*arguments)), args,
+      name="feddpdr_train", cache_dir=cache,
+      settings=(feddpdr.program(config), num_classes, chunk))
+  return lambda *arguments: feddpdr.TrainOutput(*stored(*arguments))
+
+
+def captured_variance(parts, global_basis, *, k: int) -> float:
+  """How much of the noise-free pooled XᵀX the global basis captures.
+
+  tr(UᵀXᵀXU) / (sum of the k largest eigenvalues of XᵀX), XᵀX of every
+  participant's real rows together (no noise), averaged over the repeats'
+  bases ``global_basis`` (S, d, k): 1 for the exact pooled top k, on
+  average (k/d)·tr(XᵀX)/(that sum) for a random basis. A measure for the
+  record, not a release.
+  """
+  groups = (parts.groups if isinstance(parts, partition.Buckets)
+            else (parts,))
+  d = np.shape(groups[0].x)[-1]
+  pooled = np.zeros((d, d))
+  for group in groups:
+    rows = np.asarray(group.x, np.float64)[np.asarray(group.mask) > 0]
+    pooled += rows.T @ rows
+  best = float(np.sum(np.linalg.eigvalsh(pooled)[-k:]))
+  bases = np.asarray(jax.device_get(global_basis), np.float64)
+  got = np.einsum("sdk,de,sek->s", bases, pooled, bases)
+  return float(np.mean(got) / best)
 
 
 def timed_training(run, timing_repeats: int, *, participants: int,
@@ -292,10 +357,16 @@ def timed_training(run, timing_repeats: int, *, participants: int,
 
 def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
                 config: feddpdr.Config, result: dict, timing: dict,
-                devices: int, chunk: int | None, extra: dict | None = None
-                ) -> dict:
+                devices: int, chunk: int | None, extra: dict | None = None,
+                bucketed: bool = False) -> dict:
   """The JSON record of one run (:func:`run_one`; the multi-process
-  harness, ``launch.experiments.distributed``, writes the same fields)."""
+  harness, ``launch.experiments.distributed``, writes the same fields).
+
+  ``bucketed``: the participants ran in buckets
+  (:func:`federated.partition.partition_buckets`) rather than one padded
+  array; the record's ``buckets`` and ``padding_efficiency`` say how many
+  and how much of the computed rows were real.
+  """
   result = dict(result)
   record = {
       "dataset": prepared.name,
@@ -320,6 +391,7 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "devices": devices,
       "processes": jax.process_count(),
       "chunk": chunk,
+      **partition.layout_record(sizes, bucketed=bucketed),
       "topk": topk_record(config, d=prepared.x_train.shape[1]),
       "participants_per_second": timing["participants_per_second"],
       # This process's own peak (in a multi-process run, process 0's).
@@ -347,7 +419,8 @@ def table_configs(base: feddpdr.Config, epsilons, *, baseline: bool
 def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                  base: feddpdr.Config, epsilons, baseline: bool,
                  out: str | None, shard: bool = False,
-                 participant_chunk: int | None = None) -> list[dict]:
+                 participant_chunk: int | None = None,
+                 buckets: bool = True) -> list[dict]:
   """The main command: accuracy against ε, and the non-private baseline.
 
   Runs ``base.mechanism`` at each ε of ``epsilons`` (one compiled program
@@ -370,7 +443,7 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
     record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
                      config=config, shard=shard,
                      participant_chunk=participant_chunk,
-                     extra={"sweep": "budget_table"})
+                     buckets=buckets, extra={"sweep": "budget_table"})
     common.emit_record(record, out)
     records.append(record)
   common.progress("done\n" + format_table(records))

@@ -1,0 +1,80 @@
+"""Traced programs kept on disk (launch.programs)."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from dpcore import noise
+from launch import programs
+
+
+def _fn(key, xs):
+  x, scale = xs
+  z = noise.gaussian_noise(key, x.shape, stddev=0.5)
+  return (x @ x.T + z[:, :1] * scale, jnp.sum(z))
+
+
+def _args(rows=3):
+  return (jax.random.key(1),
+          (jnp.arange(rows * 4, dtype=jnp.float32).reshape(rows, 4),
+           jnp.float32(2.0)))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memo(monkeypatch):
+  monkeypatch.setattr(programs, "_LOADED", {})
+
+
+def test_stored_program_equals_jit_and_skips_tracing(tmp_path, monkeypatch):
+  args = _args()
+  want = jax.jit(_fn)(*args)
+  call = programs.load_or_export(_fn, args, name="toy", settings="s",
+                                 cache_dir=str(tmp_path))
+  for got, ref in zip(call(*args), want, strict=True):
+    np.testing.assert_array_equal(got, ref)
+  stored = os.listdir(tmp_path / "programs")
+  assert len(stored) == 1 and stored[0].startswith("toy-")
+
+  # A new process (an empty memo) reads the file and never traces _fn.
+  monkeypatch.setattr(programs, "_LOADED", {})
+
+  def refuse(*a, **k):
+    raise AssertionError("traced again instead of reading the file")
+
+  monkeypatch.setattr(export, "export", refuse)
+  again = programs.load_or_export(_fn, args, name="toy", settings="s",
+                                  cache_dir=str(tmp_path))
+  for got, ref in zip(again(*args), want, strict=True):
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_key_changes_with_shape_settings_and_library(monkeypatch):
+  base = programs.program_key("toy", "s", _args())
+  assert base == programs.program_key("toy", "s", _args())
+  assert base != programs.program_key("toy", "s", _args(rows=5))
+  assert base != programs.program_key("toy", "t", _args())
+  assert base != programs.program_key("other", "s", _args())
+  key, (x, scale) = _args()
+  assert base != programs.program_key("toy", "s", (key, (x,), scale))
+  assert base != programs.program_key("toy", "s", (key, (x, scale * 1.0j)))
+  monkeypatch.setattr(programs, "_library_digest", lambda: "edited")
+  assert base != programs.program_key("toy", "s", _args())
+
+
+def test_unreadable_file_is_set_aside_and_redone(tmp_path, capsys):
+  args = _args()
+  programs.load_or_export(_fn, args, name="toy", settings="s",
+                          cache_dir=str(tmp_path))
+  (path,) = (tmp_path / "programs").iterdir()
+  path.write_bytes(b"cut off")
+  programs._LOADED.clear()
+  call = programs.load_or_export(_fn, args, name="toy", settings="s",
+                                 cache_dir=str(tmp_path))
+  np.testing.assert_array_equal(call(*args)[0], jax.jit(_fn)(*args)[0])
+  assert "could not be read" in capsys.readouterr().err
+  assert os.path.exists(str(path) + ".bad")
+  assert path.read_bytes() != b"cut off"
