@@ -269,6 +269,13 @@ def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
     y: (n,) labels.
     sizes: rows per participant (each ≥ 1, sum ≤ n).
   """
+  x, y, sizes, order = _shuffled(key, x, y, sizes)
+  return gather(order, x, y, sizes)
+
+
+def _shuffled(key, x, y, sizes):
+  """Checked ``x``, ``y`` and ``sizes``, and the shuffle of the rows that
+  :func:`partition` and :func:`partition_buckets` both cut."""
   validation.check_key(key)
   x = validation.check_matrix(x, "x")
   y = np.asarray(y)
@@ -277,7 +284,7 @@ def partition(key: jax.Array, x, y, *, sizes: Sequence[int]
         f"y has shape {y.shape}, expected ({x.shape[0]},) to match x.")
   sizes = check_sizes(sizes, x.shape[0])
   order = np.asarray(jax.random.permutation(key, x.shape[0]))
-  return gather(order, x, y, sizes)
+  return x, y, sizes, order
 
 
 def partition_buckets(key: jax.Array, x, y, *, sizes: Sequence[int]
@@ -287,14 +294,8 @@ def partition_buckets(key: jax.Array, x, y, *, sizes: Sequence[int]
   Each participant gets exactly the rows :func:`partition` gives it with
   the same key, without ever forming the array padded to the longest.
   """
-  validation.check_key(key)
-  x = validation.check_matrix(x, "x")
-  y = np.asarray(y)
-  if y.shape != (x.shape[0],):
-    raise ValueError(
-        f"y has shape {y.shape}, expected ({x.shape[0]},) to match x.")
-  sizes = np.asarray(check_sizes(sizes, x.shape[0]), np.int64)
-  order = np.asarray(jax.random.permutation(key, x.shape[0]))
+  x, y, sizes, order = _shuffled(key, x, y, sizes)
+  sizes = np.asarray(sizes, np.int64)
   starts = _starts(sizes)
   groups, index = [], []
   for length, which in bucket_index(sizes):
