@@ -222,6 +222,7 @@ _SHARDED_SUM = """
 """
 
 
+@pytest.mark.slow  # a subprocess on forced host devices (~20 s)
 def test_sharded_sum_equals_the_one_device_sum(tmp_path):
   out_path = tmp_path / "sums.npz"
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": _REPO,

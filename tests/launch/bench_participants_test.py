@@ -51,6 +51,9 @@ def test_a_tiny_benchmark_records_both_paths_and_they_agree(topk):
   assert record["privacy"]["epsilon"] <= 8.0 + 1e-9
 
 
+@pytest.mark.slow  # two pipelines compiled (~15 s); the sum's equality
+# with the per-participant releases is in the default suite
+# (tests/federated/moments_test.py, tests/mechanisms/pca/dp_pca_test.py)
 def test_the_moments_aggregate_is_benchmarked_against_its_loop():
   record = bench.benchmark(d=16, participants=6, rows=20, k=3, epsilon=8.0,
                            delta=1e-4, lam=0.1, chunk=None, topk="eigh",
