@@ -36,6 +36,10 @@ the spectra checked below are the same under every JAX PRNG setting.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from functools import partial
 
 import jax
@@ -43,6 +47,30 @@ import numpy as np
 
 from federated import aggregation, feddpdr, partition, sharding
 from mechanisms.pca import dp_pca
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def run_on_devices(script: str, devices: int, out_path,
+                   timeout: int = 1800) -> dict:
+  """Runs ``script`` in a fresh process on ``devices`` forced host devices.
+
+  The script gets ``OUT`` (``out_path``) and must ``np.savez`` its
+  results there; they are returned as a dict.
+  """
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+  script = textwrap.dedent(f"""
+      import jax
+      assert len(jax.devices()) == {devices}, jax.devices()
+      OUT = {str(out_path)!r}
+  """) + textwrap.dedent(script)
+  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with np.load(out_path) as data:
+    return dict(data)
 
 D = 20
 K = 3

@@ -8,10 +8,6 @@ many tiny participants.
 """
 
 import dataclasses
-import os
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +18,6 @@ from sklearn.decomposition import TruncatedSVD
 from federated import aggregation, feddpdr
 from mechanisms.pca import dp_pca
 from tests.federated import layouts
-
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 def _noisy_moment(key, x, mask, sigma):
@@ -224,17 +218,10 @@ _SHARDED_SUM = """
 
 @pytest.mark.slow  # a subprocess on forced host devices (~20 s)
 def test_sharded_sum_equals_the_one_device_sum(tmp_path):
-  out_path = tmp_path / "sums.npz"
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": _REPO,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-  script = f"OUT = {str(out_path)!r}\n" + textwrap.dedent(_SHARDED_SUM)
-  proc = subprocess.run([sys.executable, "-c", script], cwd=_REPO, env=env,
-                        capture_output=True, text=True)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  with np.load(out_path) as sums:
-    for name in ("sharded", "sharded_chunked"):
-      np.testing.assert_allclose(sums[name], sums["whole"], atol=1e-5)
-    assert np.max(np.abs(sums["whole"])) > 1.0  # noise and data present
+  sums = layouts.run_on_devices(_SHARDED_SUM, 2, tmp_path / "sums.npz")
+  for name in ("sharded", "sharded_chunked"):
+    np.testing.assert_allclose(sums[name], sums["whole"], atol=1e-5)
+  assert np.max(np.abs(sums["whole"])) > 1.0  # noise and data present
 
 
 _SHARDED_RUN = """
@@ -264,16 +251,9 @@ _SHARDED_RUN = """
 
 @pytest.mark.slow  # three compilations on three forced devices (~1 min)
 def test_sharded_moments_run_equals_the_one_device_run(tmp_path):
-  out_path = tmp_path / "runs.npz"
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": _REPO,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=3"}
-  script = f"OUT = {str(out_path)!r}\n" + textwrap.dedent(_SHARDED_RUN)
-  proc = subprocess.run([sys.executable, "-c", script], cwd=_REPO, env=env,
-                        capture_output=True, text=True)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  with np.load(out_path) as runs:
-    for name in ("sharded", "sharded_chunked"):
-      np.testing.assert_allclose(runs[name + "/basis"], runs["whole/basis"],
-                                 atol=layouts.BASIS_TOL)
-      np.testing.assert_allclose(runs[name + "/betas"], runs["whole/betas"],
-                                 atol=layouts.MODEL_TOL)
+  runs = layouts.run_on_devices(_SHARDED_RUN, 3, tmp_path / "runs.npz")
+  for name in ("sharded", "sharded_chunked"):
+    np.testing.assert_allclose(runs[name + "/basis"], runs["whole/basis"],
+                               atol=layouts.BASIS_TOL)
+    np.testing.assert_allclose(runs[name + "/betas"], runs["whole/betas"],
+                               atol=layouts.MODEL_TOL)
