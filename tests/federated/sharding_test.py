@@ -9,10 +9,7 @@ jaxlib's batched LAPACK kernels, until ``dpcore.linalg`` took batches
 one matrix at a time on the CPU.
 """
 
-import os
 import subprocess
-import sys
-import textwrap
 
 import jax
 import numpy as np
@@ -20,25 +17,6 @@ import pytest
 
 from federated import sharding
 from tests.federated import layouts
-
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-
-
-def _run_script(script: str, devices: int, out_path, timeout: int):
-  """Runs ``script`` on ``devices`` forced host devices; loads its npz."""
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": _REPO,
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-  script = textwrap.dedent(f"""
-      import jax
-      assert len(jax.devices()) == {devices}, jax.devices()
-      OUT = {str(out_path)!r}
-  """) + textwrap.dedent(script)
-  proc = subprocess.run([sys.executable, "-c", script], cwd=_REPO, env=env,
-                        capture_output=True, text=True, timeout=timeout)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  with np.load(out_path) as data:
-    return dict(data)
-
 
 _SHARDED_RUNS = """
     import numpy as np
@@ -65,7 +43,8 @@ def _split(flat: dict, prefix: str) -> dict:
 @pytest.mark.slow
 def test_sharded_participants_give_the_same_runs(tmp_path):
   parts, x_test, _ = layouts.problem(6)
-  flat = _run_script(_SHARDED_RUNS, 4, tmp_path / "runs.npz", timeout=1800)
+  flat = layouts.run_on_devices(_SHARDED_RUNS, 4, tmp_path / "runs.npz",
+                                timeout=1800)
   for mech in ("feddpdr", "dpdr_dpml", "nonpriv"):
     plain = layouts.train(parts, mech)
     for name in ("sharded", "sharded_chunked"):
@@ -97,7 +76,8 @@ def test_two_cpu_devices_on_two_cores_do_not_hang(tmp_path):
   # decompositions and two SVDs, seconds of compilation), so the generous
   # limit below separates a hang from a slow, busy machine.
   try:
-    got = _run_script(_TWO_DEVICE_PCA, 2, tmp_path / "pca.npz", timeout=900)
+    got = layouts.run_on_devices(_TWO_DEVICE_PCA, 2, tmp_path / "pca.npz",
+                                 timeout=900)
   except subprocess.TimeoutExpired:
     pytest.fail("the 2-device sharded run hung (batched LAPACK on the CPU)")
   bases, basis = layouts.pca_and_aggregate(None)  # one device
@@ -162,10 +142,17 @@ def test_the_layout_check_catches_a_shifted_participant(monkeypatch,
       return mapped(*args)
     return shifted_args
 
+  # The training program is one module-level jit: a program another test
+  # compiled with chunk=2 would be reused without the planted bug, and the
+  # buggy one must not be reused by a later test either.
+  jax.clear_caches()
   monkeypatch.setattr(sharding, "over_participants", buggy)
   parts, x_test, _ = layouts.problem(5)
-  whole = layouts.train(parts, "feddpdr")
-  chunked = layouts.train(parts, "feddpdr", chunk=2)
+  try:
+    whole = layouts.train(parts, "feddpdr")
+    chunked = layouts.train(parts, "feddpdr", chunk=2)
+  finally:
+    jax.clear_caches()
   with pytest.raises(AssertionError, match="Not equal to tolerance"):
     layouts.assert_same_runs(chunked, whole, parts, x_test,
                              mechanism="feddpdr")
