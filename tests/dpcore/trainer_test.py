@@ -193,6 +193,7 @@ def test_keys_are_explicit_and_streams_distinct():
   plan = trainer.make_plan(n, sampling_rate=0.1, steps=30, clip_norm=1.0,
                            noise_multiplier=1.0)
 
+  @jax.jit  # one compile per kind of key argument
   def run(key):
     return trainer.train(key, plan, _logistic_loss, jnp.zeros(4), (x, y),
                          optax.sgd(0.5)).params

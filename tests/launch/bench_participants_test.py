@@ -22,8 +22,8 @@ def _toy() -> ex.Prepared:
                      ds.y_test, ds.classes)
 
 
-@pytest.mark.parametrize(
-    "topk", ["eigh", pytest.param("subspace", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the pipeline and its loop compiled (~30 s)
+@pytest.mark.parametrize("topk", ["eigh", "subspace"])
 def test_a_tiny_benchmark_records_both_paths_and_they_agree(topk):
   record = bench.benchmark(d=16, participants=6, rows=20, k=3, epsilon=8.0,
                            delta=1e-4, lam=0.1, chunk=4, topk=topk,

@@ -123,6 +123,7 @@ def test_sweep_resumes_without_redoing(tmp_path, monkeypatch):
   assert os.path.exists(str(tmp_path / "sweep_toy_fig3.png"))
 
 
+@pytest.mark.slow  # HOG and the whole pipeline compiled (~20 s)
 def test_cifar10_runs_end_to_end_on_hog_features(tmp_path):
   # CIFAR-10 cannot be had offline here: a directory in its format, read by
   # the loader, featurised by our HOG, normalised and trained on.

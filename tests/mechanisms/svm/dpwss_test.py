@@ -121,10 +121,13 @@ def test_pair_lookups_match_a_dense_flag_matrix(ordered):
   dense[pairs[found, 0], pairs[found, 1]] = True
   if not ordered:
     dense |= dense.T
-  for i in range(num):
-    for memory in (with_bits, scanned):
-      got = np.asarray(wss.seen_with(memory, i, num, ordered=ordered))
-      np.testing.assert_array_equal(got, dense[i])
+  # Every row i at once (i traced): one compiled lookup per memory.
+  rows = jax.jit(jax.vmap(
+      lambda memory, i: wss.seen_with(memory, i, num, ordered=ordered),
+      in_axes=(None, 0)))
+  for memory in (with_bits, scanned):
+    np.testing.assert_array_equal(np.asarray(rows(memory, jnp.arange(num))),
+                                  dense)
 
 
 def test_pair_memory_fits_at_ijcnn1_scale():
@@ -339,8 +342,8 @@ def test_batched_loop_equals_separate_runs():
                                  np.asarray(batched.alpha[r]), atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    "shrinking", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow  # the solver compiled at several unrolls (~20 s)
+@pytest.mark.parametrize("shrinking", [False, True])
 def test_unrolled_loop_gives_the_same_runs(shrinking):
   # Several SMO steps per while-loop trip: a step of an exited run changes
   # nothing, so iterations, α, pairs and exits are those of unroll = 1,
