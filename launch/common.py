@@ -21,6 +21,7 @@ said so) before the next append, never glued to.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -252,6 +253,26 @@ def timed(fn: Callable, *args, repeats: int = 1, **kwargs):
     result = block(fn(*args, **kwargs))
     times.append(time.perf_counter() - start)
   return result, compile_seconds, float(np.median(times))
+
+
+@contextlib.contextmanager
+def heavy_imports():
+  """Imports inside run with Python's cyclic garbage collector off; the
+  modules are then frozen (:func:`gc.freeze`) and the collector is on again.
+
+  JAX, SciPy and dp_accounting create millions of objects that live as long
+  as the process; each collection during their import scans every object
+  made so far. Imported this way, the main command's imports take about
+  0.4 s less on the 2-core CPU, and later collections skip those objects.
+  """
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    yield
+  finally:
+    gc.freeze()
+    if enabled:
+      gc.enable()
 
 
 def progress(message: str) -> None:

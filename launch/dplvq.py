@@ -114,12 +114,13 @@ def _settings(experiment):
 def main(argv):
   del argv
   # Heavy imports here, so --help and flag errors stay fast.
-  import jax  # pylint: disable=g-import-not-at-top
+  with common.heavy_imports():
+    import jax  # pylint: disable=g-import-not-at-top
 
-  from launch.data import loaders  # pylint: disable=g-import-not-at-top
-  from launch.experiments import (  # pylint: disable=g-import-not-at-top
-      dplvq as experiment,
-  )
+    from launch.data import loaders  # pylint: disable=g-import-not-at-top
+    from launch.experiments import (  # pylint: disable=g-import-not-at-top
+        dplvq as experiment,
+    )
 
   dataset = _DATASET.value
   out = _OUT.value or os.path.join("results", f"dplvq_{dataset}.jsonl")

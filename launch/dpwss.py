@@ -155,10 +155,11 @@ def _numbers(flag, values, kind):
 def main(argv):
   del argv
   # Heavy imports here, so --help and flag errors stay fast.
-  from launch.data import loaders  # pylint: disable=g-import-not-at-top
-  from launch.experiments import (  # pylint: disable=g-import-not-at-top
-      dpwss as experiment,
-  )
+  with common.heavy_imports():
+    from launch.data import loaders  # pylint: disable=g-import-not-at-top
+    from launch.experiments import (  # pylint: disable=g-import-not-at-top
+        dpwss as experiment,
+    )
 
   out = _OUT.value
   if not out:

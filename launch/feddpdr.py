@@ -371,9 +371,10 @@ def main(argv):
   del argv
   s = validate()
   # Heavy imports only now: --help and flag mistakes stay fast.
-  from federated import feddpdr  # pylint: disable=g-import-not-at-top
-  from launch.data import loaders  # pylint: disable=g-import-not-at-top
-  from launch.experiments import feddpdr as ex  # pylint: disable=g-import-not-at-top
+  with common.heavy_imports():
+    from federated import feddpdr  # pylint: disable=g-import-not-at-top
+    from launch.data import loaders  # pylint: disable=g-import-not-at-top
+    from launch.experiments import feddpdr as ex  # pylint: disable=g-import-not-at-top
 
   if s["distributed"]:  # before any JAX computation
     from federated import distributed  # pylint: disable=g-import-not-at-top

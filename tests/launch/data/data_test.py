@@ -198,9 +198,19 @@ def test_har_tree(tmp_path):
 # scikit-learn sets, names.
 
 
-def test_sklearn_sets_match_sklearn():
+@pytest.mark.parametrize("read_the_file", [True, False])
+def test_sklearn_sets_match_sklearn(read_the_file, monkeypatch):
+  # Digits is read from scikit-learn's bundled file without importing it;
+  # where that file is not found, through scikit-learn. Both equal it.
+  if not read_the_file:
+    monkeypatch.setattr(data, "_sklearn_data_file", lambda name: None)
+  else:
+    assert data._sklearn_data_file("digits.csv.gz") is not None
   digits = data.load_dataset("digits")
-  np.testing.assert_array_equal(digits.x_train, sk_datasets.load_digits().data)
+  want = sk_datasets.load_digits()
+  np.testing.assert_array_equal(digits.x_train, want.data)
+  np.testing.assert_array_equal(
+      np.asarray(digits.classes)[digits.y_train], want.target)
   assert digits.bounds == (0.0, 16.0) and digits.image_shape == (8, 8, 1)
   cancer = data.load_dataset("breast_cancer")
   assert cancer.x_train.shape == (569, 30) and cancer.classes == (0, 1)
