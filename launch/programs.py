@@ -31,7 +31,7 @@ import importlib.metadata
 import os
 import pathlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 from jax import export
@@ -40,7 +40,7 @@ LIBRARY_PACKAGES = ("dpcore", "mechanisms", "federated")
 """Packages whose source a stored program depends on."""
 
 _SUBDIR = "programs"
-_LOADED: dict[str, Callable] = {}
+_LOADED: dict[tuple, Callable] = {}
 
 
 def _library_digest() -> str:
@@ -86,7 +86,9 @@ def program_key(name: str, settings: object, args: Sequence) -> str:
 
 
 def load_or_export(fn: Callable, args: Sequence, *, name: str,
-                   settings: object, cache_dir: str) -> Callable:
+                   settings: object, cache_dir: str,
+                   compiler_options: Mapping[str, object] | None = None
+                   ) -> Callable:
   """A callable equal to ``fn``, its trace kept in ``cache_dir``.
 
   Args:
@@ -99,6 +101,9 @@ def load_or_export(fn: Callable, args: Sequence, *, name: str,
       part of the key).
     cache_dir: directory of JAX's persistent cache; programs go under
       ``cache_dir/programs``.
+    compiler_options: XLA options of the compile (``jax.jit``'s
+      ``compiler_options``); JAX's cache keys the executable by them, the
+      stored trace does not depend on them.
 
   Returns:
     ``run(*args)``: the stored program's jitted call on arguments of the
@@ -120,11 +125,14 @@ def load_or_export(fn: Callable, args: Sequence, *, name: str,
     return tuple(fn(*jax.tree.unflatten(treedef, restored)))
 
   key = program_key(name, settings, args)
-  if key not in _LOADED:
-    _LOADED[key] = jax.jit(_load_or_export(
-        flat_fn, to_flat(args), key=key, name=name,
-        cache_dir=cache_dir).call)
-  call = _LOADED[key]
+  options = dict(compiler_options or {})
+  loaded = (key, tuple(sorted(options.items())))
+  if loaded not in _LOADED:
+    _LOADED[loaded] = jax.jit(
+        _load_or_export(flat_fn, to_flat(args), key=key, name=name,
+                        cache_dir=cache_dir).call,
+        compiler_options=options or None)
+  call = _LOADED[loaded]
   return lambda *arguments: call(*to_flat(arguments))
 
 

@@ -10,6 +10,7 @@ line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import resource
@@ -40,6 +41,12 @@ BUDGET_FIELDS = ("epsilon", "delta", "calibration", "budget_per_classifier",
 LABELS = {"nonpriv": "Non-Priv", "dpml": "DPML", "dpdr_dpml": "DPDR-DPML",
           "feddpdr": "FedDPDR-DPML"}
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dpjax", "jax")
+# On the CPU the training program is compiled at LLVM optimisation level 1.
+# Its run time is in LAPACK's eigh and in matrix products, which the level
+# does not touch: d = 784, 5 x 2,000 rows trained in 0.46-0.59 s at either
+# level, with the same accuracy, while the compile fell from 8.6-8.9 s to
+# 6.5-7.1 s, and the main command's first run by 2-3 s (docs/benchmarks.md).
+CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 
 
 def enable_compilation_cache(path: str | None = DEFAULT_CACHE_DIR) -> None:
@@ -272,7 +279,27 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   return make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
                      config=config, result=result, timing=timing,
                      devices=1 if mesh is None else int(mesh.size),
-                     chunk=chunk, extra=extra, bucketed=bucketed)
+                     chunk=chunk, extra=extra, bucketed=bucketed,
+                     options=compiler_options(mesh))
+
+
+def compiler_options(mesh=None) -> dict:
+  """XLA options of the training program: :data:`CPU_COMPILER_OPTIONS` on
+  the CPU in one process without a mesh, none otherwise (the record's
+  ``compiler_options``)."""
+  if (mesh is None and jax.process_count() == 1
+      and jax.default_backend() == "cpu"):
+    return dict(CPU_COMPILER_OPTIONS)
+  return {}
+
+
+@functools.cache
+def _compiled_train(program, num_classes: int, chunk, options: tuple):
+  """One jit of ``feddpdr.train`` per program and compile options."""
+  return jax.jit(
+      lambda *arguments: feddpdr.train(*arguments, config=program,
+                                       num_classes=num_classes, chunk=chunk),
+      compiler_options=dict(options) or None)
 
 
 def training_program(args, *, config: feddpdr.Config, num_classes: int,
@@ -282,20 +309,26 @@ def training_program(args, *, config: feddpdr.Config, num_classes: int,
   With JAX's persistent cache on (:func:`enable_compilation_cache`), one
   process and no mesh, the traced program is kept beside the cache
   (:mod:`launch.programs`), so a later run with the same settings, shapes
-  and library source neither traces nor compiles; otherwise it is
-  ``feddpdr.train`` itself. The results are the same either way.
+  and library source neither traces nor compiles. Compiled with
+  :func:`compiler_options`. The results are those of ``feddpdr.train``.
   """
-  def train(*arguments):
-    return feddpdr.train(*arguments, config=config, num_classes=num_classes,
-                         mesh=mesh, chunk=chunk)
-
+  program = feddpdr.program(config)
+  options = compiler_options(mesh)
+  if mesh is not None or jax.process_count() > 1:
+    return lambda *arguments: feddpdr.train(
+        *arguments, config=config, num_classes=num_classes, mesh=mesh,
+        chunk=chunk)
+  train = _compiled_train(program, num_classes, chunk,
+                          tuple(sorted(options.items())))
   cache = jax.config.jax_compilation_cache_dir
-  if not cache or mesh is not None or jax.process_count() > 1:
+  if not cache:
     return train
   stored = programs.load_or_export(
-      lambda *arguments: tuple(train(*arguments)), args,
-      name="feddpdr_train", cache_dir=cache,
-      settings=(feddpdr.program(config), num_classes, chunk))
+      lambda *arguments: tuple(feddpdr.train(
+          *arguments, config=program, num_classes=num_classes,
+          chunk=chunk)),
+      args, name="feddpdr_train", cache_dir=cache,
+      settings=(program, num_classes, chunk), compiler_options=options)
   return lambda *arguments: feddpdr.TrainOutput(*stored(*arguments))
 
 
@@ -358,7 +391,7 @@ def timed_training(run, timing_repeats: int, *, participants: int,
 def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
                 config: feddpdr.Config, result: dict, timing: dict,
                 devices: int, chunk: int | None, extra: dict | None = None,
-                bucketed: bool = False) -> dict:
+                bucketed: bool = False, options: dict | None = None) -> dict:
   """The JSON record of one run (:func:`run_one`; the multi-process
   harness, ``launch.experiments.distributed``, writes the same fields).
 
@@ -366,6 +399,8 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
   (:func:`federated.partition.partition_buckets`) rather than one padded
   array; the record's ``buckets`` and ``padding_efficiency`` say how many
   and how much of the computed rows were real.
+  ``options``: the XLA compiler options of the training program
+  (:func:`compiler_options`), recorded as ``compiler_options``.
   """
   result = dict(result)
   record = {
@@ -393,6 +428,7 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "chunk": chunk,
       **partition.layout_record(sizes, bucketed=bucketed),
       "topk": topk_record(config, d=prepared.x_train.shape[1]),
+      "compiler_options": dict(options or {}),
       "participants_per_second": timing["participants_per_second"],
       # This process's own peak (in a multi-process run, process 0's).
       "peak_host_memory_bytes": peak_host_memory_bytes(),

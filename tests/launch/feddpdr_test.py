@@ -42,6 +42,7 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
       assert field in record
     assert tuple(record["privacy"]) == accounting.PRIVACY_FIELDS
     assert record["sizes"] == [100, 100, 100]
+    assert record["compiler_options"] == launch.CPU_COMPILER_OPTIONS
     assert 0.0 <= record["accuracy"] <= 1.0
     assert record["grad_norm_max"] <= 1e-8
   assert private["mechanism"] == "feddpdr" and private["epsilon"] == 1.0
@@ -244,3 +245,34 @@ def test_command_line_checks_synthetic_sizes_before_any_work(
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert re.search(message, proc.stderr), proc.stderr[-2000:]
+
+
+def test_training_program_equals_the_library_train(tmp_path):
+  # The harness compiles feddpdr.train with its CPU compiler options,
+  # directly or (cache on) through the stored program; the results must be
+  # the library's.
+  from federated import partition  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(90, 6)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = rng.integers(0, 3, size=90)
+  parts = partition.partition(jax.random.key(0), x, y, sizes=(40, 50))
+  config = fed.Config(epsilon=2.0, k=3, lam=1.0)
+  plan = fed.prepare(parts.sizes, d=6, num_classes=3, config=config)
+  assert launch.compiler_options() == launch.CPU_COMPILER_OPTIONS
+  before = jax.config.jax_compilation_cache_dir
+  try:
+    with jax.enable_x64(True):
+      args = fed.train_arguments(jax.random.key(1), parts, plan, seeds=2)
+      want = jax.device_get(fed.train(*args, config=config, num_classes=3))
+      for cache in (None, str(tmp_path)):
+        jax.config.update("jax_compilation_cache_dir", cache)
+        train = launch.training_program(args, config=config, num_classes=3)
+        got = jax.device_get(train(*args))
+        assert bool(np.all(got.converged))
+        for name, a, b in zip(want._fields, got, want, strict=True):
+          np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7,
+                                     err_msg=f"{name} (cache {cache})")
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)
+  assert len(os.listdir(tmp_path / "programs")) == 1

@@ -52,6 +52,23 @@ def test_stored_program_equals_jit_and_skips_tracing(tmp_path, monkeypatch):
     np.testing.assert_array_equal(got, ref)
 
 
+def test_compiler_options_reach_the_compile(tmp_path):
+  args = _args()
+  want = jax.jit(_fn)(*args)
+  fast = programs.load_or_export(
+      _fn, args, name="toy", settings="s", cache_dir=str(tmp_path),
+      compiler_options={"xla_backend_optimization_level": 1})
+  for got, ref in zip(fast(*args), want, strict=True):
+    np.testing.assert_array_equal(got, ref)
+  # The same stored trace; the options go to XLA (an unknown one fails).
+  assert len(os.listdir(tmp_path / "programs")) == 1
+  wrong = programs.load_or_export(
+      _fn, args, name="toy", settings="s", cache_dir=str(tmp_path),
+      compiler_options={"xla_no_such_option": 1})
+  with pytest.raises(Exception, match="xla_no_such_option"):
+    wrong(*args)
+
+
 def test_key_changes_with_shape_settings_and_library(monkeypatch):
   base = programs.program_key("toy", "s", _args())
   assert base == programs.program_key("toy", "s", _args())
