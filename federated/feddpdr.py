@@ -341,11 +341,6 @@ class TrainOutput(NamedTuple):
   converged: jax.Array
 
 
-def clip_rows(z):
-  """Scales each row to norm ≤ 1 (:func:`dpcore.clipping.clip_rows`)."""
-  return clipping.clip_rows(z)
-
-
 def participant_keys(key: jax.Array, count: int, *, first: int = 0):
   """The (DP-PCA, fit) keys of participants ``first … first + count − 1``.
 
@@ -463,7 +458,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
     # Each participant projects its own rows (z = x Û, or x itself for
     # dpml) and clips them to norm ≤ 1 before its K fits.
     z = xi if basis is None else xi @ basis
-    z = clip_rows(z.astype(jnp.float64))
+    z = clipping.clip_rows(z.astype(jnp.float64))
     return op.one_vs_rest(
         kk, z, yi, mi.astype(jnp.float64), num_classes=num_classes, n=ni,
         p=pi, theta=ti, lam=static.lam, loss=static.loss, h=static.huber_h,

@@ -90,6 +90,7 @@ def _loop_functions():
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
+  from dpcore import clipping  # pylint: disable=g-import-not-at-top
   from federated import aggregation, feddpdr  # pylint: disable=g-import-not-at-top
   from mechanisms.erm import objective_perturbation as op  # pylint: disable=g-import-not-at-top
   from mechanisms.pca import dp_pca  # pylint: disable=g-import-not-at-top
@@ -106,7 +107,7 @@ def _loop_functions():
   @partial(jax.jit, static_argnames=("static", "num_classes"))
   def fit(key, i, x, labels, mask, n, p, theta, global_basis, *, static,
           num_classes):
-    z = feddpdr.clip_rows((x @ global_basis).astype(jnp.float64))
+    z = clipping.clip_rows((x @ global_basis).astype(jnp.float64))
     return op.one_vs_rest(
         keys(key, i)[1], z, labels, mask.astype(jnp.float64),
         num_classes=num_classes, n=n, p=p, theta=theta, lam=static.lam,

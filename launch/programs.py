@@ -18,7 +18,9 @@ of every ``.py`` file of ``dpcore``, ``mechanisms`` and ``federated``. Any
 edit to the library, an upgrade, or another shape is therefore another
 file: a stale program is never run. Files are written atomically
 (a temporary file, then ``os.replace``); one that cannot be read is set
-aside and the program exported again.
+aside and the program exported again. Each program name keeps its
+:data:`KEEP` most recently used files (a load marks its file used); older
+ones are deleted when a new one is written.
 
 Only single-device programs go through here (a mesh or several processes
 trace as usual): the launch harness decides.
@@ -38,6 +40,9 @@ from jax import export
 
 LIBRARY_PACKAGES = ("dpcore", "mechanisms", "federated")
 """Packages whose source a stored program depends on."""
+
+KEEP = 32
+"""Stored programs kept per name (about 80-250 KB each)."""
 
 _SUBDIR = "programs"
 _LOADED: dict[tuple, Callable] = {}
@@ -143,7 +148,9 @@ def _load_or_export(flat_fn, flat_args, *, key: str, name: str,
   if os.path.exists(path):
     try:
       with open(path, "rb") as f:
-        return export.deserialize(bytearray(f.read()))
+        exported = export.deserialize(bytearray(f.read()))
+      os.utime(path)  # used now: kept by prune
+      return exported
     except Exception as e:  # noqa: BLE001 - any unreadable file is redone
       print(f"note: stored program {path} could not be read ({e}); "
             f"tracing again", file=sys.stderr, flush=True)
@@ -155,4 +162,27 @@ def _load_or_export(flat_fn, flat_args, *, key: str, name: str,
   with open(partial_path, "wb") as f:
     f.write(exported.serialize())
   os.replace(partial_path, path)
+  prune(directory, name)
   return exported
+
+
+def prune(directory: str, name: str, keep: int = KEEP) -> list[str]:
+  """Deletes all but the ``keep`` most recently used stored programs of
+  ``name`` in ``directory``; returns the deleted paths."""
+  stored = []
+  for entry in os.scandir(directory):
+    if entry.name.startswith(f"{name}-") and entry.name.endswith(
+        ".jaxexport"):
+      try:
+        stored.append((entry.stat().st_mtime, entry.path))
+      except FileNotFoundError:  # deleted by another process meanwhile
+        pass
+  stored.sort(reverse=True)
+  deleted = []
+  for _, path in stored[keep:]:
+    try:
+      os.remove(path)
+      deleted.append(path)
+    except FileNotFoundError:
+      pass
+  return deleted

@@ -73,6 +73,7 @@ def test_the_moments_aggregate_is_benchmarked_against_its_loop():
   assert vm["global_captured_fraction"] > 0.6
 
 
+@pytest.mark.slow  # the pipeline and the loop compiled (~25 s)
 def test_the_loop_follows_the_participant_keys():
   # The comparison above can fail: another repeat key moves every basis.
   prepared = _toy()

@@ -95,3 +95,31 @@ def test_unreadable_file_is_set_aside_and_redone(tmp_path, capsys):
   assert "could not be read" in capsys.readouterr().err
   assert os.path.exists(str(path) + ".bad")
   assert path.read_bytes() != b"cut off"
+
+
+def test_prune_keeps_the_most_recently_used(tmp_path):
+  for i in range(5):
+    for name in ("toy", "other"):
+      path = tmp_path / f"{name}-{i:032x}.jaxexport"
+      path.write_bytes(b"x")
+      os.utime(path, (1000.0 + i, 1000.0 + i))
+  os.utime(tmp_path / f"toy-{0:032x}.jaxexport", (2000.0, 2000.0))  # used
+  deleted = programs.prune(str(tmp_path), "toy", keep=3)
+  assert sorted(os.path.basename(p) for p in deleted) == [
+      f"toy-{1:032x}.jaxexport", f"toy-{2:032x}.jaxexport"]
+  left = sorted(os.listdir(tmp_path))
+  assert [p for p in left if p.startswith("toy-")] == [
+      f"toy-{i:032x}.jaxexport" for i in (0, 3, 4)]
+  assert len([p for p in left if p.startswith("other-")]) == 5
+
+
+def test_a_load_marks_the_program_used(tmp_path):
+  args = _args()
+  programs.load_or_export(_fn, args, name="toy", settings="s",
+                          cache_dir=str(tmp_path))
+  (path,) = (tmp_path / "programs").iterdir()
+  os.utime(path, (1000.0, 1000.0))
+  programs._LOADED.clear()
+  programs.load_or_export(_fn, args, name="toy", settings="s",
+                          cache_dir=str(tmp_path))
+  assert path.stat().st_mtime > 1000.0
