@@ -52,7 +52,10 @@ participants × 8 rows; ``--participant_chunk`` bounds the memory::
 Each record has ``participants_per_second`` (participants × seeds per
 second of training), ``devices``, ``processes``, ``chunk``, ``topk`` (the
 solver and its settings, ``--topk``), the peak host and device memory,
-``buckets`` and ``padding_efficiency`` (real rows / padded rows).
+``buckets`` and ``padding_efficiency`` (real rows / padded rows), and
+``compiler_options`` (on the CPU the training program is compiled at XLA's
+backend optimisation level 1: the same results, a shorter compile;
+``launch.experiments.feddpdr.CPU_COMPILER_OPTIONS``).
 
 Very unequal ``--sizes`` (padding to the longest would waste more than
 half the rows) run in buckets of similar padded length, one compiled

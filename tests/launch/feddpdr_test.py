@@ -13,7 +13,7 @@ import pytest
 
 from dpcore import accounting, clipping
 from federated import feddpdr as fed
-from launch import common
+from launch import common, programs
 from launch.data import loaders as data_lib
 from launch.experiments import feddpdr as launch
 from tests.launch.data.files import write_cifar_dir
@@ -260,19 +260,25 @@ def test_training_program_equals_the_library_train(tmp_path):
   config = fed.Config(epsilon=2.0, k=3, lam=1.0)
   plan = fed.prepare(parts.sizes, d=6, num_classes=3, config=config)
   assert launch.compiler_options() == launch.CPU_COMPILER_OPTIONS
+  options = tuple(sorted(launch.CPU_COMPILER_OPTIONS.items()))
   before = jax.config.jax_compilation_cache_dir
   try:
     with jax.enable_x64(True):
       args = fed.train_arguments(jax.random.key(1), parts, plan, seeds=2)
+      # Cache off: the jit of feddpdr.train with the options (the same
+      # program and options as the stored one below, so not run again).
+      jax.config.update("jax_compilation_cache_dir", None)
+      assert launch.training_program(
+          args, config=config, num_classes=3) is launch._compiled_train(
+              fed.program(config), 3, None, options)
+      jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+      train = launch.training_program(args, config=config, num_classes=3)
+      got = jax.device_get(train(*args))
       want = jax.device_get(fed.train(*args, config=config, num_classes=3))
-      for cache in (None, str(tmp_path)):
-        jax.config.update("jax_compilation_cache_dir", cache)
-        train = launch.training_program(args, config=config, num_classes=3)
-        got = jax.device_get(train(*args))
-        assert bool(np.all(got.converged))
-        for name, a, b in zip(want._fields, got, want, strict=True):
-          np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7,
-                                     err_msg=f"{name} (cache {cache})")
   finally:
     jax.config.update("jax_compilation_cache_dir", before)
   assert len(os.listdir(tmp_path / "programs")) == 1
+  assert options in {loaded[1] for loaded in programs._LOADED}
+  assert bool(np.all(got.converged))
+  for name, a, b in zip(want._fields, got, want, strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
