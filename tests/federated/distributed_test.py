@@ -24,6 +24,7 @@ import jax
 import numpy as np
 import pytest
 
+from dpcore import noise
 from federated import aggregation, distributed, feddpdr, partition, sharding
 from mechanisms.pca import dp_pca
 from tests.federated import layouts
@@ -142,6 +143,79 @@ def test_two_processes_give_the_one_process_pca_and_aggregate(tmp_path):
   # (measured 0.09, 90x it), so a key or row block landing on the wrong
   # participant would fail the comparison above.
   assert np.max(np.abs(got["bases"][1] - bases[0])) > 10 * layouts.BASIS_TOL
+
+
+# The moments aggregate across processes: each process sums its own
+# participants' noisy second moments (the keys feddpdr.train derives), the
+# per-device sums are added across processes, and every process takes the
+# top k of the total.
+_MOMENTS_SCRIPT = """
+    from federated import distributed
+    distributed.initialize(ADDRESS, NUM, PID)
+    import jax
+    import numpy as np
+    from tests.federated import distributed_test, layouts
+    parts, _, _ = layouts.problem(4)
+    mesh = distributed.global_mesh(4)
+    start, stop = distributed.local_block(mesh, 4)
+    x = distributed.place_local(parts.x[start:stop], mesh, 4)
+    mask = distributed.place_local(parts.mask[start:stop], mesh, 4)
+    key = distributed.replicate(jax.random.key(2), mesh)
+    total, basis = distributed_test.moments_and_aggregate(key, x, mask, mesh)
+    total, basis = (np.asarray(a.addressable_data(0)) for a in (total, basis))
+    other = distributed_test.gather_to_zero(total)
+    if PID == 0:
+      np.savez(OUT, total=total, basis=basis, other_total=other)
+"""
+
+
+def gather_to_zero(value):
+  """Every process's copy of ``value``, stacked (in each process)."""
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return multihost_utils.process_allgather(np.asarray(value))
+
+
+def moments_and_aggregate(key, x, mask, mesh, *, shift: int = 0):
+  """Σᵢ (XᵢᵀXᵢ + Zᵢ) with the σ of :func:`pca_sigma` and its top K.
+
+  ``shift`` (a test of the test) gives participant i the keys of
+  participant i + shift, as a process reading the wrong key block would.
+  """
+  d = x.shape[-1]
+  summed = aggregation.summed_over_participants(
+      lambda kk, xi, mi: dp_pca.second_moment_and_noise(
+          kk, xi, mi, sigma=pca_sigma()), mesh)
+
+  def run(key, x, mask):
+    pca_keys, _ = feddpdr.participant_keys(key, x.shape[0], first=shift)
+    m, z = summed(pca_keys, x, mask)
+    total = m + noise.symmetric_from_upper(z, d)
+    return total, aggregation.moments_aggregate(total, layouts.K)
+
+  return jax.jit(run)(key, x, mask)
+
+
+@pytest.mark.slow  # two processes (~15 s); the PCA test above runs by default
+def test_two_processes_give_the_one_process_moments_aggregate(tmp_path):
+  got = _launch(_MOMENTS_SCRIPT, processes=2, devices=1, tmp_path=tmp_path)
+  parts, _, _ = layouts.problem(4)
+  total, basis = jax.device_get(moments_and_aggregate(
+      jax.random.key(2), parts.x, parts.mask, None))
+  # Both processes hold the same total (it was added across them).
+  np.testing.assert_array_equal(got["other_total"][0],
+                                got["other_total"][1])
+  # The order of the float32 additions differs between the layouts.
+  scale = np.max(np.abs(total))
+  np.testing.assert_allclose(got["total"], total, atol=1e-5 * scale)
+  # Premise: the K-th and (K+1)-th eigenvalues of the total are far apart
+  # against that rounding, so the top K is well-defined.
+  eig = np.linalg.eigvalsh(total.astype(np.float64))[::-1]
+  assert eig[layouts.K - 1] - eig[layouts.K] > 1e3 * 1e-5 * scale
+  np.testing.assert_allclose(got["basis"], basis, atol=layouts.BASIS_TOL)
+  # Another participant's keys change the total far beyond the tolerance.
+  shifted, _ = jax.device_get(moments_and_aggregate(
+      jax.random.key(2), parts.x, parts.mask, None, shift=1))
+  assert np.max(np.abs(shifted - total)) > 100 * 1e-5 * scale
 
 
 # feddpdr.train on the global mesh: each process pads and places only its
