@@ -263,7 +263,7 @@ def heavy_imports():
   JAX, SciPy and dp_accounting create millions of objects that live as long
   as the process; each collection during their import scans every object
   made so far. Imported this way, the main command's imports take about
-  0.4 s less on the 2-core CPU, and later collections skip those objects.
+  0.3 s less on the 2-core CPU, and later collections skip those objects.
   """
   enabled = gc.isenabled()
   gc.disable()

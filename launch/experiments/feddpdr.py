@@ -324,6 +324,7 @@ def training_program(args, *, config: feddpdr.Config, num_classes: int,
   if not cache:
     return train
   stored = programs.load_or_export(
+      # feddpdr.train itself: JAX refuses compiler options on a nested jit.
       lambda *arguments: tuple(feddpdr.train(
           *arguments, config=program, num_classes=num_classes,
           chunk=chunk)),
