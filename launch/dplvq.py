@@ -87,7 +87,7 @@ _GHOST = flags.DEFINE_bool("ghost_clipping", True,
                            "Closed-form per-example norms (else vmap(grad)).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the splits and the noise.")
 _OUT = flags.DEFINE_string("out", None, "JSON-lines file (default: "
-                           "results/dplvq_<dataset>.jsonl).")
+                           "runs/dplvq_<dataset>.jsonl, untracked).")
 _TABLE = flags.DEFINE_bool("table", False, "Table 1 + Fig. 1 mode.")
 _TABLE_EPS = flags.DEFINE_string("table_epsilons", "0.75,1.5,2.5",
                                  "ε of Table 1.")
@@ -123,7 +123,7 @@ def main(argv):
     )
 
   dataset = _DATASET.value
-  out = _OUT.value or os.path.join("results", f"dplvq_{dataset}.jsonl")
+  out = _OUT.value or os.path.join("runs", f"dplvq_{dataset}.jsonl")
   common.check_output_path(out, "--out")
   settings = _settings(experiment)
   steps = experiment.check_settings(settings, max_steps=_MAX_STEPS.value)
