@@ -314,3 +314,317 @@ def test_num_steps(epochs, q, steps):
 def test_num_steps_refuses_bad_arguments(kwargs):
   with pytest.raises(ValueError):
     dpsgd.num_steps(**kwargs)
+
+
+# -- the gaps sampler: O(B) per batch, the same law --------------------------
+#
+# Every law test runs its statistic twice: on method="gaps", where it must
+# pass, and on a deliberately wrong sampler written here, where it must fail.
+
+def _gaps(n, q, max_batch):
+  return jax.jit(jax.vmap(lambda k: dpsgd.poisson_batch(
+      k, n, sampling_rate=q, max_batch=max_batch, method="gaps")))
+
+
+def _membership(batches, n):
+  """(trials, n) 0/1 matrix: row i in trial t's batch."""
+  idx = np.asarray(batches.indices)
+  mask = np.asarray(batches.mask)
+  out = np.zeros((idx.shape[0], n))
+  np.add.at(out, (np.arange(idx.shape[0])[:, None], idx), mask)
+  return out
+
+
+def _bernoulli_rows(rates):
+  # A wrong sampler when the rates are wrong: row i included w.p. rates[i].
+  rates = jnp.asarray(rates)
+
+  def sample(key):
+    take = jax.random.uniform(key, rates.shape) < rates
+    return take.astype(jnp.float32)
+  return jax.jit(jax.vmap(sample))
+
+
+def _fixed_size_rows(n, k):
+  # A uniformly random k-subset of the n rows: the right marginals at
+  # q = k/n, negatively correlated pairs, a constant size.
+  def sample(key):
+    perm = jax.random.permutation(key, n)
+    return (perm < k).astype(jnp.float32)
+  return jax.jit(jax.vmap(sample))
+
+
+def _with_replacement_sizes(n, q):
+  # Binomial(n, q) draws of a row, with replacement: the distinct count.
+  def sample(key):
+    k1, k2 = jax.random.split(key)
+    draws = jnp.sum(jax.random.uniform(k1, (n,)) < q)
+    rows = jax.random.randint(k2, (n,), 0, n)
+    hit = jnp.zeros(n, bool).at[rows].max(jnp.arange(n) < draws)
+    return jnp.sum(hit)
+  return jax.jit(jax.vmap(sample))
+
+
+GAP_TRIALS = 4000
+
+
+@pytest.fixture(scope="module")
+def gap_batches():
+  keys = jax.random.split(jax.random.key(12), GAP_TRIALS)
+  return _gaps(N, Q, 80)(keys)
+
+
+def _rows_follow_rate(members, q):
+  # Each row's count over the trials ~ Binomial(trials, q), independently
+  # across rows: the sum of squared z-scores is χ²(n).
+  trials, n = members.shape
+  z = (members.sum(0) - trials * q) / math.sqrt(trials * q * (1 - q))
+  return stats.chi2.sf(np.sum(z**2), n)
+
+
+def test_gaps_include_every_row_with_probability_q(gap_batches):
+  members = _membership(gap_batches, N)
+  assert _rows_follow_rate(members, Q) > 1e-3
+  keys = jax.random.split(jax.random.key(13), GAP_TRIALS)
+  # Rejected: the rate 10 % too low everywhere, or right on average but
+  # 20 % low in the second half of the rows (as a sampler stopping short
+  # of the last rows would be).
+  low = np.asarray(_bernoulli_rows(np.full(N, 0.9 * Q))(keys))
+  assert _rows_follow_rate(low, Q) < 1e-6
+  tilted = np.where(np.arange(N) < N // 2, 1.2 * Q, 0.8 * Q)
+  assert _rows_follow_rate(
+      np.asarray(_bernoulli_rows(tilted)(keys)), Q) < 1e-6
+
+
+def test_gaps_batch_sizes_follow_binomial(gap_batches):
+  sizes = np.asarray(gap_batches.size)
+  assert _binomial_chi2_pvalue(sizes, N, Q) > 1e-3
+  # Rejected: fixed-size batches.
+  assert _binomial_chi2_pvalue(np.full(GAP_TRIALS, round(N * Q)), N, Q) < 1e-6
+  # On 40 rows at q = 0.3, and rejected there: Binomial(N, q)-many draws
+  # with replacement, whose duplicates (1.7 on average) make the count of
+  # distinct rows fall short.
+  n, q = 40, 0.3
+  keys = jax.random.split(jax.random.key(14), GAP_TRIALS)
+  sizes = np.asarray(_gaps(n, q, n)(keys).size)
+  assert _binomial_chi2_pvalue(sizes, n, q) > 1e-3
+  distinct = np.asarray(_with_replacement_sizes(n, q)(keys))
+  assert _binomial_chi2_pvalue(distinct, n, q) < 1e-6
+
+
+PAIR_N, PAIR_Q, PAIR_TRIALS = 16, 0.3125, 40000  # qN = 5 rows
+
+
+def _pairs_independent(members, q):
+  """|z| < 4.5 for P(i and j in) = q² over adjacent and distant pairs."""
+  trials, n = members.shape
+  pairs = [(i, i + 1) for i in range(n - 1)]
+  pairs += [(i, i + n // 2) for i in range(n // 2)]
+  p = q * q
+  both = np.array([np.sum(members[:, i] * members[:, j]) for i, j in pairs])
+  z = (both - trials * p) / math.sqrt(trials * p * (1 - p))
+  return bool(np.all(np.abs(z) < 4.5)), z
+
+
+def test_gaps_rows_are_pairwise_independent():
+  keys = jax.random.split(jax.random.key(15), PAIR_TRIALS)
+  batches = _gaps(PAIR_N, PAIR_Q, PAIR_N)(keys)
+  members = _membership(batches, PAIR_N)
+  ok, z = _pairs_independent(members, PAIR_Q)
+  assert ok, z
+  # Rejected: a uniform 5-subset, whose every row has the right rate q
+  # but whose pairs are in together with 5·4/(16·15) = 0.083 < q² = 0.098.
+  fixed = np.asarray(_fixed_size_rows(PAIR_N, 5)(keys))
+  assert abs(fixed.mean() - PAIR_Q) < 1e-9
+  ok, z = _pairs_independent(fixed, PAIR_Q)
+  assert not ok and np.all(z < 0), z
+
+
+def test_gaps_batches_are_sorted_distinct_and_padded(gap_batches):
+  idx = np.asarray(gap_batches.indices)
+  mask = np.asarray(gap_batches.mask)
+  sizes = np.asarray(gap_batches.size)
+  assert idx.dtype == np.int32 and mask.dtype == np.float32
+  assert np.all(sizes <= 81)
+  for b in range(GAP_TRIALS):
+    k = min(int(sizes[b]), 80)
+    np.testing.assert_array_equal(mask[b], np.arange(80) < k)
+    assert np.all(np.diff(idx[b, :k]) > 0) and np.all(idx[b, :k] < N)
+    assert np.all(idx[b, k:] == 0)
+
+
+def test_gaps_overflow_is_reported_as_max_batch_plus_one():
+  keys = jax.random.split(jax.random.key(16), 50)
+  batches = _gaps(200, 0.5, 3)(keys)
+  np.testing.assert_array_equal(batches.size, 4)
+  np.testing.assert_array_equal(batches.mask, 1.0)
+  assert np.all(np.diff(np.asarray(batches.indices), axis=1) > 0)
+  # q = 1: every row, in order; more rows than slots reads B + 1.
+  full = _gaps(7, 1.0, 7)(keys[:2])
+  np.testing.assert_array_equal(full.indices, np.tile(np.arange(7), (2, 1)))
+  np.testing.assert_array_equal(full.size, 7)
+  cut = _gaps(7, 1.0, 4)(keys[:2])
+  np.testing.assert_array_equal(cut.indices, np.tile(np.arange(4), (2, 1)))
+  np.testing.assert_array_equal(cut.size, 5)
+
+
+def test_gaps_sampler_is_pure_jittable_and_vmappable():
+  key = jax.random.key(3)
+
+  def sample(k):
+    return dpsgd.poisson_batch(k, 1000, sampling_rate=0.02, max_batch=60,
+                               method="gaps")
+  one = jax.jit(sample)
+  a, b = one(key), one(key)
+  np.testing.assert_array_equal(a.indices, b.indices)
+  np.testing.assert_array_equal(a.mask, b.mask)
+  assert int(a.size) == int(b.size)
+  keys = jax.random.split(key, 8)
+  many = jax.jit(jax.vmap(sample))(keys)
+  assert many.indices.shape == (8, 60) and many.size.shape == (8,)
+  np.testing.assert_array_equal(many.indices[2], one(keys[2]).indices)
+  assert int(many.size[2]) == int(one(keys[2]).size)
+  # Different keys, different batches.
+  assert len({tuple(np.asarray(r).tolist()) for r in many.indices}) == 8
+
+
+def test_auto_and_the_default_method():
+  keys = jax.random.split(jax.random.key(4), 2)
+
+  def sampler(n, q, b, **method):
+    return jax.jit(jax.vmap(lambda k: dpsgd.poisson_batch(
+        k, n, sampling_rate=q, max_batch=b, **method)))
+  default = sampler(300, 0.1, 70)(keys)
+  bern = sampler(300, 0.1, 70, method="bernoulli")(keys)
+  np.testing.assert_array_equal(default.indices, bern.indices)
+  assert dpsgd.choose_sampler(300, 70) == "bernoulli"
+  auto = sampler(300, 0.1, 70, method="auto")(keys)
+  np.testing.assert_array_equal(auto.indices, bern.indices)
+  n, q = 60000, 256 / 60000
+  b = dpsgd.max_batch_size(n, sampling_rate=q, steps=4688)
+  assert dpsgd.choose_sampler(n, b) == "gaps"
+  auto = sampler(n, q, b, method="auto")(keys)
+  gaps = sampler(n, q, b, method="gaps")(keys)
+  np.testing.assert_array_equal(auto.indices, gaps.indices)
+  # The rule: (B + 1)·⌈log₂(N + 1)⌉ ≤ 2N.
+  assert dpsgd.choose_sampler(1024, 185) == "gaps"  # 186 · 11 = 2046
+  assert dpsgd.choose_sampler(1024, 186) == "bernoulli"  # 187 · 11 = 2057
+  # A table too large to build: bernoulli, when the rate is given.
+  assert dpsgd.choose_sampler(10**7, 100) == "gaps"
+  assert dpsgd.choose_sampler(10**7, 100, sampling_rate=1e-5) == "bernoulli"
+  with pytest.raises(ValueError, match="MAX_GAP_TABLE"):
+    dpsgd.poisson_batch(keys[0], 10**7, sampling_rate=1e-5, max_batch=100,
+                        method="gaps")
+
+
+@pytest.mark.parametrize("q, n", [(0.3, 1000), (0.01, 50), (1 / 3, 10**6),
+                                  (1e-12, 100), (0.999, 20), (2**-10, 2000)])
+def test_gap_table_is_the_exact_cdf_to_the_stated_error(q, n):
+  table = dpsgd.gap_table(n, sampling_rate=q)
+  f = table.thresholds()
+  assert table.high.dtype == table.low.dtype == np.uint32
+  assert f == sorted(f) and f[-1] < 2**64
+  r = 1 - fractions.Fraction(q)
+  tiny = fractions.Fraction(1, 2**64)
+  power = fractions.Fraction(1)  # (1 − q)^g, exact
+  exact_departure = fractions.Fraction(0)
+  for g in range(n):
+    power *= r
+    if g < len(f):
+      err = abs(f[g] - (1 - power) * 2**64)
+      stated = fractions.Fraction(1, 2) + fractions.Fraction(g + 1, 2**63)
+      assert err <= stated or (f[g] == 2**64 - 1 and err < 1), (g, err)
+      exact_departure += err / 2**64
+    # L = min(N, the smallest L with (1 − q)^L ≤ 2⁻⁶⁴).
+    if power <= tiny or g == n - 1:
+      assert table.length == len(f) == g + 1
+      break
+  if table.length < n:
+    assert f[-1] == 2**64 - 1
+    exact_departure += power
+  # The bound is above the exact total, by no more than twice the
+  # fixed-point error allowed for: Σ 4(g + 1) + 2L units of 2⁻¹²⁸.
+  length = table.length
+  slack = fractions.Fraction(2 * length * (length + 1) + 2 * length, 2**128)
+  assert exact_departure <= table.gap_departure <= exact_departure + slack
+
+
+def test_table_search_is_the_exact_64_bit_count():
+  # q = 1e-12: consecutive F_g share their high word, so the low word and
+  # the lexicographic comparison decide; U at, just below and just above
+  # every threshold, plus 0 and 2⁶⁴ − 1.
+  table = dpsgd.gap_table(100, sampling_rate=1e-12)
+  f = np.array(table.thresholds(), np.uint64)
+  assert len(set(table.high.tolist())) < len(f)
+  u = np.concatenate([f, f - np.uint64(1), f + np.uint64(1),
+                      np.array([0, 2**64 - 1], np.uint64)])
+  u_high = jnp.asarray((u >> np.uint64(32)).astype(np.uint32))
+  u_low = jnp.asarray((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+  got = dpsgd._table_count(jnp.asarray(table.high), jnp.asarray(table.low),
+                           table.length, u_high, u_low)
+  np.testing.assert_array_equal(got, np.searchsorted(f, u, side="right"))
+
+
+def test_saturating_row_sums_do_not_overflow_int32():
+  cap = 2**31 - 1
+  steps = jnp.array([2**30, 2**30, 5, cap, 1, 0], jnp.int32)
+  ends = jax.jit(lambda s: dpsgd._saturating_cumsum(s, cap))(steps)
+  np.testing.assert_array_equal(ends, [2**30, cap, cap, cap, cap, cap])
+  small = jnp.array([3, 4, 0, 2], jnp.int32)
+  np.testing.assert_array_equal(dpsgd._saturating_cumsum(small, 100),
+                                [3, 7, 7, 9])
+
+
+def test_sampler_departure_is_tiny_for_mnist_and_grows_with_steps():
+  n, q, t = 60000, 256 / 60000, 4688
+  b = dpsgd.max_batch_size(n, sampling_rate=q, steps=t)
+  d = dpsgd.sampler_departure(n, sampling_rate=q, steps=t, max_batch=b,
+                              method="gaps")
+  # ≈ (B + 1) · T · L · 2⁻⁶⁶ with L = 10376: 2.5e-10, far below δ = 1e-5.
+  assert 1e-11 < d < 1e-9
+  table = dpsgd.gap_table(n, sampling_rate=q)
+  assert fractions.Fraction(d) >= (b + 1) * t * table.gap_departure
+  assert d == pytest.approx((b + 1) * t * table.length * 2.0**-66, rel=0.05)
+  d2 = dpsgd.sampler_departure(n, sampling_rate=q, steps=2 * t, max_batch=b,
+                               method="gaps")
+  assert d2 == pytest.approx(2 * d, rel=1e-12) and d2 > d
+  assert dpsgd.sampler_departure(n, sampling_rate=q, steps=t, max_batch=b,
+                                 method="auto") == d
+  assert dpsgd.sampler_departure(n, sampling_rate=q, steps=t, max_batch=b,
+                                 method="bernoulli") == 0.0
+  assert dpsgd.sampler_departure(n, sampling_rate=1.0, steps=t, max_batch=b,
+                                 method="gaps") == 0.0
+  assert dpsgd.sampler_departure(10, sampling_rate=0.3, steps=10**30,
+                                 max_batch=5, method="gaps") == 1.0
+
+
+@pytest.mark.parametrize("method", ["Gaps", "poisson", "", None, 1])
+def test_bad_sampler_names_are_refused(method):
+  with pytest.raises(ValueError, match="method must be one of"):
+    dpsgd.poisson_batch(jax.random.key(0), 10, sampling_rate=0.5,
+                        max_batch=5, method=method)
+  with pytest.raises(ValueError, match="method must be one of"):
+    dpsgd.sampler_departure(10, sampling_rate=0.5, steps=3, max_batch=5,
+                            method=method)
+
+
+def test_gaps_refuses_traced_rates_and_bad_arguments():
+  with pytest.raises(ValueError, match="concrete"):
+    jax.jit(lambda q: dpsgd.poisson_batch(
+        jax.random.key(0), 7, sampling_rate=q, max_batch=7,
+        method="gaps"))(0.5)
+  with pytest.raises(ValueError, match="sampling_rate"):
+    dpsgd.poisson_batch(jax.random.key(0), 10, sampling_rate=0.0,
+                        max_batch=5, method="gaps")
+  with pytest.raises(ValueError, match="num_examples"):
+    dpsgd.gap_table(0, sampling_rate=0.5)
+  with pytest.raises(ValueError, match="sampling_rate < 1"):
+    dpsgd.gap_table(10, sampling_rate=1.0)
+  with pytest.raises(ValueError, match="max_batch"):
+    dpsgd.sampler_departure(10, sampling_rate=0.5, steps=3, max_batch=0,
+                            method="gaps")
+  with pytest.raises(ValueError, match="steps"):
+    dpsgd.sampler_departure(10, sampling_rate=0.5, steps=0, max_batch=3,
+                            method="gaps")
+  with pytest.raises(ValueError, match="max_batch"):
+    dpsgd.choose_sampler(10, 0)
