@@ -8,10 +8,12 @@ Two halves, so that the steps run are the steps accounted:
   :meth:`DPSGDPlan.record` writes the ledger entries of exactly that run
   (T Poisson-subsampled Gaussian steps and the padding's truncation event).
 * :func:`train` runs the plan: one ``lax.scan`` over T steps, each drawing
-  a Poisson batch, computing per-example gradients of ``loss(params,
-  example)`` by ``vmap(grad)`` (or a caller's closed-form clipped sum),
-  clipping, noising and averaging them through
-  :func:`dpcore.dpsgd.dp_aggregate`, then stepping an optax optimiser.
+  a Poisson batch (O(B) geometric gaps when B ≪ N), forming the clipped
+  sum of per-example gradients of ``loss(params, example)`` — without
+  per-example gradients for a layered loss (:mod:`dpcore.ghost`), by
+  ``vmap(grad)`` otherwise, or by a caller's closed form — then noising and
+  averaging it through :func:`dpcore.dpsgd.dp_aggregate` and stepping an
+  optax optimiser.
 
 DP logistic regression in a few lines:
 
@@ -47,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpcore import accounting, clipping, dpsgd, validation
+from dpcore import accounting, clipping, dpsgd, ghost, validation
 
 PyTree = Any
 ClippedSumFn = Callable[[PyTree, PyTree, jax.Array, float], PyTree]
@@ -67,6 +69,11 @@ class DPSGDPlan:
     max_batch: B, the padded batch size.
     truncation_probability: P(some step samples more than B rows), the
       union bound of :func:`dpcore.dpsgd.truncation_probability`.
+    sampler: the Poisson sampler's method, ``"gaps"`` (cost O(B) per
+      step) or ``"bernoulli"`` (O(N)); see :func:`dpcore.dpsgd.poisson_batch`.
+    sampler_departure: a bound on the total variation between the run's
+      sampled batches and exact Poisson sampling
+      (:func:`dpcore.dpsgd.sampler_departure`; 0 for ``"bernoulli"``).
   """
   num_examples: int
   sampling_rate: float
@@ -75,6 +82,8 @@ class DPSGDPlan:
   noise_multiplier: float
   max_batch: int
   truncation_probability: float
+  sampler: str = "bernoulli"
+  sampler_departure: float = 0.0
 
   @property
   def expected_batch_size(self) -> float:
@@ -83,7 +92,8 @@ class DPSGDPlan:
 
   def record(self, ledger: accounting.PrivacyLedger, *, delta: float,
              label: str = "dpsgd",
-             padding_label: str = "poisson_batch_padding") -> None:
+             padding_label: str = "poisson_batch_padding",
+             sampler_label: str = "poisson_sampler_departure") -> None:
     """Records this run in ``ledger``: T sampled Gaussians + the padding.
 
     Args:
@@ -92,6 +102,8 @@ class DPSGDPlan:
         composition); the ledger's RDP/PLD ε is taken at its report δ.
       label: the DP-SGD entry's label.
       padding_label: the truncation entry's label.
+      sampler_label: the label of the sampler's departure from exact
+        Poisson sampling (recorded only when it is above 0).
     """
     if self.noise_multiplier <= 0:
       raise ValueError(
@@ -104,12 +116,15 @@ class DPSGDPlan:
         label=label)
     ledger.record_truncation(self.truncation_probability,
                              label=padding_label)
+    if self.sampler_departure > 0:
+      ledger.record_truncation(self.sampler_departure, label=sampler_label)
 
 
 def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
               noise_multiplier: float, steps: int | None = None,
               epochs: float | None = None, max_batch: int | None = None,
-              overflow_probability: float = 1e-9) -> DPSGDPlan:
+              overflow_probability: float = 1e-9,
+              sampler: str = "auto") -> DPSGDPlan:
   """Validates a DP-SGD run and derives its step count and batch size.
 
   Args:
@@ -127,6 +142,10 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
       ``overflow_probability``. Any B is valid: its truncation probability
       is recorded and counted in the reported δ.
     overflow_probability: target P(truncation) for the default B.
+    sampler: ``"auto"`` (:func:`dpcore.dpsgd.choose_sampler`: geometric
+      gaps when B is small against N, else one coin per row), ``"gaps"``
+      or ``"bernoulli"``. Either has Poisson sampling's law; the gaps'
+      table quantisation is bounded and recorded (``sampler_departure``).
   """
   num_examples = validation.check_positive_int(num_examples, "num_examples")
   sampling_rate = validation.check_in_range(
@@ -144,8 +163,15 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
   truncation = dpsgd.truncation_probability(
       num_examples, sampling_rate=sampling_rate, steps=steps,
       max_batch=max_batch)
+  if sampler == "auto":
+    sampler = dpsgd.choose_sampler(num_examples, max_batch,
+                                   sampling_rate=sampling_rate)
+  departure = dpsgd.sampler_departure(
+      num_examples, sampling_rate=sampling_rate, steps=steps,
+      max_batch=max_batch, method=sampler)
   return DPSGDPlan(num_examples, sampling_rate, steps, clip_norm,
-                   noise_multiplier, max_batch, truncation)
+                   noise_multiplier, max_batch, truncation, sampler,
+                   departure)
 
 
 class TrainKeys(NamedTuple):
@@ -204,13 +230,66 @@ def _check_data(data, num_examples):
           f"{jnp.shape(leaf)}.")
 
 
+def _resolve_clipped_sum(loss, clipped_sum) -> ClippedSumFn:
+  if clipped_sum is None and isinstance(loss, ghost.LayeredLoss):
+    return loss.clipped_sum
+  if clipped_sum is None:
+    if loss is None:
+      raise ValueError("give a per-example loss or a clipped_sum.")
+    if not callable(loss):
+      raise TypeError(
+          f"loss must be a function loss(params, example), got {loss!r}.")
+    return per_example_clipped_sum(loss)
+  if not callable(clipped_sum):
+    raise TypeError(f"clipped_sum must be a function, got {clipped_sum!r}.")
+  return clipped_sum
+
+
+def clipped_batch_sum(sampling_key: jax.Array, plan: DPSGDPlan, step,
+                      loss: Callable[[PyTree, PyTree], jax.Array] | None,
+                      params: PyTree, data: PyTree, *,
+                      clipped_sum: ClippedSumFn | None = None
+                      ) -> tuple[PyTree, jax.Array]:
+  """Step ``step``'s Poisson batch and its clipped gradient sum, no noise.
+
+  The part of a DP-SGD step that touches the data: the batch drawn from
+  ``fold_in(sampling_key, step)`` at the plan's q, padded to B, and
+  Σᵢ maskᵢ · clip_C(∇ℓᵢ) over it (the layered fast path for a
+  :class:`dpcore.ghost.LayeredLoss`). :func:`train` adds the noise; a
+  federated trainer can instead vmap this over participants and noise the
+  server's sum. Returns ``(clipped sum, overflowed)``, the second a bool:
+  the batch had more than B rows (some were dropped).
+
+  Privacy: adding or removing one row of ``data`` moves the sum by at most
+  C in L2 norm; the sum itself is not private until noised.
+  """
+  validation.check_key(sampling_key, "sampling_key")
+  if not isinstance(plan, DPSGDPlan):
+    raise ValueError(f"plan must come from make_plan, got {type(plan)}.")
+  data = jax.tree.map(jnp.asarray, data)
+  _check_data(data, plan.num_examples)
+  clipped_sum = _resolve_clipped_sum(loss, clipped_sum)
+  return _clipped_batch_sum(sampling_key, plan, step, clipped_sum, params,
+                            data)
+
+
+def _clipped_batch_sum(sampling_key, plan, step, clipped_sum, params, data):
+  batch = dpsgd.poisson_batch(
+      jax.random.fold_in(sampling_key, step), plan.num_examples,
+      sampling_rate=plan.sampling_rate, max_batch=plan.max_batch,
+      method=plan.sampler)
+  rows = jax.tree.map(lambda a: a[batch.indices], data)
+  total = clipped_sum(params, rows, batch.mask, plan.clip_norm)
+  return total, batch.size > plan.max_batch
+
+
 def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
           loss: Callable[[PyTree, PyTree], jax.Array] | None,
           params: PyTree, data: PyTree,
           optimizer: optax.GradientTransformation, *,
           clipped_sum: ClippedSumFn | None = None,
-          post_update: Callable[[PyTree], PyTree] | None = None
-          ) -> TrainResult:
+          post_update: Callable[[PyTree], PyTree] | None = None,
+          unroll: int = 1) -> TrainResult:
   """Runs the plan's T DP-SGD steps as one ``lax.scan`` (jit/vmap-able).
 
   Step t: a Poisson batch at rate q padded to B rows; the clipped sum
@@ -222,8 +301,11 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
       :class:`TrainKeys`.
     plan: from :func:`make_plan`; its steps, q, C, σ and B are what run.
     loss: per-example loss ``loss(params, example)``, ``example`` one row
-      of ``data`` (same pytree, leading axis removed). May be None when
-      ``clipped_sum`` is given.
+      of ``data`` (same pytree, leading axis removed). A
+      :class:`dpcore.ghost.LayeredLoss` (``ghost.layered(fn)``) takes the
+      fast path: per-example norms from layer inputs and output gradients,
+      no per-example gradients (equal to the ``vmap(grad)`` path to float
+      rounding). May be None when ``clipped_sum`` is given.
     params: initial parameters (a pytree, data-independent or already
       accounted for by the caller).
     data: pytree of arrays with N rows each (e.g. ``(x, y)``).
@@ -233,12 +315,22 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
       clip_norm)`` returning Σᵢ maskᵢ · clip_C(∇ℓᵢ) (params-shaped), e.g.
       from closed-form per-example norms. It must apply the mask and
       bound every example's contribution by C in joint L2 norm: the
-      guarantee rests on it. Default :func:`per_example_clipped_sum`.
+      guarantee rests on it. Default: the layered loss's
+      :meth:`~dpcore.ghost.LayeredLoss.clipped_sum`, else
+      :func:`per_example_clipped_sum` (``vmap(grad)``).
     post_update: optional ``params -> params`` after every step
       (post-processing).
+    unroll: steps per trip of the ``lax.scan`` loop (a speed setting: the
+      keys are derived from the step index, so the result does not depend
+      on it).
 
   Returns:
     A :class:`TrainResult`.
+
+  Under ``jax.jit`` with the plan, loss and optimizer closed over (or
+  static), one compilation serves every key, data set and initial
+  parameters of the same shapes; ``jax.vmap`` over keys runs seeds, over
+  keys and data (equal row counts) runs participants.
 
   Privacy: under add/remove-one of a row of ``data``, each step is the
   Poisson-subsampled Gaussian mechanism (sensitivity C, noise σC) and T
@@ -256,15 +348,8 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
     keys = split_keys(validation.check_key(key))
   data = jax.tree.map(jnp.asarray, data)
   _check_data(data, plan.num_examples)
-  if clipped_sum is None:
-    if loss is None:
-      raise ValueError("give a per-example loss or a clipped_sum.")
-    if not callable(loss):
-      raise TypeError(
-          f"loss must be a function loss(params, example), got {loss!r}.")
-    clipped_sum = per_example_clipped_sum(loss)
-  elif not callable(clipped_sum):
-    raise TypeError(f"clipped_sum must be a function, got {clipped_sum!r}.")
+  clipped_sum = _resolve_clipped_sum(loss, clipped_sum)
+  unroll = validation.check_positive_int(unroll, "unroll")
   if not hasattr(optimizer, "update"):
     raise TypeError(
         f"optimizer must be an optax GradientTransformation, got "
@@ -277,19 +362,16 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
 
   def step(carry, t):
     params, opt_state, overflow = carry
-    batch = dpsgd.poisson_batch(
-        jax.random.fold_in(keys.sampling, t), plan.num_examples,
-        sampling_rate=plan.sampling_rate, max_batch=plan.max_batch)
-    rows = jax.tree.map(lambda a: a[batch.indices], data)
-    total = clipped_sum(params, rows, batch.mask, plan.clip_norm)
+    total, overflowed = _clipped_batch_sum(keys.sampling, plan, t,
+                                           clipped_sum, params, data)
     updates, opt_state = tx.update(total, opt_state, params)
     params = optax.apply_updates(params, updates)
     if post_update is not None:
       params = post_update(params)
-    overflow = overflow + (batch.size > plan.max_batch)
+    overflow = overflow + overflowed
     return (params, opt_state, overflow), None
 
   carry = (params, tx.init(params), jnp.zeros((), jnp.int32))
-  (params, _, overflow), _ = jax.lax.scan(step, carry,
-                                          jnp.arange(plan.steps))
+  (params, _, overflow), _ = jax.lax.scan(
+      step, carry, jnp.arange(plan.steps), unroll=min(unroll, plan.steps))
   return TrainResult(params, overflow)

@@ -24,6 +24,9 @@ MODELS = ("glvq", "gmlvq")
 TRAINERS = ("dpsgd", "sgd", "bfgs")
 SIGMA_RULES = ("accountant", "paper")
 INIT_MECHANISMS = ("laplace", "gaussian")
+# One coin per row, as the reproduction was run and recorded: the private
+# and the non-private trainers then see the same batches for one key.
+SAMPLER = "bernoulli"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +85,7 @@ class TrainConfig:
     return trainer.make_plan(
         num_examples, sampling_rate=self.sampling_rate, epochs=self.epochs,
         clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
-        max_batch=self.max_batch)
+        max_batch=self.max_batch, sampler=SAMPLER)
 
   def validate(self) -> TrainConfig:
     if self.model not in MODELS:
@@ -222,7 +225,8 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
     # does not enter the accounting (σ is relative to C): any C > 0 will do.
     run = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
                             epochs=epochs, clip_norm=1.0,
-                            noise_multiplier=sigma, max_batch=max_batch)
+                            noise_multiplier=sigma, max_batch=max_batch,
+                            sampler=SAMPLER)
     assert run.steps == steps
     run.record(ledger, delta=delta_sgd, label="dpsgd")
   else:
@@ -334,7 +338,8 @@ def _train_plain(sample_key, params, x, y, labels, config):
     params, opt_state, overflow = carry
     batch = dpsgd.poisson_batch(
         jax.random.fold_in(sample_key, t), n,
-        sampling_rate=config.sampling_rate, max_batch=config.max_batch)
+        sampling_rate=config.sampling_rate, max_batch=config.max_batch,
+        method=SAMPLER)
     xb, yb = x[batch.indices], y[batch.indices]
     grads = jax.grad(lvq.cost)(params, xb, yb, labels,
                                phi_kind=config.phi_kind, weights=batch.mask)

@@ -84,11 +84,14 @@ def test_ledger_epsilon_matches_an_independent_dp_accounting_computation(
 
   ledger = accounting.PrivacyLedger()
   plan.record(ledger, delta=DELTA)
+  # The sampler's departure from exact Poisson sampling is a second
+  # truncation-like event (geometric gaps: its table's rounding).
+  assert plan.sampler == "gaps" and 0 < plan.sampler_departure < 1e-12
   assert [e.kind for e in ledger.entries] == [
-      "subsampled_gaussian", "truncation"]
+      "subsampled_gaussian", "truncation", "truncation"]
   g = ledger.guarantee(DELTA)
-  p = plan.truncation_probability
-  assert g.truncation_probability == p
+  p = plan.truncation_probability + plan.sampler_departure
+  assert g.truncation_probability == pytest.approx(p, rel=1e-12)
   rdp_hi = independent(dp_rdp.RdpAccountant(), DELTA / 2)
   inner = DELTA - (1 + math.exp(rdp_hi)) * p
   assert inner > DELTA / 2
@@ -124,8 +127,17 @@ def test_record_writes_the_schema_fields():
   rec = ledger.report(DELTA, nominal_epsilon=1.0)
   assert tuple(rec) == accounting.PRIVACY_FIELDS
   assert rec["delta"] == DELTA
-  assert rec["truncation_probability"] == plan.truncation_probability
+  assert rec["truncation_probability"] == pytest.approx(
+      plan.truncation_probability + plan.sampler_departure, rel=1e-12)
   assert [e["label"] for e in rec["entries"]] == [
+      "dpsgd", "poisson_batch_padding", "poisson_sampler_departure"]
+  bernoulli = trainer.make_plan(500, sampling_rate=0.1, steps=20,
+                                clip_norm=1.0, noise_multiplier=2.0,
+                                sampler="bernoulli")
+  ledger = accounting.PrivacyLedger()
+  bernoulli.record(ledger, delta=DELTA)
+  assert bernoulli.sampler_departure == 0.0
+  assert [e.label for e in ledger.entries] == [
       "dpsgd", "poisson_batch_padding"]
 
 
