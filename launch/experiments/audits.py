@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from dpcore import (
   accounting,
@@ -33,7 +34,9 @@ from dpcore import (
   discrete,
   dpsgd,
   exponential,
+  ghost,
   noise,
+  trainer,
 )
 from federated import feddpdr
 from mechanisms.erm import objective_perturbation as op
@@ -473,6 +476,80 @@ def dpsgd_spec(*, broken: str | None = None,
       broken=broken is not None)
 
 
+# -- the DP-SGD trainer end to end, on the layered (ghost) fast path ----------
+
+_TRAINER = {"examples": 8, "sampling_rate": 0.5, "steps": 3,
+            "noise_multiplier": 1.0, "clip_norm": 1.0, "dim": 2,
+            "learning_rate": 1.0, "canary_scale": 10.0}
+
+
+def _trainer_canary_loss(layers, example):
+  # ℓ(w; x) = −w·x: the gradient is −x whatever w, so the canary row's
+  # gradient has norm canary_scale·C and every step must clip it.
+  return -layers.dense("w", example)[0]
+
+
+def trainer_spec(*, broken: str | None = None,
+                 audit_delta: float = 1e-2) -> AuditSpec:
+  """A whole :func:`dpcore.trainer.train` run on its fast paths.
+
+  The model is a layered linear loss (:mod:`dpcore.ghost`) whose per-step
+  gradient is −x, so the trained weight after T steps of SGD from 0 is
+  lr·Σₜ (clipped sum + noise)/qN: the run releases the sum of its T noisy
+  updates (the accountant covers every update; this is post-processing).
+  Row 0 is the canary, x₀ = 10·C along the first axis (clipped to C on
+  the fast path); in ``data_0`` it is a zero row, which adds nothing to any
+  sum (add/remove, as for ``dpsgd_spec``). Statistic: the released weight
+  along the canary direction. ``broken="clip_skipped"`` runs the same
+  trainer with a clipped sum that does not clip (C ×10⁶ inside the sum,
+  the plan's C for the noise), which the audit must catch.
+  """
+  cfg = _TRAINER
+  if broken not in (None, "clip_skipped"):
+    raise ValueError(f"broken must be None or 'clip_skipped', got "
+                     f"{broken!r}.")
+  n, q, steps = cfg["examples"], cfg["sampling_rate"], cfg["steps"]
+  clip = cfg["clip_norm"]
+  # Both fast paths: the layered clipped sum and the geometric-gap sampler
+  # (the trainer's choice for B ≪ N, forced here on this small N).
+  plan = trainer.make_plan(n, sampling_rate=q, steps=steps, clip_norm=clip,
+                           noise_multiplier=cfg["noise_multiplier"],
+                           sampler="gaps")
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger, delta=audit_delta)
+  loss = ghost.layered(_trainer_canary_loss)
+  clipped_sum = None
+  if broken == "clip_skipped":
+    def clipped_sum(params, batch, mask, clip_norm):
+      return loss.clipped_sum(params, batch, mask, 1e6 * clip_norm)
+  params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
+  direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
+  x_1 = jnp.zeros((n, cfg["dim"]), jnp.float32).at[0].set(
+      cfg["canary_scale"] * clip * direction)
+  x_0 = jnp.zeros_like(x_1)
+  expected = q * n
+
+  def mechanism(key, x):
+    return trainer.train(key, plan, loss, params, x,
+                         optax.sgd(cfg["learning_rate"]),
+                         clipped_sum=clipped_sum).params["w"]["w"][:, 0]
+
+  def statistic(w):
+    # Σₜ of the canary-axis updates in units of C/qN: Binomial + N(0, Tσ²).
+    return w @ direction * expected / (cfg["learning_rate"] * clip)
+
+  return AuditSpec(
+      name="trainer_ghost" if broken is None else f"trainer_{broken}",
+      relation="add_remove",
+      settings={**cfg, "max_batch": plan.max_batch, "sampler": plan.sampler,
+                "path": "ghost", "variant": broken or "library"},
+      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
+      delta=audit_delta, reported_epsilon=ledger.guarantee(
+          audit_delta).epsilon,
+      default_trials=200_000 if broken is None else 20_000,
+      broken=broken is not None)
+
+
 # -- FedDPDR, one participant --------------------------------------------------
 
 
@@ -535,11 +612,13 @@ def specs() -> list[AuditSpec]:
       objective_perturbation_spec(loss="logistic"),
       output_perturbation_spec(),
       dpsgd_spec(),
+      trainer_spec(),
       feddpdr_spec(),
       gaussian_spec(broken=True),
       laplace_spec(broken=True),
       dpsgd_spec(broken="mask_dropped"),
       dpsgd_spec(broken="clip_skipped"),
+      trainer_spec(broken="clip_skipped"),
   ]
   from launch.experiments import dpwss_audits  # it imports this module
   out.extend(dpwss_audits.specs())

@@ -20,11 +20,12 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 # Small audits: enough runs to give each a few seconds of power, with keys
 # fixed so the outcome is reproducible.
 SMALL = {"gaussian": 100_000, "laplace": 50_000, "exponential": 100_000,
-         "dpsgd": 20_000,
+         "dpsgd": 20_000, "trainer_ghost": 20_000,
          "discrete_laplace": 50_000}
 BROKEN = {"gaussian_sigma_halved": 20_000,
           "laplace_wrong_sensitivity": 20_000,
-          "dpsgd_mask_dropped": 5_000, "dpsgd_clip_skipped": 5_000}
+          "dpsgd_mask_dropped": 5_000, "dpsgd_clip_skipped": 5_000,
+          "trainer_clip_skipped": 5_000}
 
 
 @pytest.fixture(scope="module")
