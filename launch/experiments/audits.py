@@ -38,7 +38,7 @@ from dpcore import (
   noise,
   trainer,
 )
-from federated import feddpdr
+from federated import feddpdr, fedsgd
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.erm import output_perturbation as outp
 from mechanisms.pca import dp_pca
@@ -550,6 +550,60 @@ def trainer_spec(*, broken: str | None = None,
       broken=broken is not None)
 
 
+# -- federated DP-SGD (server noise, local noise) ------------------------------
+
+
+def fedsgd_spec(*, trust: str = "server",
+                audit_delta: float = 1e-2) -> AuditSpec:
+  """Federated DP-SGD (:mod:`federated.fedsgd`), a whole run released.
+
+  The trainer row's set-up (:func:`trainer_spec`: a layered linear loss
+  whose gradient is −x, so the model after T steps is the sum of the T
+  noisy updates), split over participants of 4 rows each with the canary
+  at participant 0's row 0 (10·C, clipped to C), a zero row in ``data_0``
+  (add/remove). ``"server"``: 2 participants, one noise on the sum. For
+  ``"local"`` the guarantee is a participant's against the server, which
+  sees that participant's own noisy clipped sums: one participant, so the
+  released model is exactly a function of what the server sees.
+  """
+  cfg = dict(_TRAINER)
+  if trust not in ("server", "local"):
+    raise ValueError(f"trust must be 'server' or 'local', got {trust!r}.")
+  participants = 2 if trust == "server" else 1
+  rows = cfg["examples"] // 2
+  q, steps, clip = cfg["sampling_rate"], cfg["steps"], cfg["clip_norm"]
+  plan = fedsgd.make_plan([rows] * participants, trust=trust,
+                          sampling_rate=q, steps=steps, clip_norm=clip,
+                          noise_multiplier=cfg["noise_multiplier"])
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger, delta=audit_delta)
+  loss = ghost.layered(lambda layers, example: _trainer_canary_loss(
+      layers, example[0]))
+  params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
+  direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
+  x_1 = jnp.zeros((participants, rows, cfg["dim"]), jnp.float32).at[
+      0, 0].set(cfg["canary_scale"] * clip * direction)
+  x_0 = jnp.zeros_like(x_1)
+  labels = jnp.zeros((participants, rows), jnp.int32)
+  mask = jnp.ones((participants, rows), jnp.float32)
+
+  def mechanism(key, x):
+    out = fedsgd.train(key, plan, loss, params, x, labels, mask,
+                       optax.sgd(cfg["learning_rate"]))
+    return out.params["w"]["w"][:, 0]
+
+  def statistic(w):
+    return w @ direction * plan.divisor / (cfg["learning_rate"] * clip)
+
+  return AuditSpec(
+      name=f"fedsgd_{trust}", relation="add_remove",
+      settings={**plan.settings(), "canary_scale": cfg["canary_scale"]},
+      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
+      delta=audit_delta,
+      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      default_trials=200_000)
+
+
 # -- FedDPDR, one participant --------------------------------------------------
 
 
@@ -613,6 +667,8 @@ def specs() -> list[AuditSpec]:
       output_perturbation_spec(),
       dpsgd_spec(),
       trainer_spec(),
+      fedsgd_spec(trust="server"),
+      fedsgd_spec(trust="local"),
       feddpdr_spec(),
       gaussian_spec(broken=True),
       laplace_spec(broken=True),

@@ -21,6 +21,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 # fixed so the outcome is reproducible.
 SMALL = {"gaussian": 100_000, "laplace": 50_000, "exponential": 100_000,
          "dpsgd": 20_000, "trainer_ghost": 20_000,
+         "fedsgd_server": 20_000, "fedsgd_local": 20_000,
          "discrete_laplace": 50_000}
 BROKEN = {"gaussian_sigma_halved": 20_000,
           "laplace_wrong_sensitivity": 20_000,

@@ -1,0 +1,376 @@
+"""Federated DP-SGD over the participant axis, under three trust models.
+
+Participants hold disjoint rows, stacked as an array axis
+(:class:`federated.partition.Participants`: x (P, n, d), y (P, n), a row
+mask for the padding). Every step, every participant works on its own rows
+in one ``vmap`` (``chunk`` participants at a time when memory asks for it),
+and a server combines what they send. One model is trained for all
+classes (softmax regression by default, :func:`softmax_loss`), so no ε is
+split over classes.
+
+Trust models (``trust``), each with its own accounting:
+
+* ``"server"`` — *server noise*. Each participant Poisson-samples its rows
+  at rate q, clips every example's gradient to C and sends the clipped sum;
+  the server adds one N(0, σ²C²I) to the total and divides by qN (N the
+  rows of all participants). The union of the rows is then Poisson-sampled
+  at rate q, as in central DP-SGD: every row gets the subsampled Gaussian
+  guarantee (σ, q, T) against anyone who sees the model or the noisy
+  totals. This assumes *secure aggregation*: the server learns the sum of
+  the participants' messages, not each message (an unnoised clipped sum
+  is not private on its own).
+* ``"local"`` — *local noise*. Each participant adds its own
+  N(0, σ²C²I) to its clipped sum before sending; the server is not
+  trusted. Each participant's rows get the subsampled Gaussian guarantee
+  (σ, q, T) against the server; the ledger reports that one (the same for
+  every participant: q, σ and T are theirs alike). The released model
+  carries P independent noises, so its rows are in fact covered at
+  σ√P; the record states it as ``central_noise_multiplier``.
+* ``"participant"`` — *participant-level* DP (DP-FedSGD). The unit of
+  privacy is a participant: each step includes every participant with
+  probability q (Poisson over participants), each included one computes
+  the mean gradient over its rows at the current model and clips it as a
+  whole to C; the server adds N(0, σ²C²I) and divides by qP. Subsampled
+  Gaussian (σ, q, T) under adding or removing one participant with all its
+  rows.
+
+Host side, :func:`make_plan` fixes every public fact (P, n, q, T, C, σ,
+the padded batch B, the trust model) and :meth:`FedSGDPlan.record` writes
+the run's ledger entries; :func:`train` is the pure release, key first.
+Sizes (rows per participant, P) are public, as everywhere in
+:mod:`federated`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dpcore import (
+  accounting,
+  clipping,
+  dpsgd,
+  ghost,
+  noise,
+  trainer,
+  validation,
+)
+
+PyTree = Any
+
+__all__ = [
+    "FedSGDPlan", "FedSGDResult", "TRUST_MODELS", "accuracy", "make_plan",
+    "softmax_loss", "softmax_params", "train",
+]
+
+TRUST_MODELS = ("server", "local", "participant")
+
+_ASSUMPTIONS = {
+    "server": ("secure aggregation: the server sees only the sum of the "
+               "participants' clipped sums, to which it adds the noise"),
+    "local": ("none: each participant noises its own clipped sum; the "
+              "guarantee is each participant's against the server"),
+    "participant": ("the unit of privacy is a participant (all its rows); "
+                    "the server adds the noise to the sum of clipped "
+                    "participant updates"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FedSGDPlan:
+  """The public description of one federated DP-SGD run (see make_plan).
+
+  Attributes:
+    trust: ``"server"``, ``"local"`` or ``"participant"``.
+    num_participants: P.
+    rows: n, the padded rows per participant (the longest participant).
+    total_rows: N, the real rows of all participants.
+    sampling_rate: q, per row (server, local) or per participant.
+    steps: T.
+    clip_norm: C.
+    noise_multiplier: σ (per participant for ``"local"``).
+    row_plan: the per-participant :class:`dpcore.trainer.DPSGDPlan` of
+      the row-level trust models (n rows, B, the sampler), else None.
+    truncation_probability: P(some participant's batch exceeds B in some
+      step), the union bound over participants (0 for ``"participant"``).
+    sampler_departure: the samplers' departure from exact Poisson
+      sampling, over all participants and steps.
+  """
+  trust: str
+  num_participants: int
+  rows: int
+  total_rows: int
+  sampling_rate: float
+  steps: int
+  clip_norm: float
+  noise_multiplier: float
+  row_plan: trainer.DPSGDPlan | None
+  truncation_probability: float
+  sampler_departure: float
+
+  @property
+  def divisor(self) -> float:
+    """qN (rows) or qP (participants): the public divisor of the sum."""
+    if self.trust == "participant":
+      return self.sampling_rate * self.num_participants
+    return self.sampling_rate * self.total_rows
+
+  @property
+  def assumption(self) -> str:
+    """What the guarantee assumes of the server, in words."""
+    return _ASSUMPTIONS[self.trust]
+
+  @property
+  def central_noise_multiplier(self) -> float:
+    """The noise of the released model per unit of sensitivity."""
+    if self.trust == "local":
+      return self.noise_multiplier * float(np.sqrt(self.num_participants))
+    return self.noise_multiplier
+
+  def record(self, ledger: accounting.PrivacyLedger, *, delta: float,
+             label: str | None = None) -> None:
+    """Records the run: T subsampled Gaussians and the sampling events."""
+    if self.noise_multiplier <= 0:
+      raise ValueError(
+          "this plan has noise_multiplier=0 (no noise): it has no DP "
+          "guarantee to record; report accounting.no_guarantee_record(...) "
+          "instead.")
+    ledger.record_subsampled_gaussian(
+        noise_multiplier=self.noise_multiplier,
+        sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
+        label=label or f"fedsgd_{self.trust}")
+    if self.trust != "participant":
+      ledger.record_truncation(self.truncation_probability,
+                               label="poisson_batch_padding")
+      if self.sampler_departure > 0:
+        ledger.record_truncation(self.sampler_departure,
+                                 label="poisson_sampler_departure")
+
+  def settings(self) -> dict:
+    """JSON-ready public settings (for records)."""
+    out = {"trust": self.trust, "assumption": self.assumption,
+           "participants": self.num_participants, "rows": self.rows,
+           "total_rows": self.total_rows,
+           "sampling_rate": self.sampling_rate, "steps": self.steps,
+           "clip_norm": self.clip_norm,
+           "noise_multiplier": self.noise_multiplier,
+           "central_noise_multiplier": self.central_noise_multiplier}
+    if self.row_plan is not None:
+      out["max_batch"] = self.row_plan.max_batch
+      out["sampler"] = self.row_plan.sampler
+    return out
+
+
+def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
+              noise_multiplier: float, steps: int | None = None,
+              epochs: float | None = None,
+              overflow_probability: float = 1e-9) -> FedSGDPlan:
+  """Validates a federated DP-SGD run and derives its public facts.
+
+  Args:
+    sizes: rows of each participant (public), length P.
+    trust: ``"server"``, ``"local"`` or ``"participant"`` (module doc).
+    sampling_rate: q in (0, 1]: per row, or per participant for
+      ``"participant"``.
+    clip_norm: C > 0.
+    noise_multiplier: σ ≥ 0 (σ = 0: no noise and no guarantee, tests
+      only). Calibrate with :func:`dpcore.accounting.calibrate_dpsgd_noise`
+      at the same q and T.
+    steps: T; or
+    epochs: E (T = round(E/q), :func:`dpcore.dpsgd.num_steps`).
+    overflow_probability: the padded batch B of a participant is chosen so
+      that P(any participant's batch exceeds it in any step) ≤ this.
+  """
+  if not isinstance(trust, str) or trust not in TRUST_MODELS:
+    raise ValueError(f"trust must be one of {TRUST_MODELS}, got {trust!r}.")
+  sizes = np.asarray(sizes)
+  if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(
+      sizes.dtype, np.integer) or np.any(sizes < 1):
+    raise ValueError(f"sizes must be a non-empty list of row counts ≥ 1, "
+                     f"got {sizes.tolist()!r}.")
+  q = validation.check_in_range(sampling_rate, "sampling_rate", 0.0, 1.0,
+                                high_inclusive=True)
+  clip_norm = validation.check_positive(clip_norm, "clip_norm")
+  sigma = validation.check_non_negative(noise_multiplier, "noise_multiplier")
+  steps = accounting.dpsgd_steps(sampling_rate=q, steps=steps, epochs=epochs)
+  overflow_probability = validation.check_in_range(
+      overflow_probability, "overflow_probability", 0.0, 1.0)
+  count, rows, total = int(sizes.size), int(sizes.max()), int(sizes.sum())
+  row_plan, truncation, departure = None, 0.0, 0.0
+  if trust != "participant":
+    row_plan = trainer.make_plan(
+        rows, sampling_rate=q, steps=steps, clip_norm=clip_norm,
+        noise_multiplier=sigma,
+        overflow_probability=overflow_probability / count)
+    truncation = min(1.0, count * row_plan.truncation_probability)
+    departure = min(1.0, count * row_plan.sampler_departure)
+  return FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
+                    row_plan, truncation, departure)
+
+
+class FedSGDResult(NamedTuple):
+  """Output of :func:`train`.
+
+  Attributes:
+    params: the trained model (released under the plan's guarantee).
+    overflow_steps: (participant) steps whose batch exceeded B, summed.
+  """
+  params: PyTree
+  overflow_steps: jax.Array
+
+
+def softmax_params(d: int, num_classes: int) -> dict:
+  """Zero softmax-regression parameters (data-independent)."""
+  d = validation.check_positive_int(d, "d")
+  num_classes = validation.check_positive_int(num_classes, "num_classes")
+  return {"out": {"w": jnp.zeros((d, num_classes)),
+                  "b": jnp.zeros((num_classes,))}}
+
+
+@ghost.layered
+def softmax_loss(layers, example):
+  """Cross-entropy of softmax regression on one (x, label) example."""
+  x, y = example
+  return optax.softmax_cross_entropy_with_integer_labels(
+      layers.dense("out", x), y)
+
+
+def accuracy(params: dict, x, y, loss: ghost.LayeredLoss = softmax_loss):
+  """Test accuracy of a layered model whose last layer gives the logits.
+
+  For :func:`softmax_loss` the logits are ``x @ w + b``; another layered
+  loss needs its own prediction (``ghost.apply``).
+  """
+  if loss is not softmax_loss:
+    raise ValueError("accuracy knows softmax_loss's prediction only; use "
+                     "dpcore.ghost.apply with your model's logits.")
+  logits = ghost.apply(lambda layers, v: layers.dense("out", v), params,
+                       jnp.asarray(x))
+  return jnp.mean(jnp.argmax(logits, axis=-1) == jnp.asarray(y))
+
+
+def _check_participants(plan, x, y, mask):
+  shape = (plan.num_participants, plan.rows)
+  if jnp.shape(x)[:2] != shape or jnp.shape(y)[:2] != shape or (
+      jnp.shape(mask) != shape):
+    raise ValueError(
+        f"participants' x, y and mask need leading axes {shape} (P, n) of "
+        f"the plan, got x {jnp.shape(x)}, y {jnp.shape(y)}, mask "
+        f"{jnp.shape(mask)}.")
+
+
+def _map(fn, args, chunk):
+  """vmap over the participant axis, ``chunk`` participants at a time."""
+  if chunk is None:
+    return jax.vmap(fn)(*args)
+  return jax.lax.map(lambda a: fn(*a), args, batch_size=chunk)
+
+
+def _noise_like(key, tree, stddev):
+  leaves, treedef = jax.tree.flatten(tree)
+  keys = jax.random.split(key, len(leaves))
+  return jax.tree.unflatten(treedef, [
+      noise.gaussian_noise(k, a.shape, stddev=stddev, dtype=a.dtype)
+      for a, k in zip(leaves, keys, strict=True)])
+
+
+def train(key: jax.Array, plan: FedSGDPlan,
+          loss: Callable[[PyTree, PyTree], jax.Array], params: PyTree,
+          x, y, mask, optimizer: optax.GradientTransformation, *,
+          chunk: int | None = None) -> FedSGDResult:
+  """Runs the plan's T federated steps as one ``lax.scan`` (jit-able).
+
+  Args:
+    key: PRNG key; participant p's sampling stream is ``fold_in(sampling,
+      p)``, its noise stream (``"local"``) ``fold_in(noise, p)``, and step
+      t folds in t, so no key is used twice.
+    plan: from :func:`make_plan`.
+    loss: per-example loss ``loss(params, (x_row, y_row))``; a
+      :class:`dpcore.ghost.LayeredLoss` (e.g. :func:`softmax_loss`) takes
+      the fast clipping path.
+    params: initial model (data-independent).
+    x, y, mask: (P, n, ...) rows, labels and the 0/1 row mask of the
+      padding (e.g. a :class:`federated.partition.Participants`).
+    optimizer: the server's optax optimiser, applied to the noisy mean.
+    chunk: participants per vmapped block (memory), None for all at once;
+      the result does not depend on it beyond float rounding.
+
+  Privacy: see the module docstring and :meth:`FedSGDPlan.record`. The
+  row mask is bounded to [0, 1] and multiplies the batch mask, so a
+  padding row never enters a sum.
+  """
+  validation.check_key(key)
+  if not isinstance(plan, FedSGDPlan):
+    raise ValueError(f"plan must come from make_plan, got {type(plan)}.")
+  x, y, mask = jnp.asarray(x), jnp.asarray(y), jnp.asarray(mask)
+  _check_participants(plan, x, y, mask)
+  if not callable(loss):
+    raise TypeError(f"loss must be a function, got {loss!r}.")
+  if chunk is not None:
+    chunk = validation.check_positive_int(chunk, "chunk")
+  if not hasattr(optimizer, "update"):
+    raise TypeError(f"optimizer must be an optax GradientTransformation, "
+                    f"got {optimizer!r}.")
+  mask = clipping.clip_weights(mask)
+  sampling, noise_key = jax.random.split(key)
+  count = plan.num_participants
+  participants = jnp.arange(count)
+  stddev = plan.noise_multiplier * plan.clip_norm
+
+  if plan.trust == "participant":
+    def message(p, t, params, xp, yp, mp):
+      del p, t
+      def mean_loss(w):
+        losses = jax.vmap(loss, in_axes=(None, 0))(w, (xp, yp))
+        return jnp.sum(losses * mp) / jnp.maximum(jnp.sum(mp), 1.0)
+      return clipping.clip_to_norm(jax.grad(mean_loss)(params),
+                                   plan.clip_norm), jnp.zeros((), bool)
+  else:
+    inner = (loss.clipped_sum if isinstance(loss, ghost.LayeredLoss)
+             else trainer.per_example_clipped_sum(loss))
+
+    def masked(params, batch, batch_mask, clip_norm):
+      xb, yb, mb = batch
+      return inner(params, (xb, yb), batch_mask * mb, clip_norm)
+
+    def message(p, t, params, xp, yp, mp):
+      total, over = trainer.clipped_batch_sum(
+          jax.random.fold_in(sampling, p), plan.row_plan, t, None, params,
+          (xp, yp, mp), clipped_sum=masked)
+      if plan.trust == "local":
+        total = jax.tree.map(jnp.add, total, _noise_like(
+            jax.random.fold_in(jax.random.fold_in(noise_key, p), t), total,
+            stddev))
+      return total, over
+
+  def step(carry, t):
+    params, state, overflow = carry
+    if plan.trust == "participant":
+      chosen = dpsgd.poisson_batch(
+          jax.random.fold_in(sampling, t), count,
+          sampling_rate=plan.sampling_rate, max_batch=count).mask
+    else:
+      chosen = jnp.ones((count,), jnp.float32)
+    sums, over = _map(
+        lambda p, xp, yp, mp: message(p, t, params, xp, yp, mp),
+        (participants, x, y, mask), chunk)
+    total = jax.tree.map(
+        lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1), sums)
+    if plan.trust != "local":
+      total = jax.tree.map(jnp.add, total, _noise_like(
+          jax.random.fold_in(noise_key, t), total, stddev))
+    grads = jax.tree.map(lambda s: s / plan.divisor, total)
+    updates, state = optimizer.update(grads, state, params)
+    params = optax.apply_updates(params, updates)
+    return (params, state, overflow + jnp.sum(over)), None
+
+  carry = (params, optimizer.init(params), jnp.zeros((), jnp.int32))
+  (params, _, overflow), _ = jax.lax.scan(step, carry,
+                                          jnp.arange(plan.steps))
+  return FedSGDResult(params, overflow)

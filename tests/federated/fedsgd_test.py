@@ -1,0 +1,183 @@
+"""federated.fedsgd: federated DP-SGD under three trust models.
+
+Exact checks with the noise off (σ = 0) and every row or participant in
+(q = 1) against sums formed here by hand; the noise's scale per trust
+model, with a wrong scale rejected; the ledger against the trainer's.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dpcore import accounting, clipping, ghost, trainer
+from federated import fedsgd, partition
+
+D, K = 6, 3
+
+
+def _participants(sizes, key=0):
+  rng = np.random.default_rng(key)
+  xs = [rng.normal(size=(n, D)).astype(np.float32) for n in sizes]
+  ys = [rng.integers(0, K, n) for n in sizes]
+  return partition.pad(xs, ys), xs, ys
+
+
+def _one_step(trust, parts, sizes, *, q=1.0, sigma=0.0, clip=0.3, lr=1.0,
+              key=0, chunk=None, loss=fedsgd.softmax_loss):
+  plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=q, steps=1,
+                          clip_norm=clip, noise_multiplier=sigma)
+  init = fedsgd.softmax_params(D, K)
+  out = fedsgd.train(jax.random.key(key), plan, loss, init, parts.x,
+                     parts.y, parts.mask, optax.sgd(lr), chunk=chunk)
+  return plan, out.params
+
+
+def _row_grad(w, x, y):
+  return jax.grad(lambda p: fedsgd.softmax_loss(p, (x, y)))(w)
+
+
+@pytest.mark.parametrize("trust", ["server", "local"])
+def test_row_level_step_is_the_clipped_sum_of_every_real_row(trust):
+  sizes = [5, 2, 4]
+  parts, xs, ys = _participants(sizes)
+  # Garbage in the padding: it must never enter a sum.
+  parts = parts._replace(x=np.where(parts.mask[..., None] > 0, parts.x,
+                                    1e6).astype(np.float32))
+  plan, params = _one_step(trust, parts, sizes)
+  init = fedsgd.softmax_params(D, K)
+  expected = jax.tree.map(jnp.zeros_like, init)
+  for xp, yp in zip(xs, ys, strict=True):
+    for xi, yi in zip(xp, yp, strict=True):
+      g = clipping.clip_to_norm(_row_grad(init, xi, yi), 0.3)
+      expected = jax.tree.map(jnp.add, expected, g)
+  expected = jax.tree.map(lambda g: -g / sum(sizes), expected)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected),
+                  strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert plan.divisor == sum(sizes)
+
+
+def test_participant_level_step_clips_each_participants_mean_gradient():
+  sizes = [5, 2, 4]
+  parts, xs, ys = _participants(sizes, key=1)
+  plan, params = _one_step("participant", parts, sizes, clip=0.05)
+  init = fedsgd.softmax_params(D, K)
+  expected = jax.tree.map(jnp.zeros_like, init)
+  for xp, yp in zip(xs, ys, strict=True):
+    mean = jax.tree.map(lambda *g: sum(g) / len(g), *[
+        _row_grad(init, xi, yi) for xi, yi in zip(xp, yp, strict=True)])
+    expected = jax.tree.map(jnp.add, expected,
+                            clipping.clip_to_norm(mean, 0.05))
+  expected = jax.tree.map(lambda g: -g / 3, expected)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected),
+                  strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  # The clip binds: each participant's update has norm 0.05 exactly.
+  assert plan.divisor == 3
+
+
+@ghost.layered
+def _flat_loss(layers, example):
+  # Zero gradient everywhere: the update is the noise alone.
+  return 0.0 * jnp.sum(layers.dense("out", example[0]))
+
+
+@pytest.mark.parametrize("trust, factor", [("server", 1.0),
+                                           ("local", np.sqrt(3.0)),
+                                           ("participant", 1.0)])
+def test_noise_has_the_trust_models_scale(trust, factor):
+  sizes = [4, 4, 4]
+  parts, _, _ = _participants(sizes, key=2)
+  sigma, clip = 1.3, 0.5
+  plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=0.5, steps=1,
+                          clip_norm=clip, noise_multiplier=sigma)
+
+  def run(key):
+    out = fedsgd.train(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
+                       parts.x, parts.y, parts.mask, optax.sgd(1.0))
+    return -out.params["out"]["w"].reshape(-1) * plan.divisor
+
+  z = jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(3), 400))
+  z = np.asarray(z).reshape(-1)  # 7,200 draws
+  expected = sigma * clip * factor
+  # sd of the sample sd ≈ expected/√(2n): 0.8 %; a 4-sigma band.
+  assert abs(z.std() / expected - 1.0) < 0.035
+  assert abs(z.mean()) < 4 * expected / np.sqrt(z.size)
+  wrong = sigma * clip * (np.sqrt(3.0) if factor == 1.0 else 1.0)
+  assert abs(z.std() / wrong - 1.0) > 0.2
+  assert plan.central_noise_multiplier == pytest.approx(sigma * factor)
+
+
+def test_chunks_do_not_change_the_result_and_keys_do():
+  sizes = [6, 3, 5, 6, 2]
+  parts, _, _ = _participants(sizes, key=4)
+  plan = fedsgd.make_plan(sizes, trust="server", sampling_rate=0.4, steps=5,
+                          clip_norm=0.5, noise_multiplier=1.0)
+
+  def run(key, chunk):
+    return fedsgd.train(key, plan, fedsgd.softmax_loss,
+                        fedsgd.softmax_params(D, K), parts.x, parts.y,
+                        parts.mask, optax.sgd(0.5), chunk=chunk).params
+
+  whole = run(jax.random.key(5), None)
+  chunked = run(jax.random.key(5), 2)
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(chunked),
+                  strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  other = run(jax.random.key(6), None)
+  assert not np.allclose(other["out"]["w"], whole["out"]["w"])
+
+
+def test_the_ledger_records_the_plan():
+  sizes = [300, 200]
+  plan = fedsgd.make_plan(sizes, trust="server", sampling_rate=0.05,
+                          steps=100, clip_norm=1.0, noise_multiplier=1.1)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger, delta=1e-5)
+  central = trainer.make_plan(500, sampling_rate=0.05, steps=100,
+                              clip_norm=1.0, noise_multiplier=1.1)
+  reference = accounting.PrivacyLedger()
+  central.record(reference, delta=1e-5)
+  # The same subsampled Gaussian (the padding, paid per participant, moves
+  # the δ left for it a little).
+  assert ledger.report(1e-5)["epsilon_rdp"] == pytest.approx(
+      reference.report(1e-5)["epsilon_rdp"], rel=1e-4)
+  assert [e.label for e in ledger.entries][0] == "fedsgd_server"
+  assert 0 < plan.truncation_probability <= 1e-9
+  participant = fedsgd.make_plan(sizes, trust="participant",
+                                 sampling_rate=0.5, steps=10, clip_norm=1.0,
+                                 noise_multiplier=1.0)
+  ledger = accounting.PrivacyLedger()
+  participant.record(ledger, delta=1e-5)
+  assert [e.kind for e in ledger.entries] == ["subsampled_gaussian"]
+  with pytest.raises(ValueError, match="no DP"):
+    fedsgd.make_plan(sizes, trust="local", sampling_rate=0.5, steps=1,
+                     clip_norm=1.0, noise_multiplier=0.0).record(
+                         accounting.PrivacyLedger(), delta=1e-5)
+
+
+def test_bad_input_is_refused():
+  parts, _, _ = _participants([3, 2])
+  with pytest.raises(ValueError, match="trust"):
+    fedsgd.make_plan([3, 2], trust="secure", sampling_rate=0.5, steps=1,
+                     clip_norm=1.0, noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="sizes"):
+    fedsgd.make_plan([3, 0], trust="server", sampling_rate=0.5, steps=1,
+                     clip_norm=1.0, noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="sampling_rate"):
+    fedsgd.make_plan([3, 2], trust="server", sampling_rate=1.5, steps=1,
+                     clip_norm=1.0, noise_multiplier=1.0)
+  plan = fedsgd.make_plan([3, 2, 2], trust="server", sampling_rate=0.5,
+                          steps=1, clip_norm=1.0, noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="leading axes"):
+    fedsgd.train(jax.random.key(0), plan, fedsgd.softmax_loss,
+                 fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
+                 optax.sgd(1.0))
+  with pytest.raises(ValueError, match="chunk"):
+    fedsgd.train(jax.random.key(0), fedsgd.make_plan(
+        [3, 2], trust="server", sampling_rate=0.5, steps=1, clip_norm=1.0,
+        noise_multiplier=1.0), fedsgd.softmax_loss,
+        fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
+        optax.sgd(1.0), chunk=0)
