@@ -44,6 +44,8 @@ Sizes (rows per participant, P) are public, as everywhere in
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -82,6 +84,11 @@ _ASSUMPTIONS = {
 }
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["noise_multiplier"],
+    meta_fields=["trust", "num_participants", "rows", "total_rows",
+                 "sampling_rate", "steps", "clip_norm", "row_plan",
+                 "truncation_probability", "sampler_departure"])
 @dataclasses.dataclass(frozen=True)
 class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
@@ -96,7 +103,11 @@ class FedSGDPlan:
     clip_norm: C.
     noise_multiplier: σ (per participant for ``"local"``).
     row_plan: the per-participant :class:`dpcore.trainer.DPSGDPlan` of
-      the row-level trust models (n rows, B, the sampler), else None.
+      the row-level trust models (n rows, B, the sampler), else None. It
+      only samples and clips: its own σ is 0, the noise is this plan's.
+
+  A pytree whose one leaf is σ: under ``jax.jit`` a plan passed as an
+  argument gives one compiled program for every ε of the same run shape.
     truncation_probability: P(some participant's batch exceeds B in some
       step), the union bound over participants (0 for ``"participant"``).
     sampler_departure: the samplers' departure from exact Poisson
@@ -130,7 +141,7 @@ class FedSGDPlan:
   def central_noise_multiplier(self) -> float:
     """The noise of the released model per unit of sensitivity."""
     if self.trust == "local":
-      return self.noise_multiplier * float(np.sqrt(self.num_participants))
+      return self.noise_multiplier * math.sqrt(self.num_participants)
     return self.noise_multiplier
 
   def record(self, ledger: accounting.PrivacyLedger, *, delta: float,
@@ -206,7 +217,7 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
   if trust != "participant":
     row_plan = trainer.make_plan(
         rows, sampling_rate=q, steps=steps, clip_norm=clip_norm,
-        noise_multiplier=sigma,
+        noise_multiplier=0.0,
         overflow_probability=overflow_probability / count)
     truncation = min(1.0, count * row_plan.truncation_probability)
     departure = min(1.0, count * row_plan.sampler_departure)

@@ -140,6 +140,24 @@ _BUCKETS = flags.DEFINE_bool(
     "more than half the rows, run the participants in buckets of similar "
     "padded length (same results; the record's 'buckets' and "
     "'padding_efficiency' say how); one process, no --shard_participants")
+_FEDSGD = flags.DEFINE_bool(
+    "fedsgd", True,
+    "beside the table's mechanism, run federated DP-SGD (one softmax model, "
+    "federated.fedsgd) on the same participants at each ε")
+_FEDSGD_TRUST = flags.DEFINE_enum(
+    "fedsgd_trust", "server", ["server", "local", "participant"],
+    "federated DP-SGD's trust model: server noise (secure aggregation), "
+    "local noise (untrusted server) or participant-level DP")
+_FEDSGD_RATE = flags.DEFINE_float(
+    "fedsgd_sampling_rate", 0.0,
+    "federated DP-SGD's Poisson rate q (per row; per participant for "
+    "--fedsgd_trust=participant); 0: min(0.05, 256/N)")
+_FEDSGD_EPOCHS = flags.DEFINE_float("fedsgd_epochs", 30.0,
+                                    "federated DP-SGD's epochs (T = E/q)")
+_FEDSGD_CLIP = flags.DEFINE_float("fedsgd_clip", 1.0,
+                                  "federated DP-SGD's clip norm C")
+_FEDSGD_LR = flags.DEFINE_float("fedsgd_learning_rate", 2.0,
+                                "federated DP-SGD's SGD learning rate")
 _TOL = flags.DEFINE_float("tol", 1e-8, "gradient-norm tolerance of the fits")
 _MAX_ITER = flags.DEFINE_integer("max_iter", 500, "L-BFGS iteration cap")
 _SEED = flags.DEFINE_integer("seed", 0, "seed of the partition and noise")
@@ -295,6 +313,13 @@ def validate() -> dict:
   _positive(lam, "lam", "e.g. --lam=1.0 (the paper: 0.01)")
   _positive(_TOL.value, "tol", "e.g. --tol=1e-8")
   sizes = _sizes()
+  if not 0.0 <= _FEDSGD_RATE.value <= 1.0:
+    raise ValueError(f"--fedsgd_sampling_rate={_FEDSGD_RATE.value} must be "
+                     f"in [0, 1] (0: min(0.05, 256/N)).")
+  for flag, value in ((_FEDSGD_EPOCHS, "fedsgd_epochs"),
+                      (_FEDSGD_CLIP, "fedsgd_clip"),
+                      (_FEDSGD_LR, "fedsgd_learning_rate")):
+    _positive(flag.value, value, f"e.g. --{value}={flag.default:g}")
   mechanisms = list(_SWEEP_MECHANISMS.value)
   if _SWEEP.value:
     if not mechanisms:
@@ -418,11 +443,17 @@ def main(argv):
                     baseline=_BASELINE.value, out=_OUT.value,
                     participant_chunk=_CHUNK.value)
     return
+  recipe = None
+  if _FEDSGD.value:
+    recipe = ex.FedSGDRecipe(
+        trust=_FEDSGD_TRUST.value, sampling_rate=_FEDSGD_RATE.value,
+        epochs=_FEDSGD_EPOCHS.value, clip_norm=_FEDSGD_CLIP.value,
+        learning_rate=_FEDSGD_LR.value).check()
   ex.budget_table(prepared, sizes=sizes, seed=_SEED.value,
                   seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
                   baseline=_BASELINE.value, out=_OUT.value,
                   shard=_SHARD.value, participant_chunk=_CHUNK.value,
-                  buckets=_BUCKETS.value)
+                  buckets=_BUCKETS.value, fedsgd=recipe)
 
 
 if __name__ == "__main__":

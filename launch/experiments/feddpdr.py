@@ -39,7 +39,7 @@ KEY_FIELDS = ("sweep", "dataset", "mechanism", "epsilon", "delta", "k",
 BUDGET_FIELDS = ("epsilon", "delta", "calibration", "budget_per_classifier",
                  "pca_fraction", "neighbouring")
 LABELS = {"nonpriv": "Non-Priv", "dpml": "DPML", "dpdr_dpml": "DPDR-DPML",
-          "feddpdr": "FedDPDR-DPML"}
+          "feddpdr": "FedDPDR-DPML", "fedsgd": "Fed DP-SGD"}
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dpjax", "jax")
 # On the CPU the training program is compiled at LLVM optimisation level 1.
 # Its run time is in LAPACK's eigh and in matrix products, which the level
@@ -440,6 +440,128 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
   return record
 
 
+@dataclasses.dataclass(frozen=True)
+class FedSGDRecipe:
+  """The public recipe of the federated DP-SGD rows (``--fedsgd_*``).
+
+  Chosen before looking at any test result, from the DP-SGD literature's
+  usual settings for softmax regression on unit-norm rows: q =
+  min(0.05, 256/N) (an expected batch of at most 256 rows), 30 epochs,
+  C = 1, plain SGD at learning rate 2 (the noisy mean gradient is an
+  average over qN rows), zero initial weights. ``sampling_rate`` 0 means
+  that rule.
+  """
+  trust: str = "server"
+  sampling_rate: float = 0.0
+  epochs: float = 30.0
+  clip_norm: float = 1.0
+  learning_rate: float = 2.0
+
+  def rate(self, total_rows: int) -> float:
+    if self.sampling_rate > 0:
+      return self.sampling_rate
+    return min(0.05, 256.0 / total_rows)
+
+  def check(self) -> FedSGDRecipe:
+    """One-line ValueErrors naming the flag, before any work."""
+    from federated import fedsgd  # noqa: PLC0415
+    if self.trust not in fedsgd.TRUST_MODELS:
+      raise ValueError(f"--fedsgd_trust must be one of "
+                       f"{', '.join(fedsgd.TRUST_MODELS)}, got "
+                       f"{self.trust!r}.")
+    if not 0.0 <= self.sampling_rate <= 1.0:
+      raise ValueError(f"--fedsgd_sampling_rate must be in [0, 1] (0: "
+                       f"min(0.05, 256/N)), got {self.sampling_rate}.")
+    for flag, value in (("--fedsgd_epochs", self.epochs),
+                        ("--fedsgd_clip", self.clip_norm),
+                        ("--fedsgd_learning_rate", self.learning_rate)):
+      if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{flag} must be a finite number > 0, got "
+                         f"{value}.")
+    return self
+
+
+@functools.lru_cache(maxsize=8)
+def _fedsgd_program(learning_rate: float, d: int, num_classes: int,
+                    chunk: int | None):
+  """One jitted, seed-vmapped federated DP-SGD run; the plan (σ traced)
+  is an argument, so every ε of one shape shares the program."""
+  import optax  # noqa: PLC0415
+
+  from federated import fedsgd  # noqa: PLC0415
+
+  def run(keys, plan, x, y, mask):
+    def one(key):
+      return fedsgd.train(key, plan, fedsgd.softmax_loss,
+                          fedsgd.softmax_params(d, num_classes), x, y, mask,
+                          optax.sgd(learning_rate), chunk=chunk).params
+    return jax.vmap(one)(keys)
+
+  return jax.jit(run)
+
+
+def run_fedsgd(prepared: Prepared, *, sizes, seed: int, seeds: int,
+               epsilon: float, delta: float, recipe: FedSGDRecipe,
+               participant_chunk: int | None = None,
+               extra: dict | None = None) -> dict:
+  """Federated DP-SGD (:mod:`federated.fedsgd`) on FedDPDR's participants.
+
+  The same partition as :func:`run_one` (the rows of ``seed``), one
+  softmax model for all classes, σ calibrated (RDP) for ``epsilon`` at
+  ``delta`` over the recipe's q and T; ``seeds`` repeats vmapped over
+  keys. The record has :func:`make_record`'s core fields, the recipe under
+  ``fedsgd`` and the ledger's privacy record (what holds, no nominal
+  figure: the target ε is a setting).
+  """
+  from federated import fedsgd  # noqa: PLC0415
+  key = jax.random.key(seed)
+  parts = partition.partition_auto(
+      jax.random.fold_in(key, 0), prepared.x_train, prepared.y_train,
+      sizes=sizes, buckets=False)
+  total = int(np.sum(parts.sizes))
+  q = recipe.rate(total)
+  steps = dpsgd_steps(q, recipe.epochs)
+  sigma = accounting.calibrate_dpsgd_noise(epsilon=epsilon, delta=delta,
+                                           sampling_rate=q, steps=steps)
+  plan = fedsgd.make_plan(parts.sizes, trust=recipe.trust, sampling_rate=q,
+                          steps=steps, clip_norm=recipe.clip_norm,
+                          noise_multiplier=sigma)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger, delta=delta)
+  num_classes = len(prepared.classes)
+  program = _fedsgd_program(recipe.learning_rate, prepared.x_train.shape[1],
+                            num_classes, participant_chunk)
+  keys = jax.random.split(jax.random.fold_in(key, 3), seeds)
+  args = (keys, plan, parts.x, parts.y.astype(np.int32), parts.mask)
+  params, timing = timed_training(lambda: program(*args), 0,
+                                  participants=len(sizes), seeds=seeds)
+  accs = np.asarray(jax.vmap(lambda p: fedsgd.accuracy(
+      p, prepared.x_test, prepared.y_test))(params))
+  record = {
+      "dataset": prepared.name, "mechanism": "fedsgd", "epsilon": epsilon,
+      "delta": delta, "k": None, "participants": len(sizes),
+      "sizes": list(map(int, sizes)), "accuracy": float(accs.mean()),
+      "accuracy_std": float(accs.std()),
+      "accuracy_per_seed": accs.tolist(),
+      "privacy": ledger.report(delta),
+      "seconds": timing["seconds"],
+      "first_call_seconds": timing["first_call_seconds"],
+      "fedsgd": {**dataclasses.asdict(recipe), **plan.settings()},
+      "seed": seed, "seeds": seeds, "test_rows": len(prepared.y_test),
+      "num_classes": num_classes, "chunk": participant_chunk,
+      "participants_per_second": timing["participants_per_second"],
+      "device": jax.devices()[0].platform,
+  }
+  record.update(extra or {})
+  return record
+
+
+def dpsgd_steps(sampling_rate: float, epochs: float) -> int:
+  """T of a recipe: :func:`dpcore.dpsgd.num_steps` (E/q rounded)."""
+  from dpcore import dpsgd  # noqa: PLC0415
+  return dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
+
+
 def table_configs(base: feddpdr.Config, epsilons, *, baseline: bool
                   ) -> list[feddpdr.Config]:
   """The runs of the main command's table: the non-private baseline (with
@@ -457,12 +579,15 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                  base: feddpdr.Config, epsilons, baseline: bool,
                  out: str | None, shard: bool = False,
                  participant_chunk: int | None = None,
-                 buckets: bool = True) -> list[dict]:
+                 buckets: bool = True,
+                 fedsgd: FedSGDRecipe | None = None) -> list[dict]:
   """The main command: accuracy against ε, and the non-private baseline.
 
   Runs ``base.mechanism`` at each ε of ``epsilons`` (one compiled program
   for all of them: ε is traced) and, with ``baseline``, the non-private
-  pipeline; emits each record as it comes and prints a table on stderr.
+  pipeline; with a ``fedsgd`` recipe, federated DP-SGD on the same
+  participants at each ε (:func:`run_fedsgd`, one more program); emits
+  each record as it comes and prints a table on stderr.
   """
   # The baseline first: it compiles the one program that every ε then
   # reuses (federated.feddpdr.program: Non-Priv is the private program
@@ -483,6 +608,18 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                      buckets=buckets, extra={"sweep": "budget_table"})
     common.emit_record(record, out)
     records.append(record)
+  if fedsgd is not None and base.private:
+    for i, eps in enumerate(epsilons):
+      what = ("compiling (or loading from the JAX cache)" if i == 0 else
+              "running (compiled program reused)")
+      common.progress(f"{i + 1}/{len(epsilons)} {LABELS['fedsgd']} "
+                      f"({fedsgd.trust} noise) eps={eps:g}: {what} ...")
+      record = run_fedsgd(prepared, sizes=sizes, seed=seed, seeds=seeds,
+                          epsilon=float(eps), delta=base.delta,
+                          recipe=fedsgd, participant_chunk=participant_chunk,
+                          extra={"sweep": "budget_table"})
+      common.emit_record(record, out)
+      records.append(record)
   common.progress("done\n" + format_table(records))
   return records
 
@@ -513,6 +650,11 @@ def format_table(records) -> str:
                  f"{r['accuracy']:>10.3f}{r['accuracy_std']:>8.3f}")
   lines.append("  (epsilon (holds): the ledger's composed guarantee per "
                "participant; paper eps: eps1 + eps2 as the paper counts it)")
+  fed = [r for r in records if r["mechanism"] == "fedsgd"]
+  if fed:
+    recipe = fed[0]["fedsgd"]
+    lines.append(f"  (Fed DP-SGD: one softmax model, {recipe['trust']} "
+                 f"noise; assumes {recipe['assumption']})")
   return "\n".join(lines)
 
 

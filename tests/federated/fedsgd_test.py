@@ -181,3 +181,28 @@ def test_bad_input_is_refused():
         noise_multiplier=1.0), fedsgd.softmax_loss,
         fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
         optax.sgd(1.0), chunk=0)
+
+
+def test_one_program_serves_every_noise_multiplier():
+  # The plan is a pytree whose one leaf is σ: jit with the plan as an
+  # argument traces once for every ε of one run shape, and σ is the one
+  # the plan records.
+  sizes = [4, 4]
+  parts, _, _ = _participants(sizes, key=7)
+  traces = []
+
+  @jax.jit
+  def run(key, plan):
+    traces.append(1)
+    return fedsgd.train(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
+                        parts.x, parts.y, parts.mask,
+                        optax.sgd(1.0)).params["out"]["w"]
+
+  outs = []
+  for sigma in (0.5, 2.0):
+    plan = fedsgd.make_plan(sizes, trust="server", sampling_rate=0.5,
+                            steps=1, clip_norm=1.0, noise_multiplier=sigma)
+    outs.append(run(jax.random.key(8), plan))
+  assert len(traces) == 1
+  # Same key, σ four times larger: the noise is exactly four times larger.
+  np.testing.assert_allclose(outs[1], 4.0 * outs[0], rtol=1e-5, atol=1e-7)

@@ -34,8 +34,18 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
   lines = proc.stdout.strip().splitlines()
   records = [json.loads(line) for line in lines]
   assert common.read_jsonl(str(out)) == records
-  base, private = records  # the baseline runs first
-  for record in records:
+  base, private, fed_sgd = records  # the baseline first, DP-SGD last
+  assert fed_sgd["mechanism"] == "fedsgd" and fed_sgd["epsilon"] == 1.0
+  assert fed_sgd["sizes"] == [100, 100, 100]
+  assert tuple(fed_sgd["privacy"]) == accounting.PRIVACY_FIELDS
+  # σ is calibrated for ε = 1; what holds (the padding's δ included) is
+  # reported, within a hair of it, with no nominal figure.
+  assert 0.5 < fed_sgd["privacy"]["epsilon"] <= 1.0 + 1e-3
+  assert fed_sgd["privacy"]["epsilon_nominal"] is None
+  assert fed_sgd["fedsgd"]["trust"] == "server"
+  assert "secure aggregation" in fed_sgd["fedsgd"]["assumption"]
+  assert 0.0 <= fed_sgd["accuracy"] <= 1.0
+  for record in (base, private):
     for field in ("dataset", "mechanism", "epsilon", "delta", "k",
                   "participants", "sizes", "accuracy", "seconds",
                   "compile_seconds", "privacy", "grad_norm_max", "seed"):
@@ -53,6 +63,7 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
   assert base["privacy"] == accounting.no_guarantee_record(
       accounting.NON_PRIVATE)
   assert "compiling" in proc.stderr and "accuracy" in proc.stderr
+  assert "Fed DP-SGD" in proc.stderr
 
 
 def test_sizes_must_fit_and_are_never_capped():
