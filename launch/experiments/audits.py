@@ -676,8 +676,10 @@ def specs() -> list[AuditSpec]:
       dpsgd_spec(broken="clip_skipped"),
       trainer_spec(broken="clip_skipped"),
   ]
-  from launch.experiments import dpwss_audits  # it imports this module
+  # These import this module (for AuditSpec), so they are imported here.
+  from launch.experiments import dpwss_audits, rff_audits
   out.extend(dpwss_audits.specs())
+  out.extend(rff_audits.specs())
   return out
 
 

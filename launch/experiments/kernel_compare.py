@@ -1,0 +1,402 @@
+"""Experiment logic of ``launch.kernel_compare`` (no flags; importable).
+
+Private kernel SVMs against non-private RBF SVMs on the DPWSS paper's data
+sets that the loaders have. See ``launch/kernel_compare.py`` for the
+command line and ``docs/random_features.md`` for the recipe and results.
+
+Protocol (fixed before any test accuracy was looked at):
+
+* Data: each set split once into train and test by a permutation from
+  ``jax.random.key(split_seed)`` (default 0), the first ``round(0.3·n)``
+  permuted rows for test. Multi-class sets keep two classes (``classes``,
+  POS→+1, NEG→−1; digits 3 vs 8 as in docs/dpwss.md).
+* Scaling: the DPWSS harness's rules
+  (:func:`launch.experiments.dpwss.resolve_scaling`), fitted on the
+  training rows only: ``auto_minmax`` (the default) maps the public bounds
+  of heart ([−1, 1]) and digits (0..16) to [−1, 1] and min/max-scales
+  breast_cancer, which has no public bounds. That min/max READS the data:
+  the record says ``scaling_reads_data: true`` and no learner's ε covers
+  it (``privacy_scope``). ``unit_rows``/``unit_ball``/``none`` read
+  nothing.
+* γ = 1/d (LIBSVM's default, data-independent) for every kernel method.
+* Methods (:data:`METHODS`): LIBSVM's RBF C-SVC (``libsvm-official``,
+  C = 1); the library's WSS2 SMO (same problem); the paper's DPWSS
+  (nominal ε per selection, σ = 0.5, no guarantee); the DPWSS harness's
+  private release, output perturbation of a linear C-SVC on rows in the
+  unit ball (``mechanisms.erm.output_perturbation``; the private selection
+  transcript is not needed by the released model, so the whole ε goes to
+  the release); and the two random-feature learners of
+  :mod:`mechanisms.svm.random_features`. Their settings are
+  :data:`RECIPE`.
+* Each record: one (data set, method, ε) with the test accuracy of every
+  seed, mean and sd. Seed s derives the public feature key and the
+  training key from ``jax.random.key(s)``; every seed is its own run and
+  the record's ``privacy`` is that of one run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+
+import jax
+import numpy as np
+
+from dpcore import accounting, clipping
+from launch import common
+from launch.data import loaders
+from launch.experiments import dpwss as dpwss_experiment
+from mechanisms.erm import output_perturbation
+from mechanisms.svm import dpwss, kernels, random_features, smo_train
+
+METHODS = ("libsvm", "wss2", "dpwss_paper", "linear_output_perturbation",
+           "rff_dpsgd", "rff_output_perturbation")
+PRIVATE_METHODS = ("linear_output_perturbation", "rff_dpsgd",
+                   "rff_output_perturbation")
+NON_PRIVATE_METHODS = ("libsvm", "wss2")
+EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
+DELTA = 1e-5
+SEEDS = 3
+TEST_FRACTION = 0.3
+SPLIT_SEED = 0
+DATASETS = ("heart", "breast_cancer", "digits")
+DEFAULT_CLASSES = (3, 8)
+
+# One public recipe per method, fixed before the test results were seen
+# (chosen on heart's training rows only; see docs/random_features.md).
+RECIPE = {
+    "libsvm": {"c": 1.0, "gamma": "1/d", "eps": 1e-3},
+    "wss2": {"c": 1.0, "gamma": "1/d", "eps": 1e-3, "shrinking": False},
+    "dpwss_paper": {"c": 1.0, "gamma": "1/d", "sigma": 0.5, "eps": 1e-3},
+    "linear_output_perturbation": {"c": 0.3, "rows": "unit_ball"},
+    "rff_dpsgd": {"num_features": 256, "gamma": "1/d",
+                  "loss": "huber_hinge", "sampling_rate": 0.25,
+                  "epochs": 40, "clip_norm": 1.0, "learning_rate": 0.5,
+                  "weight_decay": 0.0},
+    "rff_output_perturbation": {"num_features": 16, "gamma": "1/d",
+                                "c": 0.3},
+}
+
+KEY_FIELDS = ("dataset", "classes", "scaling", "method", "epsilon", "delta",
+              "seeds", "test_fraction", "split_seed", "recipe")
+
+
+# -- data ----------------------------------------------------------------------
+
+
+def check_settings(*, datasets, methods, epsilons, delta, seeds,
+                   test_fraction, scaling, classes, data_dir=None) -> None:
+  """Refuses bad settings before any data is read (one-line messages)."""
+  if not datasets:
+    raise ValueError("--datasets: give at least one name (e.g. heart).")
+  unknown = [m for m in methods if m not in METHODS]
+  if unknown or not methods:
+    raise ValueError(f"--methods={','.join(methods)!r}: choose from "
+                     f"{', '.join(METHODS)}.")
+  if not epsilons:
+    raise ValueError("--epsilons: give at least one ε (e.g. 1,4).")
+  for eps in epsilons:
+    if not (isinstance(eps, float) and math.isfinite(eps) and eps > 0):
+      raise ValueError(f"--epsilons: every ε must be a finite number > 0, "
+                       f"got {eps!r}.")
+  if not (isinstance(delta, float) and 0.0 < delta < 1.0):
+    raise ValueError(f"--delta={delta!r}: δ must satisfy 0 < δ < 1 "
+                     f"(e.g. --delta=1e-5).")
+  if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+    raise ValueError(f"--seeds={seeds!r}: give an integer ≥ 1.")
+  if not (isinstance(test_fraction, float) and 0.0 < test_fraction < 1.0):
+    raise ValueError(f"--test_fraction={test_fraction!r}: must lie in "
+                     f"(0, 1), e.g. 0.3.")
+  if scaling not in dpwss_experiment.SCALINGS:
+    raise ValueError(f"--scaling={scaling!r}: choose one of "
+                     f"{dpwss_experiment.SCALINGS}.")
+  dpwss_experiment.parse_classes(classes)
+  for name in datasets:
+    loaders.check_dataset(name, data_dir=data_dir)
+    if not name.startswith(("svmlight:", "arff:")):
+      dpwss_experiment.resolve_scaling(name, scaling,
+                                       loaders.public_bounds(name))
+
+
+def split_indices(n: int, *, test_fraction: float = TEST_FRACTION,
+                  split_seed: int = SPLIT_SEED):
+  """(train, test) row indices: a fixed permutation, the first part test."""
+  perm = np.asarray(jax.random.permutation(jax.random.key(split_seed), n))
+  test = int(round(test_fraction * n))
+  if test < 1 or n - test < 2:
+    raise ValueError(f"a {test_fraction:g} test split of {n} rows leaves "
+                     f"{n - test} training and {test} test rows; use a "
+                     f"larger data set.")
+  return perm[test:], perm[:test]
+
+
+def _binary(y, classes, name):
+  values = np.unique(y)
+  if len(values) == 2:
+    return np.ones(y.shape, bool), np.where(y == values.max(), 1.0, -1.0)
+  pos, neg = classes
+  missing = [c for c in (pos, neg) if c not in values]
+  if missing:
+    raise ValueError(f"--classes={pos},{neg}: class(es) {missing} do not "
+                     f"occur in {name!r} (labels {values.tolist()}).")
+  keep = (y == pos) | (y == neg)
+  return keep, np.where(y[keep] == pos, 1.0, -1.0)
+
+
+def _scale(x, bounds, scaling, fit_rows):
+  if scaling == "none":
+    return x
+  if scaling == "minmax":  # reads the (training) data: outside any ε
+    low, high = fit_rows.min(axis=0), fit_rows.max(axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    return 2.0 * (x - low) / span - 1.0
+  with jax.enable_x64(True):
+    if scaling == "box":
+      return np.asarray(clipping.scale_to_box(x, bounds), np.float64)
+    if scaling == "unit_rows":
+      return np.asarray(clipping.unit_rows(x, bounds), np.float64)
+    return np.asarray(clipping.clip_rows(x, max_norm=1.0), np.float64)
+
+
+def prepare(name, *, classes=DEFAULT_CLASSES, scaling="auto_minmax",
+            test_fraction=TEST_FRACTION, split_seed=SPLIT_SEED,
+            data_dir=None) -> dict:
+  """The fixed split of one data set, scaled, labels ±1 (float64 rows)."""
+  ds = loaders.load_dataset(name, data_dir=data_dir)
+  if ds.x_test is not None:  # one pool, then the fixed split
+    x_all = np.concatenate([ds.x_train, ds.x_test])
+    y_all = np.concatenate([ds.y_train, ds.y_test])
+  else:
+    x_all, y_all = ds.x_train, ds.y_train
+  keep, y = _binary(np.asarray(y_all), classes, name)
+  x = np.asarray(x_all, np.float64)[keep]
+  rule = dpwss_experiment.resolve_scaling(name, scaling, ds.bounds)
+  train, test = split_indices(len(y), test_fraction=test_fraction,
+                              split_seed=split_seed)
+  if len(np.unique(y[train])) < 2 or len(np.unique(y[test])) < 2:
+    raise ValueError(f"{name!r}: the fixed split leaves one class out of "
+                     f"a part; use another --split_seed.")
+  x_train = _scale(x[train], ds.bounds, rule, x[train])
+  x_test = _scale(x[test], ds.bounds, rule, x[train])
+  return {"x_train": x_train, "y_train": y[train], "x_test": x_test,
+          "y_test": y[test], "scaling": rule,
+          "classes": list(classes) if len(np.unique(y_all)) > 2 else None}
+
+
+# -- the methods ---------------------------------------------------------------
+
+
+def _accuracy(y, predicted) -> float:
+  return float(np.mean(np.asarray(predicted) == np.asarray(y)))
+
+
+def _keys(seed: int, dataset: str, method: str):
+  """(public feature key, training key) of one seed: distinct streams."""
+  root = jax.random.fold_in(jax.random.key(seed),
+                            zlib.crc32(f"{dataset}/{method}".encode()))
+  feature_key, train_key = jax.random.split(root)
+  return feature_key, train_key
+
+
+def _libsvm(data, recipe) -> float:
+  from libsvm import svmutil  # pylint: disable=g-import-not-at-top
+  x, y = data["x_train"], data["y_train"]
+  gamma = 1.0 / x.shape[1]
+  model = svmutil.svm_train(
+      y.tolist(), x, f"-s 0 -t 2 -c {recipe['c']} -g {gamma!r} "
+      f"-e {recipe['eps']} -q")
+  labels, _, _ = svmutil.svm_predict(data["y_test"].tolist(),
+                                     data["x_test"], model, "-q")
+  return _accuracy(data["y_test"], labels)
+
+
+def _rbf(data):
+  return kernels.KernelSpec("rbf").resolve(data["x_train"].shape[1])
+
+
+def _wss2(data, recipe) -> float:
+  model = smo_train.wss2_train(data["x_train"], data["y_train"],
+                               kernel=_rbf(data), c=recipe["c"],
+                               eps=recipe["eps"], shrinking=False)
+  return _accuracy(data["y_test"], model.predict(data["x_test"]))
+
+
+def run_method(method, data, *, epsilon, delta, seeds, dataset) -> dict:
+  """Test accuracies of ``seeds`` runs and the privacy of one run."""
+  recipe = RECIPE[method]
+  x, y = data["x_train"], data["y_train"]
+  x_test, y_test = data["x_test"], data["y_test"]
+  ledger = accounting.PrivacyLedger()
+  extra = {}
+  if method in NON_PRIVATE_METHODS:
+    fn = _libsvm if method == "libsvm" else _wss2
+    accuracy = fn(data, recipe)  # deterministic: one run
+    return {"accuracy": [accuracy], "privacy": accounting.no_guarantee_record(
+        accounting.NON_PRIVATE), "neighbouring": None,
+        "model_is_private": False}
+  if method == "dpwss_paper":
+    _, key = _keys(0, dataset, method)
+    run = dpwss.dpwss_train(key, x, y, epsilon=epsilon,
+                            sigma=recipe["sigma"], kernel=_rbf(data),
+                            c=recipe["c"], eps=recipe["eps"], repeats=seeds)
+    accuracies = [_accuracy(y_test, m.predict(x_test)) for m in run.models]
+    iterations = int(run.iterations.max())
+    return {"accuracy": accuracies,
+            "privacy": dpwss.privacy_report(epsilon, iterations,
+                                            selection="paper", delta=delta),
+            "neighbouring": None, "model_is_private": False,
+            "iterations": [int(i) for i in run.iterations]}
+  accuracies = []
+  for seed in range(seeds):
+    feature_key, key = _keys(seed, dataset, method)
+    if method == "linear_output_perturbation":
+      rows = dpwss_experiment.release_rows(x)
+      (release,) = output_perturbation.private_linear_svms(
+          key[None], rows, y, c=recipe["c"], epsilon=epsilon)
+      scores = release.decision_function(
+          dpwss_experiment.release_rows(x_test))
+      predicted = np.where(scores > 0, 1.0, -1.0)
+      learner = None
+    else:
+      fmap = random_features.make_feature_map(
+          feature_key, input_dim=x.shape[1],
+          num_features=recipe["num_features"])
+      if method == "rff_dpsgd":
+        learner = random_features.dpsgd_learner(
+            x.shape[0], epsilon=epsilon, delta=delta,
+            sampling_rate=recipe["sampling_rate"], epochs=recipe["epochs"],
+            learning_rate=recipe["learning_rate"],
+            clip_norm=recipe["clip_norm"], loss=recipe["loss"],
+            weight_decay=recipe["weight_decay"])
+        model = random_features.fit_dpsgd(key, learner, fmap, x, y)
+        extra = {"noise_multiplier": learner.plan.noise_multiplier,
+                 "steps": learner.plan.steps}
+      else:
+        learner = random_features.output_perturbation_learner(
+            c=recipe["c"], epsilon=epsilon)
+        model = random_features.fit_output_perturbation(key, learner, fmap,
+                                                        x, y)
+      predicted = model.predict(x_test)
+    accuracies.append(_accuracy(y_test, predicted))
+  if learner is None:
+    output_perturbation.record(ledger, epsilon=epsilon,
+                               label="linear_output_perturbation")
+    relation = "replace_one"
+  else:
+    random_features.record(ledger, learner)
+    relation = random_features.NEIGHBOURING[
+        "dpsgd" if method == "rff_dpsgd" else "output_perturbation"]
+  return {"accuracy": accuracies, "privacy": ledger.report(delta),
+          "neighbouring": relation, "model_is_private": True, **extra}
+
+
+def run_one(*, dataset, data, method, epsilon, delta, seeds, test_fraction,
+            split_seed) -> dict:
+  """One record: (data set, method, ε), every seed."""
+  start = time.perf_counter()
+  out = run_method(method, data, epsilon=epsilon, delta=delta, seeds=seeds,
+                   dataset=dataset)
+  acc = np.asarray(out.pop("accuracy"))
+  reads = data["scaling"] == "minmax"
+  scope = ("one run (one seed) of the method on the training rows given "
+           "the split and scaling; each seed is its own run")
+  if reads:
+    scope += ("; the min/max scaling read the training data and is NOT "
+              "covered by epsilon")
+  return {
+      "dataset": dataset, "classes": data["classes"],
+      "scaling": data["scaling"], "scaling_reads_data": reads,
+      "method": method,
+      "epsilon": None if method in NON_PRIVATE_METHODS else epsilon,
+      "delta": delta, "seeds": seeds, "test_fraction": test_fraction,
+      "split_seed": split_seed, "n_train": int(len(data["y_train"])),
+      "n_test": int(len(data["y_test"])), "recipe": RECIPE[method],
+      "accuracy_mean": float(acc.mean()),
+      "accuracy_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+      "accuracy_per_seed": acc.tolist(),
+      "privacy": out.pop("privacy"), "privacy_scope": scope, **out,
+      "seconds": time.perf_counter() - start,
+  }
+
+
+def run_key(**fields) -> tuple:
+  return common.record_key(fields, KEY_FIELDS)
+
+
+def run_all(*, datasets, methods=METHODS, epsilons=EPSILONS, delta=DELTA,
+            seeds=SEEDS, test_fraction=TEST_FRACTION, split_seed=SPLIT_SEED,
+            scaling="auto_minmax", classes=DEFAULT_CLASSES, data_dir=None,
+            out=None, table_md=None, emit=None, progress=common.progress
+            ) -> list[dict]:
+  """Every (data set, method, ε) record; non-private methods once per set.
+
+  Records already in ``out`` (same settings) are skipped; ``emit`` (default
+  :func:`launch.common.emit_record`) writes each new one.
+  """
+  emit = emit or common.emit_record
+  classes = dpwss_experiment.parse_classes(classes) or DEFAULT_CLASSES
+  done = common.done_keys(out, KEY_FIELDS) if out else set()
+  records = []
+  for name in datasets:
+    progress(f"{name}: loading")
+    data = prepare(name, classes=classes, scaling=scaling,
+                   test_fraction=test_fraction, split_seed=split_seed,
+                   data_dir=data_dir)
+    for method in methods:
+      grid = ([None] if method in NON_PRIVATE_METHODS else list(epsilons))
+      for eps in grid:
+        probe = {"dataset": name, "classes": data["classes"],
+                 "scaling": data["scaling"], "method": method,
+                 "epsilon": eps, "delta": delta, "seeds": seeds,
+                 "test_fraction": test_fraction, "split_seed": split_seed,
+                 "recipe": RECIPE[method]}
+        if run_key(**probe) in done:
+          progress(f"{name}: skipping 1 finished run ({method}, ε={eps})")
+          continue
+        progress(f"{name}: {method}" + (f", ε={eps:g}" if eps else ""))
+        rec = run_one(dataset=name, data=data, method=method,
+                      epsilon=eps if eps is not None else 0.0, delta=delta,
+                      seeds=seeds, test_fraction=test_fraction,
+                      split_seed=split_seed)
+        emit(rec, out)
+        records.append(rec)
+  if table_md:
+    with open(table_md, "w", encoding="utf-8") as f:
+      f.write(markdown_table(common.read_jsonl(out) if out else records,
+                             datasets, epsilons))
+  return records
+
+
+LABELS = {
+    "libsvm": "LIBSVM RBF (non-private)",
+    "wss2": "WSS2 SMO, RBF (non-private)",
+    "dpwss_paper": "DPWSS, paper (nominal ε, no guarantee)",
+    "linear_output_perturbation": "linear SVM, output perturbation (ε-DP)",
+    "rff_dpsgd": "RFF + DP-SGD (ε, δ)",
+    "rff_output_perturbation": "RFF + output perturbation (ε-DP)",
+}
+
+
+def markdown_table(records, datasets, epsilons) -> str:
+  """Test accuracy mean ± sd: one row per (set, method), one column per ε."""
+  head = ["set", "method"] + [f"ε = {e:g}" for e in epsilons]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name in datasets:
+    for method in METHODS:
+      cells, seen = [], False
+      for eps in epsilons:
+        want = None if method in NON_PRIVATE_METHODS else eps
+        match = [r for r in records if r["dataset"] == name
+                 and r["method"] == method and r["epsilon"] == want]
+        if match:
+          seen = True
+          r = match[-1]
+          cells.append(f"{100 * r['accuracy_mean']:.1f} ± "
+                       f"{100 * r['accuracy_sd']:.1f}")
+        else:
+          cells.append("–")
+      if seen:
+        lines.append(f"| {name} | {LABELS[method]} | " + " | ".join(cells)
+                     + " |")
+  return "\n".join(lines) + "\n"

@@ -1,0 +1,370 @@
+"""Tests of mechanisms.svm.random_features: the map, its bound, the learners.
+
+Fixed keys throughout; every statistical check has a tolerance that a
+wrong implementation (a wrong γ, a missing clip, a reused key) exceeds.
+"""
+
+import logging
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpcore import accounting
+from launch.experiments import audits, rff_audits
+from mechanisms.svm import random_features as rf
+
+# dp_accounting's RDP search logs harmless convergence warnings.
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+SQRT2 = math.sqrt(2.0)
+
+
+def _rbf(x, x2, gamma):
+  d2 = np.sum((x[:, None, :] - x2[None, :, :]) ** 2, axis=-1)
+  return np.exp(-gamma * d2)
+
+
+def _points(n=30, d=3, seed=0):
+  return np.array(jax.random.uniform(jax.random.key(seed), (n, d),
+                                       minval=-1.0, maxval=1.0))
+
+
+# -- the feature map -----------------------------------------------------------
+
+
+def test_kernel_approximation_improves_with_d_and_rejects_a_wrong_gamma():
+  x = _points()
+  gamma = 1.0 / x.shape[1]
+  exact = _rbf(x, x, gamma)
+  errors = {}
+  for num in (16, 4096):
+    fmap = rf.make_feature_map(jax.random.key(1), input_dim=3,
+                               num_features=num)
+    approx = np.asarray(rf.approximate_kernel(fmap, x, x))
+    errors[num] = np.max(np.abs(approx - exact))
+  # Monte-Carlo error ~ 1/√D: 16 → 4096 shrinks it about 16-fold.
+  assert errors[4096] < 0.06
+  assert errors[16] > 3 * errors[4096]
+  # The same map is far from the kernel at 2γ or γ/2 (ω ~ N(0, 2γI), not
+  # N(0, γI) or N(0, 4γI)): every error > 2× the right one's.
+  for wrong in (2 * gamma, gamma / 2):
+    assert np.max(np.abs(approx - _rbf(x, x, wrong))) > 2 * errors[4096]
+
+
+def test_explicit_gamma_is_used():
+  x = _points(seed=3)
+  fmap = rf.make_feature_map(jax.random.key(2), input_dim=3,
+                             num_features=4096, gamma=2.0)
+  assert fmap.gamma == 2.0
+  approx = np.asarray(rf.approximate_kernel(fmap, x, x))
+  assert np.max(np.abs(approx - _rbf(x, x, 2.0))) < 0.06
+  assert np.max(np.abs(approx - _rbf(x, x, 1.0 / 3))) > 0.15
+
+
+def test_default_gamma_is_libsvms_one_over_d():
+  fmap = rf.make_feature_map(jax.random.key(0), input_dim=13,
+                             num_features=8)
+  assert fmap.gamma == pytest.approx(1 / 13)
+  assert fmap.omega.shape == (13, 8) and fmap.offset.shape == (8,)
+  offset = np.asarray(fmap.offset)
+  assert np.all((offset >= 0) & (offset < 2 * np.pi))
+
+
+@pytest.mark.parametrize("value", [1e30, -3e38, 1e-30, 0.0])
+def test_bound_holds_for_huge_and_tiny_rows(value):
+  fmap = rf.make_feature_map(jax.random.key(4), input_dim=5,
+                             num_features=64)
+  x = np.full((3, 5), value, np.float32)
+  x[1, 0] = -value
+  phi = np.asarray(rf.features(fmap, x), np.float64)
+  assert np.all(np.isfinite(phi))
+  assert np.all(np.linalg.norm(phi, axis=1) <= SQRT2 * (1 + 1e-6))
+
+
+def test_non_finite_rows_map_to_zero_and_leave_other_rows_alone():
+  fmap = rf.make_feature_map(jax.random.key(5), input_dim=3,
+                             num_features=32)
+  good = _points(n=2)
+  x = np.vstack([good[:1], [[np.nan, 0.0, 0.0]], [[np.inf, 1.0, 0.0]],
+                 [[0.0, -np.inf, np.nan]], good[1:]]).astype(np.float32)
+  phi = np.asarray(rf.features(fmap, x))
+  assert np.all(np.isfinite(phi))
+  np.testing.assert_array_equal(phi[1:4], 0.0)
+  np.testing.assert_array_equal(phi[[0, 4]],
+                                np.asarray(rf.features(fmap, good)))
+  assert np.all(np.linalg.norm(phi, axis=1) <= SQRT2 * (1 + 1e-6))
+
+
+def test_bound_is_attained_and_not_exceeded_at_random():
+  fmap = rf.make_feature_map(jax.random.key(6), input_dim=2,
+                             num_features=2)
+  row = rff_audits.attaining_row(fmap)
+  phi = np.asarray(rf.features(fmap, row.astype(np.float32)))
+  assert np.linalg.norm(phi) == pytest.approx(SQRT2, rel=1e-5)
+  many = np.asarray(jax.random.normal(jax.random.key(7), (5000, 2))) * 50
+  norms = np.linalg.norm(np.asarray(rf.features(fmap, many)), axis=1)
+  assert norms.max() <= SQRT2 * (1 + 1e-6)
+
+
+def test_feature_map_depends_on_its_key_alone_and_rows_on_themselves():
+  a = rf.make_feature_map(jax.random.key(8), input_dim=4, num_features=16)
+  b = rf.make_feature_map(jax.random.key(8), input_dim=4, num_features=16)
+  c = rf.make_feature_map(jax.random.key(9), input_dim=4, num_features=16)
+  np.testing.assert_array_equal(a.omega, b.omega)
+  np.testing.assert_array_equal(a.offset, b.offset)
+  assert not np.allclose(a.omega, c.omega)
+  x = _points(n=6, d=4)
+  whole = np.asarray(rf.features(a, x))
+  for i in range(len(x)):
+    np.testing.assert_allclose(np.asarray(rf.features(a, x[i])), whole[i],
+                               rtol=1e-6, atol=1e-7)
+  # Changing one row changes that row's features only.
+  x2 = x.copy()
+  x2[2] = 100.0
+  changed = np.asarray(rf.features(a, x2))
+  np.testing.assert_array_equal(np.delete(changed, 2, 0),
+                                np.delete(whole, 2, 0))
+
+
+# -- validation ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"gamma": 0.0}, "gamma must be > 0"),
+    ({"gamma": -1.0}, "gamma must be > 0"),
+    ({"gamma": float("nan")}, "gamma must be a positive number"),
+    ({"gamma": "scale"}, "read the data's variance"),
+    ({"num_features": 0}, "num_features must be ≥ 1"),
+    ({"num_features": 2.5}, "num_features must be a positive integer"),
+    ({"input_dim": 0}, "input_dim must be ≥ 1"),
+])
+def test_bad_feature_map_settings_are_refused(kwargs, words):
+  args = {"input_dim": 3, "num_features": 8, **kwargs}
+  with pytest.raises(ValueError, match=words):
+    rf.make_feature_map(jax.random.key(0), **args)
+
+
+def test_feature_map_needs_a_real_key():
+  with pytest.raises(TypeError, match="PRNG key"):
+    rf.make_feature_map(0, input_dim=3, num_features=8)
+
+
+@pytest.fixture(name="forbid_training")
+def _forbid_training(monkeypatch):
+  def fail(*args, **kwargs):
+    raise AssertionError("HEAVY WORK: release_dpsgd ran before validation")
+  monkeypatch.setattr(rf, "release_dpsgd", fail)
+  monkeypatch.setattr(rf.output_perturbation, "private_linear_svm", fail)
+
+
+def _learner(n=20, **kwargs):
+  args = {"epsilon": 1.0, "delta": 1e-5, "sampling_rate": 0.5, "epochs": 2,
+          "learning_rate": 0.5, **kwargs}
+  return rf.dpsgd_learner(n, **args)
+
+
+@pytest.mark.parametrize("case,words", [
+    ("columns", "x has 2 columns but the feature map was drawn for "
+                "input_dim=3"),
+    ("rows", "x has 19 rows but the learner was planned for "
+             "num_examples=20"),
+    ("labels_len", "y has 19 labels but the data has 20 rows"),
+    ("labels_01", "y must contain only -1 and +1"),
+    ("one_class", "must contain both classes"),
+    ("nan", "NaN or infinite"),
+    ("feature_key", "is the feature map's own key"),
+])
+def test_bad_data_refused_before_training(forbid_training, case, words):
+  del forbid_training
+  fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
+  x = _points(n=20)
+  y = np.where(np.arange(20) % 2, 1.0, -1.0)
+  key = jax.random.key(1)
+  if case == "columns":
+    x = x[:, :2]
+  elif case == "rows":
+    x, y = x[:19], y[:19]
+  elif case == "labels_len":
+    y = y[:19]
+  elif case == "labels_01":
+    y = (y > 0).astype(float)
+  elif case == "one_class":
+    y = np.ones(20)
+  elif case == "nan":
+    x[3, 1] = np.nan
+  else:
+    key = jax.random.key(0)
+  with pytest.raises(ValueError, match=re.escape(words)):
+    rf.fit_dpsgd(key, _learner(), fmap, x, y)
+  if case not in ("rows",):
+    with pytest.raises(ValueError, match=re.escape(words)):
+      rf.fit_output_perturbation(
+          key, rf.output_perturbation_learner(c=0.3, epsilon=1.0), fmap, x,
+          y)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"loss": "hinge"}, "loss must be one of"),
+    ({"loss": "logistic", "num_classes": 3}, "use loss='softmax'"),
+    ({"loss": "softmax", "num_classes": 1}, "num_classes must be ≥ 2"),
+    ({"epsilon": 0.0}, "epsilon must be > 0"),
+    ({"delta": 1.0}, "delta must lie strictly between 0 and 1"),
+    ({"learning_rate": -1.0}, "learning_rate must be > 0"),
+    ({"sampling_rate": 1.5}, "sampling_rate must lie in"),
+    ({"epochs": 0.0}, "epochs must be > 0"),
+    ({"weight_decay": -0.1}, "weight_decay must be a finite number ≥ 0"),
+])
+def test_bad_learner_settings_are_refused(kwargs, words):
+  with pytest.raises(ValueError, match=words):
+    _learner(**kwargs)
+
+
+def test_softmax_labels_must_be_class_indices(forbid_training):
+  del forbid_training
+  fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
+  learner = _learner(loss="softmax", num_classes=3)
+  with pytest.raises(ValueError, match="outside the class set"):
+    rf.fit_dpsgd(jax.random.key(1), learner, fmap, _points(n=20),
+                 np.arange(20) % 4)
+
+
+def test_output_perturbation_settings_are_refused():
+  with pytest.raises(ValueError, match="c must be > 0"):
+    rf.output_perturbation_learner(c=0.0, epsilon=1.0)
+  with pytest.raises(ValueError, match="epsilon must be"):
+    rf.output_perturbation_learner(c=1.0, epsilon=float("inf"))
+
+
+# -- the learners and the ledger -----------------------------------------------
+
+
+def _circle(n=300, seed=0):
+  x = np.asarray(jax.random.uniform(jax.random.key(seed), (n, 2),
+                                    minval=-1.0, maxval=1.0))
+  y = np.where(np.sum(x**2, axis=1) < 0.45, 1.0, -1.0)
+  return x, y
+
+
+def test_dpsgd_learns_a_non_linear_boundary_and_is_pure():
+  x, y = _circle()
+  fmap = rf.make_feature_map(jax.random.key(10), input_dim=2,
+                             num_features=128, gamma=2.0)
+  learner = rf.dpsgd_learner(len(y), epsilon=8.0, delta=1e-5,
+                             sampling_rate=0.25, epochs=20,
+                             learning_rate=1.0)
+  model = rf.fit_dpsgd(jax.random.key(11), learner, fmap, x, y)
+  # A linear rule on x cannot beat the majority (~0.55) by much here.
+  assert np.mean(model.predict(x) == y) > 0.85
+  again = rf.fit_dpsgd(jax.random.key(11), learner, fmap, x, y)
+  np.testing.assert_array_equal(model.weights, again.weights)
+  other = rf.fit_dpsgd(jax.random.key(12), learner, fmap, x, y)
+  assert not np.allclose(model.weights, other.weights)
+  # The map itself is untouched by training.
+  np.testing.assert_array_equal(model.feature_map.omega, fmap.omega)
+
+
+def test_softmax_is_one_model_for_three_classes():
+  centres = np.array([[1.0, 0.0], [-0.5, 0.8], [-0.5, -0.8]])
+  labels = np.arange(300) % 3
+  noise = np.asarray(jax.random.normal(jax.random.key(13), (300, 2))) * 0.25
+  x = centres[labels] + noise
+  fmap = rf.make_feature_map(jax.random.key(14), input_dim=2,
+                             num_features=64)
+  learner = rf.dpsgd_learner(300, epsilon=4.0, delta=1e-5,
+                             sampling_rate=0.25, epochs=20,
+                             learning_rate=1.0, loss="softmax",
+                             num_classes=3)
+  model = rf.fit_dpsgd(jax.random.key(15), learner, fmap, x, labels)
+  assert model.weights.shape == (64, 3)
+  assert np.mean(model.predict(x) == labels) > 0.85
+  ledger = rf.record(accounting.PrivacyLedger(), learner)
+  assert [e.label for e in ledger.entries].count("rff_dpsgd") == 1
+
+
+def test_dpsgd_record_states_the_plan_and_meets_the_target():
+  learner = rf.dpsgd_learner(400, epsilon=2.0, delta=1e-5,
+                             sampling_rate=0.25, epochs=10,
+                             learning_rate=0.5)
+  ledger = rf.record(accounting.PrivacyLedger(), learner)
+  kinds = [(e.label, e.kind) for e in ledger.entries]
+  assert kinds == [("rff_dpsgd", "subsampled_gaussian"),
+                   ("rff_dpsgd_padding", "truncation")]
+  params = ledger.entries[0].params
+  assert params["steps"] == learner.plan.steps == 40
+  assert params["noise_multiplier"] == learner.plan.noise_multiplier
+  assert params["sampling_rate"] == 0.25
+  report = ledger.report(1e-5)
+  assert tuple(report) == accounting.PRIVACY_FIELDS
+  assert 1.5 < report["epsilon"] <= 2.0 * (1 + 1e-6)
+  twice = rf.record(accounting.PrivacyLedger(), learner, count=2)
+  assert twice.guarantee(1e-5).epsilon > report["epsilon"] * 1.2
+
+
+def test_output_perturbation_release_and_its_record():
+  x, y = _circle(n=200, seed=1)
+  fmap = rf.make_feature_map(jax.random.key(16), input_dim=2,
+                             num_features=8)
+  learner = rf.output_perturbation_learner(c=0.3, epsilon=1.0)
+  ledger = rf.record(accounting.PrivacyLedger(), learner)
+  (entry,) = ledger.entries
+  assert (entry.label, entry.kind, entry.epsilon) == (
+      "rff_output_perturbation", "pure", 1.0)
+  assert learner.sensitivity == pytest.approx(0.6)
+  # With a huge ε the noise vanishes: the release is the exact minimiser,
+  # expressed on φ (w̃[:D]/2, bias w̃[D]/√2).
+  exact = rf.exact_weights(learner, fmap, x, y)
+  sure = rf.output_perturbation_learner(c=0.3, epsilon=1e9)
+  model = rf.fit_output_perturbation(jax.random.key(17), sure, fmap, x, y)
+  np.testing.assert_allclose(model.weights[:, 0], exact[:-1] / 2,
+                             atol=1e-6)
+  np.testing.assert_allclose(model.bias[0], exact[-1] / SQRT2, atol=1e-6)
+  noisy = rf.fit_output_perturbation(jax.random.key(17), learner, fmap, x,
+                                     y)
+  assert not np.allclose(noisy.weights, model.weights)
+  assert noisy.decision_function(x).shape == (200,)
+
+
+def test_unit_features_are_in_the_unit_ball():
+  fmap = rf.make_feature_map(jax.random.key(18), input_dim=2,
+                             num_features=2)
+  rows = np.vstack([rff_audits.attaining_row(fmap)[None],
+                    _points(n=50, d=2) * 1e6])
+  norms = np.linalg.norm(rf.unit_features(fmap, rows), axis=1)
+  assert norms.max() <= 1.0 + 1e-12
+  assert norms.max() > 1.0 - 1e-6  # the attaining row sits on the sphere
+
+
+# -- audits --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make,trials", [
+    (rff_audits.dpsgd_spec, 40_000),
+    (rff_audits.output_perturbation_spec, 100_000),
+])
+def test_audit_stays_below_the_reported_epsilon(make, trials):
+  spec = make()
+  result = audits.run_spec(jax.random.key(20), spec, trials=trials)
+  assert result.epsilon_lower <= spec.reported_epsilon
+  assert result.epsilon_lower > 0.3 * spec.reported_epsilon
+
+
+def test_audit_catches_halved_noise():
+  spec = rff_audits.dpsgd_spec(broken=True)
+  assert spec.broken
+  result = audits.run_spec(jax.random.key(21), spec, trials=10_000)
+  assert result.epsilon_lower > spec.reported_epsilon
+
+
+def test_output_perturbation_audit_attains_the_sensitivity():
+  spec = rff_audits.output_perturbation_spec()
+  assert spec.settings["canary_feature_norm"] == pytest.approx(SQRT2,
+                                                               rel=1e-5)
+  assert spec.settings["minimiser_distance"] == pytest.approx(
+      spec.settings["sensitivity"], rel=1e-5)
+  assert [s.name for s in rff_audits.specs()] == [
+      "rff_dpsgd", "rff_output_perturbation", "rff_dpsgd_sigma_halved"]
+  assert jnp.asarray(spec.data_0).shape == (3,)
