@@ -27,7 +27,9 @@ The reported ``epsilon`` is the smallest of the valid ones at the reported
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
 
 import dp_accounting
@@ -94,13 +96,51 @@ class Guarantee:
     return dataclasses.asdict(self)
 
 
+class _DroppedOrders(logging.Filter):
+  """Drops dp_accounting's note that an RDP order did not converge.
+
+  For some (q, σ) the RDP accountant's series for a fractional order does
+  not converge; dp_accounting then leaves that order out of the minimum
+  over orders and logs a warning through absl, dozens of lines per call.
+  Every order that remains gives a valid bound, so the ε reported is still
+  an upper bound (at worst a little looser than with every order): nothing
+  for the user to act on. The note is dropped while the library's own
+  accountant calls run (:func:`_quiet_accountant`), and counted.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.dropped = 0
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if str(record.msg).startswith("_compute_log_a_frac failed to converge"):
+      self.dropped += 1
+      return False
+    return True
+
+
+@contextlib.contextmanager
+def _quiet_accountant():
+  """Runs dp_accounting calls without its non-convergence warnings."""
+  dropped = _DroppedOrders()
+  loggers = [logging.getLogger("absl"), logging.getLogger()]
+  for logger in loggers:
+    logger.addFilter(dropped)
+  try:
+    yield dropped
+  finally:
+    for logger in loggers:
+      logger.removeFilter(dropped)
+
+
 def _accountant_epsilon(accountant, events, delta) -> float | None:
   """ε at ``delta`` of ``events`` composed, or None if unsupported."""
   event = dp_accounting.ComposedDpEvent(list(events))
   if not accountant.supports(event):
     return None
-  accountant.compose(event)
-  return float(accountant.get_epsilon(delta))
+  with _quiet_accountant():
+    accountant.compose(event)
+    return float(accountant.get_epsilon(delta))
 
 
 def _rdp_epsilon(events, delta) -> float | None:
@@ -580,15 +620,16 @@ def calibrate_dpsgd_noise(*, epsilon: float, delta: float,
     epochs: E, turned into T by :func:`dpsgd_steps` (exactly one of the
       two).
   """
-  epsilon = validation.check_epsilon(epsilon)
+  epsilon = calibration.check_calibrated_epsilon(epsilon)
   delta = validation.check_delta(delta)
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
   steps = dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                       epochs=epochs)
-  return float(dp_accounting.calibrate_dp_mechanism(
-      dp_rdp.RdpAccountant,
-      lambda s: dpsgd_event(s, sampling_rate, steps),
-      epsilon, delta,
-      bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
-      tol=1e-6))
+  with _quiet_accountant():
+    return float(dp_accounting.calibrate_dp_mechanism(
+        dp_rdp.RdpAccountant,
+        lambda s: dpsgd_event(s, sampling_rate, steps),
+        epsilon, delta,
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
+        tol=1e-6))

@@ -48,6 +48,25 @@ def gaussian_sigma_classic(*, epsilon: float, delta: float,
   return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
+MAX_EPSILON = 700.0
+"""The largest ε a calibration accepts: e^ε must stay a double (≈ e^709)."""
+
+
+def check_calibrated_epsilon(epsilon, name: str = "epsilon") -> float:
+  """A finite ε > 0 that a calibration can represent (≤ :data:`MAX_EPSILON`).
+
+  Above it e^ε overflows double precision, and the guarantee would say
+  nothing anyway (e^700 ≈ 10³⁰⁴).
+  """
+  epsilon = validation.check_epsilon(epsilon, name)
+  if epsilon > MAX_EPSILON:
+    raise ValueError(
+        f"{name}={epsilon:g} is beyond what a calibration can represent "
+        f"(e^ε overflows above {MAX_EPSILON:g}, and such a guarantee says "
+        f"nothing); choose {name} ≤ {MAX_EPSILON:g}, e.g. {name}=8.")
+  return epsilon
+
+
 def gaussian_delta(*, sigma: float, epsilon: float,
                    sensitivity: float = 1.0) -> float:
   """Exact δ(ε) of the Gaussian mechanism with noise σ (Balle & Wang, Thm 8).
@@ -60,9 +79,11 @@ def gaussian_delta(*, sigma: float, epsilon: float,
   sensitivity = validation.check_positive(sensitivity, "sensitivity")
   a = sensitivity / (2.0 * sigma)
   b = epsilon * sigma / sensitivity
-  first = special.ndtr(a - b)
-  second = math.exp(epsilon + special.log_ndtr(-a - b))
-  return max(first - second, 0.0)
+  log_first = float(special.log_ndtr(a - b))
+  log_second = epsilon + float(special.log_ndtr(-a - b))
+  if log_second >= log_first:  # e^ε Φ(…) ≥ Φ(…): δ is 0 (no overflow)
+    return 0.0
+  return float(math.exp(log_first) - math.exp(log_second))
 
 
 def gaussian_sigma_analytic(*, epsilon: float, delta: float,
@@ -80,7 +101,7 @@ def gaussian_sigma_analytic(*, epsilon: float, delta: float,
     Balle & Wang, Improving the Gaussian Mechanism for Differential Privacy:
     Analytical Calibration and Optimal Denoising, ICML 2018.
   """
-  epsilon = validation.check_epsilon(epsilon)
+  epsilon = check_calibrated_epsilon(epsilon)
   delta = validation.check_delta(delta)
   sensitivity = validation.check_positive(sensitivity, "sensitivity")
 

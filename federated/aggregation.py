@@ -64,6 +64,13 @@ def _check_weights(stack, weights, name: str, *, ndim: int | None = None
     raise ValueError(
         f"weights must have shape (N,), one per participant (N = "
         f"{jnp.shape(stack)[:1]} of {name}), got {jnp.shape(weights)}.")
+  if validation.is_concrete(weights):
+    w = np.asarray(weights, np.float64)
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+      raise ValueError(
+          f"weights must be finite, ≥ 0 and not all 0 (a negative weight "
+          f"makes the aggregate indefinite: √w is NaN), got "
+          f"{np.array2string(w, threshold=8)}; e.g. size_weights(sizes).")
 
 
 def size_weights(sizes):

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from launch import common
 from launch.audit_run import failed, run_audits
 
 _ONLY = flags.DEFINE_list(
@@ -57,4 +58,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run_cli(main)

@@ -31,7 +31,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from dpcore import accounting, noise
 from launch import bench_lvq, common
@@ -136,4 +136,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run_cli(main)

@@ -31,7 +31,7 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from dpcore import accounting
 from launch import common
@@ -193,4 +193,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  common.run_cli(main)

@@ -65,8 +65,12 @@ def run_cli(main: Callable[[list[str]], None]) -> None:
             f"unexpected positional argument(s) {' '.join(argv[1:])!r}; "
             f"every setting is a --flag=value (see --help)")
       return main(argv)
-    except USAGE_ERRORS as e:
-      if DEBUG_TRACEBACK.value:
+    except Exception as e:  # noqa: BLE001  (re-raised unless reportable)
+      # USAGE_ERRORS, and a library error whose class says its message
+      # names the fix (e.g. objective perturbation's ConvergenceError).
+      reportable = isinstance(e, USAGE_ERRORS) or getattr(
+          type(e), "reported_in_one_line", False)
+      if not reportable or DEBUG_TRACEBACK.value:
         raise
       print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
       sys.exit(2)

@@ -61,7 +61,12 @@ HUBER_H = 0.5
 
 
 class ConvergenceError(RuntimeError):
-  """A fit stopped at its iteration cap: the privacy proof does not apply."""
+  """A fit stopped at its iteration cap: the privacy proof does not apply.
+
+  Its message names the setting to change; launch scripts report it in one
+  line (``reported_in_one_line``, read by ``launch.common.run_cli``).
+  """
+  reported_in_one_line = True
 
 
 def huber_loss(z, *, h: float = HUBER_H):

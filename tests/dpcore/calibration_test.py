@@ -6,7 +6,7 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import privacy_loss_distribution
 
-from dpcore import calibration
+from dpcore import accounting, calibration
 
 # (epsilon, delta, sensitivity); small, moderate and large epsilon.
 GRID = [
@@ -134,3 +134,19 @@ def test_laplace_bad_arguments_are_named():
     calibration.laplace_scale(epsilon=0.0, sensitivity=1.0)
   with pytest.raises(ValueError, match="sensitivity"):
     calibration.laplace_scale(epsilon=1.0, sensitivity=-1.0)
+
+
+def test_huge_epsilon_is_refused_in_one_line_and_delta_does_not_overflow():
+  # δ(ε) at an ε where e^ε overflows a double: 0, not an OverflowError.
+  assert calibration.gaussian_delta(sigma=1.0, epsilon=800.0) == 0.0
+  assert calibration.gaussian_delta(sigma=1.0, epsilon=1.0) > 0.0
+  for call in (
+      lambda: calibration.gaussian_sigma_analytic(epsilon=1e300, delta=1e-5,
+                                                  sensitivity=1.0),
+      lambda: accounting.calibrate_dpsgd_noise(epsilon=701.0, delta=1e-5,
+                                               sampling_rate=0.1, steps=10)):
+    with pytest.raises(ValueError, match="beyond what a calibration"):
+      call()
+  # The largest accepted ε still calibrates.
+  assert calibration.gaussian_sigma_analytic(
+      epsilon=calibration.MAX_EPSILON, delta=1e-5, sensitivity=1.0) > 0

@@ -99,6 +99,16 @@ AGGREGATION_CASES = [
         np.ones((3, 4, 2)), np.ones(2)), ValueError, "weights"),
     _case("model_weights_length", lambda: aggregation.model_aggregate(
         np.ones((3, 4)), np.ones(2)), ValueError, "weights"),
+    _case("subspace_weights_negative", lambda: aggregation.subspace_aggregate(
+        np.ones((3, 4, 2)), np.array([0.5, -0.1, 0.6])), ValueError,
+        "≥ 0"),
+    _case("subspace_weights_nan", lambda: aggregation.subspace_aggregate(
+        np.ones((3, 4, 2)), np.array([0.5, np.nan, 0.5])), ValueError,
+        "finite"),
+    _case("subspace_weights_zero", lambda: aggregation.subspace_aggregate(
+        np.ones((3, 4, 2)), np.zeros(3)), ValueError, "not all 0"),
+    _case("model_weights_negative", lambda: aggregation.model_aggregate(
+        np.ones((3, 4)), np.array([1.0, -1.0, 1.0])), ValueError, "≥ 0"),
 ]
 
 

@@ -43,6 +43,7 @@ BEFORE_LOAD = {
     "epsilon_text": (["--epsilon=abc"], "--epsilon"),
     "epsilon_empty": (["--epsilon="], "--epsilon"),
     "epsilon_inf": (["--epsilon=inf"], "--epsilon"),
+    "epsilon_huge": (["--epsilon=1e300"], "--epsilon=1e300"),
     "epsilon_two_in_sweep": (["--sweep=fig3", "--epsilon=0.1,1"],
                              "--epsilon"),
     "delta_zero": (["--delta=0"], "--delta"),

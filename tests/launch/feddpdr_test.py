@@ -293,3 +293,20 @@ def test_training_program_equals_the_library_train(tmp_path):
   assert bool(np.all(got.converged))
   for name, a, b in zip(want._fields, got, want, strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_a_fit_that_cannot_converge_ends_in_one_line(tmp_path):
+  # --max_iter=1 cannot reach the exact minimiser the guarantee needs: the
+  # run says so in one line (with the fix) and exits 2, no traceback.
+  out = tmp_path / "runs.jsonl"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.feddpdr", "--dataset=digits", "--k=3",
+       "--participants=2", "--n_per_participant=50", "--epsilon=1",
+       "--seeds=1", "--baseline=false", "--fedsgd=false", "--max_iter=1",
+       f"--out={out}", f"--jax_cache_dir={tmp_path / 'jax'}"],
+      cwd=_REPO, capture_output=True, text=True, timeout=600,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and "Raise max_iter" in last
+  assert "Traceback" not in proc.stderr
