@@ -301,13 +301,19 @@ class PrivacyLedger:
         label, "discrete_laplace", count * epsilon, 0.0, event,
         {"scale": scale, "sensitivity": sensitivity, "count": count}))
 
-  def record_approx(self, epsilon: float, delta: float, *, label: str
-                    ) -> None:
-    """A step known only by its (ε, δ) guarantee (basic composition only)."""
+  def record_approx(self, epsilon: float, delta: float, *, label: str,
+                    params: dict | None = None) -> None:
+    """A step known only by its (ε, δ) guarantee (basic composition only).
+
+    ``params``: JSON-ready facts about the step kept with the entry (e.g.
+    a tuning's winner and trial count); ``epsilon``/``delta`` are set from
+    the arguments.
+    """
     epsilon = validation.check_epsilon(epsilon)
     delta = validation.check_delta(delta)
     self._record(LedgerEntry(label, "approx", epsilon, delta, None,
-                             {"epsilon": epsilon, "delta": delta}))
+                             {**(params or {}), "epsilon": epsilon,
+                              "delta": delta}))
 
   def record_subsampled_gaussian(self, *, noise_multiplier: float,
                                  sampling_rate: float, steps: int,

@@ -25,6 +25,25 @@ the same without saying so.
 ``--bounds=LOW,HIGH`` covering less than half of a set's public range is
 refused (most values would be clipped).
 
+Private selection of a recipe (``dpcore.tuning``, docs/tuning.md): give
+a JSON list of candidate settings (keys ``lr``, ``clip``, ``epochs``,
+``q``, ``init_fraction``; the flags give the rest)::
+
+  python -m launch.dplvq --dataset=digits --model=glvq --epsilon=1.5 \
+      --tune=candidates.json --tune_expected_trials=10 \
+      --tune_distribution=geometric --folds=2 --repeats=1
+
+Each trial draws a candidate uniformly at random, trains on a run's
+training rows less ``--tune_validation_fraction`` of them held out, and is
+scored by a Laplace-noised count of held-out rows it classifies correctly
+(``--tune_score_epsilon``); K ~ ``--tune_distribution`` trials run
+(E[K] = ``--tune_expected_trials``) and the best model is released. With
+``--tune``, ``--epsilon`` is each trial's target; the record's
+``privacy.epsilon`` covers the whole tuning, and ``tuning`` says which
+candidate won and how many trials ran. Without ``--tune`` the recipe is
+the flags' values, whose defaults are the paper's fixed recipe, chosen
+before any data were seen.
+
 Every flag is checked before any data is read or code compiled (a mistake
 ends with one ``error:`` line and exit status 2), including the number of
 SGD steps T = E/q of one run, refused above ``--max_steps``. Every run
@@ -94,6 +113,22 @@ _TABLE_EPS = flags.DEFINE_string("table_epsilons", "0.75,1.5,2.5",
 _FIG_EPS = flags.DEFINE_string("figure_epsilons", "0.25,0.5,1,5",
                                "Extra ε for Fig. 1 (besides the table's).")
 _MODELS = flags.DEFINE_string("models", "glvq,gmlvq", "Table-mode models.")
+_TUNE = flags.DEFINE_string(
+    "tune", None, "JSON file: a list of candidate settings (lr, clip, "
+    "epochs, q, init_fraction) to select from privately (docs/tuning.md).")
+_TUNE_TRIALS = flags.DEFINE_float(
+    "tune_expected_trials", 10.0, "E[K], the expected number of trials.")
+_TUNE_DIST = flags.DEFINE_string(
+    "tune_distribution", "geometric", "Law of K: geometric, logarithmic, "
+    "negative_binomial (with --tune_eta) or poisson.")
+_TUNE_ETA = flags.DEFINE_float("tune_eta", None,
+                               "η > -1 of --tune_distribution="
+                               "negative_binomial.")
+_TUNE_SCORE_EPS = flags.DEFINE_float(
+    "tune_score_epsilon", 0.5, "ε of each trial's noisy validation count.")
+_TUNE_VAL = flags.DEFINE_float(
+    "tune_validation_fraction", 0.2, "Share of each run's training rows "
+    "held out to score the trials.")
 _MAX_STEPS = flags.DEFINE_integer(
     "max_steps", 200_000, "Refuse settings whose SGD steps per run, "
     "T = epochs/q, exceed this (raise it to run such a setting anyway).")
@@ -109,6 +144,32 @@ def _settings(experiment):
       prototypes_per_class=_PPC.value, bfgs_iterations=_BFGS_ITERS.value,
       parallel=_PARALLEL.value, ghost_clipping=_GHOST.value,
       seed=_SEED.value)
+
+
+_TUNE_FLAGS = ("tune_expected_trials", "tune_distribution", "tune_eta",
+               "tune_score_epsilon", "tune_validation_fraction")
+
+
+def _check_tune(experiment, settings):
+  """The validated --tune request (None without --tune)."""
+  if _TUNE.value is None:
+    given = [f"--{n}" for n in _TUNE_FLAGS if flags.FLAGS[n].present]
+    if given:
+      raise ValueError(f"{', '.join(given)} only apply with --tune=FILE "
+                       f"(a JSON list of candidate settings).")
+    return None
+  if _TABLE.value:
+    raise ValueError("--tune cannot be combined with --table: tune one "
+                     "(model, ε) setting at a time.")
+  if _TRAINER.value != "dpsgd":
+    raise ValueError(f"--tune needs --trainer=dpsgd (got "
+                     f"{_TRAINER.value!r}): a non-private trial has no "
+                     f"guarantee to tune with.")
+  return experiment.check_tuning(
+      _TUNE.value, settings, distribution=_TUNE_DIST.value,
+      expected_trials=_TUNE_TRIALS.value, eta=_TUNE_ETA.value,
+      score_epsilon=_TUNE_SCORE_EPS.value,
+      validation_fraction=_TUNE_VAL.value, max_steps=_MAX_STEPS.value)
 
 
 def main(argv):
@@ -136,6 +197,7 @@ def main(argv):
   else:
     experiment.check_run(model=_MODEL.value, trainer=_TRAINER.value,
                          epsilon=_EPSILON.value)
+  tune = _check_tune(experiment, settings)
   loaders.check_dataset(dataset, data_dir=_DATA_DIR.value)
   experiment.check_bounds(dataset, _BOUNDS.value)
   common.progress(f"{dataset}: loading; {steps:,} SGD steps per run, "
@@ -145,6 +207,19 @@ def main(argv):
   if settings.folds > n:
     raise ValueError(f"--folds={settings.folds}: {dataset!r} has only {n} "
                      f"rows; give at most {n} folds (e.g. --folds=5).")
+  if tune is not None:
+    if experiment.is_done(common.done_keys(out, experiment.KEY_FIELDS),
+                          prepared, settings, _MODEL.value, "dpsgd",
+                          _EPSILON.value, tune=tune.describe()):
+      common.progress(f"skipping 1 finished run: this tuning is already in "
+                      f"{out} (remove its line, or give another --out, to "
+                      f"run it again)")
+      return
+    record = experiment.run_tuning(
+        jax.random.key(settings.seed), prepared, settings, tune,
+        model=_MODEL.value, epsilon=_EPSILON.value)
+    common.emit_record(record, out)
+    return
   if not _TABLE.value:
     eps = _EPSILON.value if _TRAINER.value == "dpsgd" else None
     if experiment.is_done(common.done_keys(out, experiment.KEY_FIELDS),

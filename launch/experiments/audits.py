@@ -677,9 +677,10 @@ def specs() -> list[AuditSpec]:
       trainer_spec(broken="clip_skipped"),
   ]
   # These import this module (for AuditSpec), so they are imported here.
-  from launch.experiments import dpwss_audits, rff_audits
+  from launch.experiments import dpwss_audits, rff_audits, tuning_audits
   out.extend(dpwss_audits.specs())
   out.extend(rff_audits.specs())
+  out.extend(tuning_audits.specs())
   return out
 
 

@@ -2,27 +2,38 @@
 
 :class:`Settings` holds what the command line sets; :func:`run_setting` runs
 one (model, trainer, ε) setting through repeated k-fold CV and returns its
-record; :func:`table` runs the Table 1 / Fig. 1 grid with resume. See
-``launch/dplvq.py`` for the command line.
+record; :func:`table` runs the Table 1 / Fig. 1 grid with resume;
+:func:`run_tuning` selects a setting from a candidate list privately
+(``dpcore.tuning``). See ``launch/dplvq.py`` for the command line.
+
+The defaults of :class:`Settings` (q = 0.01, C = 0.5, 50 epochs, learning
+rate 0.05, ε₁/ε = 0.2) are the paper's recipe, fixed before any data were
+seen; nothing here picks them by looking at results on the data. Choosing
+among several recipes on the data is a release, and goes through
+:func:`run_tuning`, whose guarantee covers it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 import zlib
 
 import jax
 import numpy as np
 
-from dpcore import clipping
+from dpcore import accounting, clipping, dpsgd, tuning
 from launch import common
 from launch.data import loaders as data
 from launch.experiments import lvq_eval
+from mechanisms.lvq import train as lvq_train
 
 KEY_FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
               "epochs", "learning_rate", "sigma_rule", "folds", "repeats",
-              "seed", "scaling", "rank", "normalise", "phi", "init_variant")
+              "seed", "scaling", "rank", "normalise", "phi", "init_variant",
+              "tune")
 DEFAULT_LR = {"glvq": 0.05, "gmlvq": 0.05}
 MODELS = ("glvq", "gmlvq")
 TRAINERS = ("dpsgd", "sgd", "bfgs")
@@ -312,7 +323,8 @@ def run_setting(key: jax.Array, prepared: Prepared, settings: Settings, *,
           "init_variant": s.init_variant()}
 
 
-def _probe(prepared: Prepared, s: Settings, model, trainer, eps) -> dict:
+def _probe(prepared: Prepared, s: Settings, model, trainer, eps, tune=None
+           ) -> dict:
   """The resume key fields of a setting, before it is run."""
   return {"dataset": prepared.dataset, "model": model, "trainer": trainer,
           "epsilon": eps, "delta": s.delta, "q": s.q, "clip": s.clip,
@@ -320,14 +332,17 @@ def _probe(prepared: Prepared, s: Settings, model, trainer, eps) -> dict:
           "sigma_rule": s.sigma_rule, "folds": s.folds,
           "repeats": s.repeats, "seed": s.seed, "scaling": prepared.scaling,
           "rank": s.rank, "normalise": s.normalise, "phi": s.phi,
-          "init_variant": s.init_variant()}
+          "init_variant": s.init_variant(), "tune": tune}
 
 
 def is_done(done: set, prepared: Prepared, s: Settings, model, trainer,
-            eps) -> bool:
-  """Whether ``done`` (:func:`launch.common.done_keys`) holds this run."""
+            eps, *, tune: dict | None = None) -> bool:
+  """Whether ``done`` (:func:`launch.common.done_keys`) holds this run.
+
+  ``tune``: :meth:`TuneOptions.describe` of a tuning (None otherwise).
+  """
   probe = _probe(prepared, s, model, trainer,
-                 eps if trainer == "dpsgd" else None)
+                 eps if trainer == "dpsgd" else None, tune)
   return common.record_key(probe, KEY_FIELDS) in done
 
 
@@ -363,7 +378,7 @@ def table(prepared: Prepared, settings: Settings, *, out: str, models,
                     f"{last['error_mean']:.4f} ({last['error_std']:.4f}) in "
                     f"{last['seconds']:.0f}s")
   mine = [r for r in common.read_jsonl(out)
-          if all(r.get(f) == v for f, v in (
+          if r.get("tune") is None and all(r.get(f) == v for f, v in (
               ("dataset", prepared.dataset), ("delta", s.delta),
               ("q", s.q), ("clip", s.clip), ("epochs", s.epochs),
               ("folds", s.folds), ("repeats", s.repeats),
@@ -435,3 +450,246 @@ def write_figure(records, path, dataset):
   plt.close(fig)
 
 
+
+
+# -- private selection among candidate recipes (--tune) ------------------------
+
+TUNE_KEYS = {"lr": "lr", "learning_rate": "lr", "clip": "clip",
+             "epochs": "epochs", "q": "q", "init_fraction": "init_fraction"}
+"""Settings a candidate may set (JSON key → :class:`Settings` field)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneOptions:
+  """A validated ``--tune`` request.
+
+  Attributes:
+    path: the candidate file.
+    candidates: each candidate's :class:`Settings` overrides.
+    count: the law of the number of trials K.
+    score_epsilon: ε of each trial's noisy validation count.
+    validation_fraction: share of each run's training rows held out.
+  """
+  path: str
+  candidates: tuple[dict, ...]
+  count: tuning.TrialCount
+  score_epsilon: float
+  validation_fraction: float
+
+  def describe(self) -> dict:
+    """The resume key and record entry of the request."""
+    return {"candidates": [dict(c) for c in self.candidates],
+            "distribution": self.count.distribution,
+            "expected_trials": self.count.expected, "eta": self.count.eta,
+            "score_epsilon": self.score_epsilon,
+            "validation_fraction": self.validation_fraction}
+
+
+def load_candidates(path: str) -> list[dict]:
+  """The candidate list of ``--tune=path``: a JSON list of setting dicts.
+
+  The file holds ``[{"lr": 0.05, "epochs": 20}, …]`` or
+  ``{"candidates": [...]}``; keys are those of :data:`TUNE_KEYS`.
+  """
+  flag = f"--tune={path}"
+  try:
+    with open(path, encoding="utf-8") as f:
+      loaded = json.load(f)
+  except FileNotFoundError:
+    raise ValueError(f"{flag}: no such file; give a JSON file with a list "
+                     f"of candidate settings.") from None
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    raise ValueError(f"{flag}: not a readable JSON file ({err}).") from None
+  if isinstance(loaded, dict) and set(loaded) == {"candidates"}:
+    loaded = loaded["candidates"]
+  if not isinstance(loaded, list) or not loaded:
+    raise ValueError(f"{flag}: the candidate list is empty or not a list; "
+                     f"give e.g. [{{\"lr\": 0.05}}, {{\"lr\": 0.2}}].")
+  for i, c in enumerate(loaded):
+    if not isinstance(c, dict) or not c:
+      raise ValueError(f"{flag}: candidate {i} is not a non-empty object "
+                       f"of settings ({sorted(TUNE_KEYS)}).")
+    bad = sorted(set(c) - set(TUNE_KEYS))
+    if bad:
+      raise ValueError(f"{flag}: candidate {i} has unknown setting(s) "
+                       f"{bad}; a candidate may set {sorted(TUNE_KEYS)}.")
+  return loaded
+
+
+def candidate_settings(settings: Settings, candidate: dict) -> Settings:
+  """``settings`` with one candidate's overrides."""
+  return dataclasses.replace(
+      settings, **{TUNE_KEYS[k]: v for k, v in candidate.items()})
+
+
+def check_tuning(path: str, settings: Settings, *, distribution: str,
+                 expected_trials, eta, score_epsilon, validation_fraction,
+                 max_steps: int = DEFAULT_MAX_STEPS) -> TuneOptions:
+  """Refuses a bad ``--tune`` request before any data is read."""
+  candidates = load_candidates(path)
+  for i, c in enumerate(candidates):
+    try:
+      check_settings(candidate_settings(settings, c), max_steps=max_steps)
+    except ValueError as err:
+      raise ValueError(f"--tune={path}: candidate {i}: {err}") from None
+  try:
+    count = tuning.trial_count(distribution, expected_trials, eta=eta)
+  except ValueError as err:
+    raise ValueError(
+        f"--tune_distribution={distribution} --tune_expected_trials="
+        f"{expected_trials} --tune_eta={eta}: {err}") from None
+  _flag("--tune_score_epsilon", score_epsilon,
+        isinstance(score_epsilon, (int, float)) and math.isfinite(
+            score_epsilon) and score_epsilon > 0,
+        "the ε of each noisy validation score must be > 0 (e.g. 0.5).")
+  _flag("--tune_validation_fraction", validation_fraction,
+        isinstance(validation_fraction, (int, float))
+        and 0 < validation_fraction <= 0.5,
+        "hold out a share in (0, 0.5] of each run's training rows "
+        "(e.g. 0.2).")
+  return TuneOptions(path, tuple(candidates), count, float(score_epsilon),
+                     float(validation_fraction))
+
+
+def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
+               options: TuneOptions, *, model: str, epsilon: float,
+               progress=common.progress) -> dict:
+  """Private selection of a recipe (``dpcore.tuning``) on every CV run.
+
+  Each CV run's training rows are cut in two by
+  :func:`lvq_eval.carve_validation` (the last ``validation_fraction`` of
+  the run's randomly permuted training rows are held out). A trial draws
+  a candidate uniformly at random, trains DP-G(M)LVQ on the rest with the
+  candidate's settings, every trial calibrated to the per-trial target
+  ``epsilon`` (private init + DP-SGD), and scores the model by
+  :func:`dpcore.tuning.noisy_accuracy` on the held-out rows. K ~
+  ``options.count`` trials run; each run releases its best-scoring model,
+  whose test error is reported. All runs share K and the candidates drawn
+  (both public, drawn from the key alone); training and score noise are
+  the run's own.
+
+  Privacy: one trial reads the training rows (DP-SGD and the private init,
+  as recorded by ``lvq_train.privacy_plan``) and the held-out rows (the
+  Laplace count) — disjoint rows, so its RDP is the larger of the two
+  curves (:func:`dpcore.tuning.disjoint`), and, whatever candidate it
+  draws, at most the largest over the candidates
+  (:func:`dpcore.tuning.any_of`). The tuning's (ε, δ) is
+  :func:`dpcore.tuning.tuned_guarantee` of that trial, recorded as ONE
+  ledger entry. The neighbouring relation is add/remove of one row of a
+  run's training rows or of its held-out rows, the split being fixed by
+  the split key (the same scope as the fixed recipe's records: one
+  released model, the CV protocol itself not a release).
+  """
+  s = settings
+  train_on = s.train_on
+  if train_on == "auto":
+    train_on = "one_fold" if prepared.dataset == "mnist" else "other_folds"
+  one_fold = train_on == "one_fold"
+  n, dim = prepared.x.shape
+  n_train, n_val = lvq_eval.carved_sizes(
+      n, folds=s.folds, train_on_one_fold=one_fold,
+      validation_fraction=options.validation_fraction)
+  score = tuning.score_privacy(options.score_epsilon)
+  configs, trials, plans = [], [], []
+  for i, cand in enumerate(options.candidates):
+    c = candidate_settings(s, cand)
+    steps = lvq_eval.sgd_steps(c.epochs, c.q)
+    max_batch = dpsgd.max_batch_size(n_train, sampling_rate=c.q,
+                                     steps=steps)
+    plan = lvq_train.privacy_plan(
+        epsilon=epsilon, delta=s.delta, sampling_rate=c.q, epochs=c.epochs,
+        dim=dim, init_fraction=c.init_fraction, sigma_rule=c.sigma_rule,
+        init_mechanism=c.init_mechanism, num_examples=n_train,
+        max_batch=max_batch)
+    train = tuning.trial_privacy(plan.ledger,
+                                 description=f"candidate {i} training")
+    trials.append(tuning.disjoint(train, score,
+                                  description=f"candidate {i}"))
+    plans.append({"candidate": i, "noise_multiplier": plan.noise_multiplier,
+                  "steps": steps, "max_batch": max_batch,
+                  "epsilon_trial": trials[-1].epsilon(s.delta),
+                  "learning_rate": c.learning_rate(model)})
+    configs.append(lvq_train.TrainConfig(
+        model=model, trainer="dpsgd", num_classes=prepared.num_classes,
+        prototypes_per_class=c.prototypes_per_class, rank=c.rank,
+        normalise=c.normalise, phi_kind=c.phi, epochs=c.epochs,
+        sampling_rate=c.q, clip_norm=c.clip,
+        noise_multiplier=plan.noise_multiplier,
+        learning_rate=c.learning_rate(model),
+        epsilon_init=plan.epsilon_init, max_batch=max_batch,
+        bfgs_iterations=c.bfgs_iterations, ghost_clipping=c.ghost_clipping,
+        init_mechanism=c.init_mechanism,
+        init_noise_multiplier=plan.init_noise_multiplier or 1.0))
+  trial = tuning.any_of(*trials, description="one trial: a candidate drawn "
+                        "uniformly at random, trained, and scored")
+  guarantee = tuning.tuned_guarantee(trial, options.count, delta=s.delta)
+  progress(f"tuning: {len(configs)} candidates, K ~ "
+           f"{options.count.distribution} (E[K] = "
+           f"{options.count.expected:g}); one trial ε = "
+           f"{guarantee.trial_epsilon:.3f}, the whole tuning ε = "
+           f"{guarantee.epsilon:.3f} at δ = {s.delta:g}")
+  tune_key = jax.random.fold_in(key, 2)
+  split_key = jax.random.fold_in(key, 0)
+  picks = tuning.schedule(tune_key, options.count, len(configs))
+  runs = s.folds * s.repeats
+  best = np.full(runs, -np.inf)
+  winners = np.full(runs, -1)
+  errors = np.full(runs, np.nan)
+  cache: dict = {}
+  for i, c in enumerate(picks):
+    k_train, k_score = jax.random.split(tuning.trial_key(tune_key, i))
+    res = lvq_eval.evaluate_trial(
+        split_key, k_train, prepared.x, prepared.y, configs[int(c)],
+        folds=s.folds, repeats=s.repeats, train_on_one_fold=one_fold,
+        validation_fraction=options.validation_fraction,
+        parallel_runs=s.parallel, cache=cache)
+    scores = np.asarray(tuning.noisy_accuracy(
+        k_score, res.correct, n_val, epsilon=options.score_epsilon))
+    better = scores > best
+    best = np.where(better, scores, best)
+    winners = np.where(better, int(c), winners)
+    errors = np.where(better, res.errors, errors)
+    progress(f"trial {i + 1}/{picks.size}: candidate {int(c)}, mean noisy "
+             f"validation accuracy {scores.mean():.4f}, mean test error "
+             f"{res.errors.mean():.4f}")
+  ran = picks.size > 0
+  winner_list = [int(w) for w in winners] if ran else [None] * runs
+  ledger = accounting.PrivacyLedger()
+  tuning.record(ledger, guarantee, winner=winner_list if ran else None,
+                trials=int(picks.size), label="dplvq_tuning")
+  privacy = ledger.report(
+      s.delta, nominal_epsilon=epsilon,
+      nominal_note="each trial's target ε (private init + DP-SGD) its "
+                   "noise was calibrated for; the guarantee covers the "
+                   "whole tuning")
+  errs = errors if ran else None
+  return {
+      "dataset": prepared.dataset, "model": model, "trainer": "dpsgd",
+      "epsilon": epsilon, "delta": s.delta, "q": s.q, "clip": s.clip,
+      "epochs": s.epochs, "learning_rate": s.learning_rate(model),
+      "sigma_rule": s.sigma_rule, "folds": s.folds, "repeats": s.repeats,
+      "seed": s.seed, "scaling": prepared.scaling,
+      "privacy_covers_scaling": prepared.scaling != "data_minmax",
+      "rank": s.rank, "normalise": s.normalise, "phi": s.phi,
+      "init_variant": s.init_variant(), "tune": options.describe(),
+      "error_mean": float(np.mean(errs)) if ran else None,
+      "error_std": float(np.std(errs, ddof=1)) if ran and runs > 1 else (
+          0.0 if ran else None),
+      "errors": errs.tolist() if ran else None,
+      "privacy": privacy, "dpsgd": None,
+      "tuning": {
+          **tuning.TuningResult(
+              None, None, None, None, int(picks.size),
+              tuple(int(c) for c in picks), guarantee).record(),
+          "winner": winner_list,
+          "winning_settings": [options.candidates[w] if w is not None
+                               else None for w in winner_list],
+          "n_train": n_train, "n_val": n_val,
+          "train_on": train_on, "candidates": plans,
+          "scope": "one tuned model per CV run (the tuning on that run's "
+                   "training and held-out rows); the CV protocol is not a "
+                   "release",
+          "released_when_no_trial": "nothing (K = 0)",
+      },
+      "platform": jax.default_backend(),
+  }

@@ -156,6 +156,115 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
                   test_idx.shape[1])
 
 
+def carve_validation(train_idx: np.ndarray, fraction: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+  """Splits each run's training rows into (train, held-out validation).
+
+  The last ⌊fraction · n_train⌋ (at least 1) of each run's training
+  indices are held out. Those indices are already in the order of the
+  run's random permutation (:func:`cv_splits`), so the held-out rows are a
+  uniformly random subset of the run's training rows, chosen by the split
+  key alone (no data value is read).
+  """
+  fraction = validation.check_in_range(fraction, "validation_fraction",
+                                       0.0, 1.0)
+  n_tr = train_idx.shape[1]
+  n_val = max(1, int(np.floor(fraction * n_tr)))
+  if n_val >= n_tr:
+    raise ValueError(f"validation_fraction={fraction}: holding out {n_val} "
+                     f"of {n_tr} training rows leaves none to train on; "
+                     f"lower it (e.g. 0.2).")
+  return train_idx[:, :n_tr - n_val], train_idx[:, n_tr - n_val:]
+
+
+def carved_sizes(n: int, *, folds: int, train_on_one_fold: bool,
+                 validation_fraction: float) -> tuple[int, int]:
+  """(n_train, n_val) of every run of :func:`evaluate_trial`, from n."""
+  size = n // folds
+  n_tr = size if train_on_one_fold else size * (folds - 1)
+  n_val = max(1, int(np.floor(validation_fraction * n_tr)))
+  return n_tr - n_val, n_val
+
+
+class TrialResult(NamedTuple):
+  """One tuning trial on every CV run: test errors and held-out counts."""
+  errors: np.ndarray
+  correct: np.ndarray
+  overflow_steps: int
+  seconds: float
+  n_train: int
+  n_val: int
+  n_test: int
+
+
+def evaluate_trial(split_key: jax.Array, train_key: jax.Array, x, y,
+                   config: lvq_train.TrainConfig, *, folds: int,
+                   repeats: int, train_on_one_fold: bool,
+                   validation_fraction: float, parallel_runs: int = 5,
+                   cache: dict | None = None) -> TrialResult:
+  """Trains ``config`` on every CV run's training rows minus held-out rows.
+
+  Like :func:`evaluate`, with each run's training rows cut by
+  :func:`carve_validation`: the model trains on the rest, and the run
+  returns its test error (on the run's test rows, not a release) and the
+  number of held-out rows it classifies correctly (the input of a private
+  score, e.g. :func:`dpcore.tuning.noisy_accuracy`). ``cache`` (a dict
+  kept by the caller) reuses the compiled runs of a config seen before.
+  """
+  config = config.validate()
+  x = lvq_init.check_box(x, "x")
+  y = lvq_init.check_classes_present(y, config.num_classes, "y")
+  train_idx, test_idx = cv_splits(split_key, x.shape[0], folds=folds,
+                                  repeats=repeats,
+                                  train_on_one_fold=train_on_one_fold)
+  train_idx, val_idx = carve_validation(train_idx, validation_fraction)
+  for i, idx in enumerate(train_idx):
+    try:
+      lvq_init.check_classes_present(y[idx], config.num_classes)
+    except ValueError as err:
+      raise ValueError(
+          f"training rows of run {i} after holding out validation rows: "
+          f"{err} Use fewer folds or a smaller validation fraction."
+      ) from None
+  runs = train_idx.shape[0]
+  cache = {} if cache is None else cache
+  labels = lvq_init.prototype_labels(config.num_classes,
+                                     config.prototypes_per_class)
+  xd, yd = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)
+  chunk = min(validation.check_positive_int(parallel_runs, "parallel_runs"),
+              runs)
+  if config not in cache:
+    def one_run(run_key, tr, va, te):
+      res = lvq_train.train(run_key, xd[tr], yd[tr], config)
+      err = lvq.error_rate(res.params, xd[te], yd[te], labels)
+      correct = jnp.sum(lvq.predict(res.params, xd[va], labels) == yd[va])
+      return err, correct, res.overflow_steps
+    cache[config] = jax.jit(jax.vmap(one_run))
+  batched = cache[config]
+  n_chunks = -(-runs // chunk)
+  pad = n_chunks * chunk - runs
+  keys = jax.random.split(train_key, runs)
+  if pad:
+    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
+    train_idx = np.concatenate([train_idx, np.repeat(train_idx[-1:], pad, 0)])
+    val_idx = np.concatenate([val_idx, np.repeat(val_idx[-1:], pad, 0)])
+    test_idx = np.concatenate([test_idx, np.repeat(test_idx[-1:], pad, 0)])
+  start = time.perf_counter()
+  errs, corr, over = [], [], []
+  for c in range(n_chunks):
+    sl = slice(c * chunk, (c + 1) * chunk)
+    e, k, o = jax.block_until_ready(
+        batched(keys[sl], train_idx[sl], val_idx[sl], test_idx[sl]))
+    errs.append(np.asarray(e))
+    corr.append(np.asarray(k))
+    over.append(np.asarray(o))
+  return TrialResult(np.concatenate(errs)[:runs],
+                     np.concatenate(corr)[:runs].astype(np.int64),
+                     int(np.concatenate(over)[:runs].sum()),
+                     time.perf_counter() - start, train_idx.shape[1],
+                     val_idx.shape[1], test_idx.shape[1])
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingSetting:
   """What one evaluated setting trains: the model, the trainer, its privacy.

@@ -13,13 +13,14 @@ from dpcore import (
     exponential,
     noise,
     trainer,
+    tuning,
     validation,
 )
 
 
 @pytest.mark.parametrize("module", [
     accounting, calibration, clipping, discrete, exponential, noise, trainer,
-    validation],
+    tuning, validation],
     ids=lambda m: m.__name__)
 def test_docstring_examples(module):
   result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

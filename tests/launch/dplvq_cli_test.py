@@ -88,6 +88,42 @@ BEFORE_LOAD = {
 }
 
 
+# --tune cases ({tmp}: the fixture's folder, {good}: a valid file).
+TUNE_CASES = {
+    "tune_missing": (["--tune={tmp}/none.json"], "no such file"),
+    "tune_empty": (["--tune={tmp}/empty.json"], "candidate list is empty"),
+    "tune_notjson": (["--tune={tmp}/notjson.json"], "not a readable JSON"),
+    "tune_badkey": (["--tune={tmp}/badkey.json"],
+                    "unknown setting(s) ['momentum']"),
+    "tune_badvalue": (["--tune={tmp}/badvalue.json"],
+                      "candidate 0: --lr=-1"),
+    "tune_notdict": (["--tune={tmp}/notdict.json"],
+                     "candidate 0 is not a non-empty object"),
+    "tune_trials_zero": (["--tune={good}", "--tune_expected_trials=0"],
+                         "expected_trials must be"),
+    "tune_trials_negative": (["--tune={good}", "--tune_expected_trials=-2"],
+                             "expected_trials must be"),
+    "tune_trials_one": (["--tune={good}", "--tune_expected_trials=1"],
+                        "mean above 1"),
+    "tune_distribution": (["--tune={good}", "--tune_distribution=uniform"],
+                          "choose one of"),
+    "tune_eta_missing": (["--tune={good}",
+                          "--tune_distribution=negative_binomial"],
+                         "needs eta"),
+    "tune_eta_bad": (["--tune={good}", "--tune_distribution=negative_binomial",
+                      "--tune_eta=-2"], "eta > -1"),
+    "tune_score_epsilon": (["--tune={good}", "--tune_score_epsilon=0"],
+                           "--tune_score_epsilon=0.0"),
+    "tune_validation": (["--tune={good}", "--tune_validation_fraction=0.9"],
+                        "--tune_validation_fraction=0.9"),
+    "tune_with_table": (["--tune={good}", "--table"], "--table"),
+    "tune_with_sgd": (["--tune={good}", "--trainer=sgd"],
+                      "--tune needs --trainer=dpsgd"),
+    "tune_flag_alone": (["--tune_expected_trials=5"],
+                        "--tune_expected_trials only apply with --tune"),
+}
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("cli")
@@ -104,9 +140,19 @@ def results(tmp_path_factory):
   table = ["--table", "--models=glvq", "--table_epsilons=1",
            "--figure_epsilons=2", "--epochs=1", "--q=0.5", "--folds=2",
            "--repeats=1", f"--out={table_out}"]
+  good = tmp / "cands.json"
+  good.write_text('[{"lr": 0.05}, {"lr": 0.2, "epochs": 2}]')
+  files = {"empty": "[]", "notjson": "{lr", "badkey": '[{"momentum": 1}]',
+           "badvalue": '[{"lr": -1}]', "notdict": '[0.1]'}
+  for name, text in files.items():
+    (tmp / f"{name}.json").write_text(text)
+  tune_cases = {k: [a.format(tmp=tmp, good=good) for a in argv]
+                for k, (argv, _) in TUNE_CASES.items()}
   cases = {
       "before_load": {k: argv + [f"--out={out}"]
-                      for k, (argv, _) in BEFORE_LOAD.items()},
+                      for k, (argv, _) in (
+                          *BEFORE_LOAD.items(),
+                          *((k, (v, None)) for k, v in tune_cases.items()))},
       "before_load_out": {
           "out_dir": [f"--out={tmp}"],
           "out_under_file": [f"--out={blocked}/r.jsonl"],
@@ -129,6 +175,11 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(BEFORE_LOAD))
 def test_bad_flag_fails_before_any_work(results, name):
   cli.assert_one_line_error(results[name], BEFORE_LOAD[name][1])
+
+
+@pytest.mark.parametrize("name", sorted(TUNE_CASES))
+def test_bad_tune_input_fails_before_any_work(results, name):
+  cli.assert_one_line_error(results[name], TUNE_CASES[name][1])
 
 
 @pytest.mark.parametrize("name,words", [

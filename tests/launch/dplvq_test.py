@@ -125,3 +125,54 @@ def test_data_read_scaling_must_be_asked_for():
   given = experiment.prepare("breast_cancer", bounds="0,5000")
   assert given.scaling == "public_bounds_flag"
   assert np.abs(given.x).max() <= 1.0
+
+
+def test_tuned_run_record(tmp_path):
+  cands = tmp_path / "cands.json"
+  cands.write_text(json.dumps([{"lr": 0.02}, {"lr": 0.2, "clip": 1.0}]))
+  out = str(tmp_path / "t.jsonl")
+  proc = _run("--dataset=digits", "--model=glvq", "--epsilon=1.5",
+              f"--tune={cands}", "--tune_expected_trials=2",
+              "--tune_distribution=geometric", f"--out={out}", *TINY)
+  rec = json.loads(proc.stdout.strip().splitlines()[-1])
+  p, t = rec["privacy"], rec["tuning"]
+  assert tuple(p) == accounting.PRIVACY_FIELDS
+  (entry,) = p["entries"]  # ONE entry for the whole tuning
+  assert entry["kind"] == "approx" and "dplvq_tuning" in entry["label"]
+  assert p["epsilon"] == pytest.approx(t["guarantee"]["epsilon"])
+  # The tuning costs more than one trial, which costs about its target.
+  assert p["epsilon"] > t["guarantee"]["trial_epsilon"]
+  assert t["guarantee"]["trial_epsilon"] <= 1.5 + 1e-6
+  assert p["epsilon_nominal"] == 1.5
+  assert t["trials"] == len(t["schedule"]) >= 1
+  assert t["expected_trials"] == pytest.approx(2.0)
+  assert t["distribution"] == "geometric"
+  assert all(w in (0, 1) for w in t["winner"]) and len(t["winner"]) == 2
+  assert t["n_val"] >= 1 and t["n_train"] + t["n_val"] == 898
+  assert 0.0 <= rec["error_mean"] <= 1.0
+  # Run again: found in --out and skipped.
+  again = _run("--dataset=digits", "--model=glvq", "--epsilon=1.5",
+               f"--tune={cands}", "--tune_expected_trials=2",
+               "--tune_distribution=geometric", f"--out={out}", *TINY)
+  assert "skipping 1 finished run" in again.stderr
+
+
+def test_tuning_options_are_checked_before_data():
+  s = experiment.Settings()
+  with pytest.raises(ValueError, match="no such file"):
+    experiment.check_tuning("/nonexistent.json", s, distribution="geometric",
+                            expected_trials=5.0, eta=None, score_epsilon=0.5,
+                            validation_fraction=0.2)
+
+
+def test_evaluate_trial_holds_out_rows_disjoint_from_training():
+  from launch.experiments import lvq_eval  # pylint: disable=g-import-not-at-top
+  train, test = lvq_eval.cv_splits(jax.random.key(0), 50, folds=5,
+                                   repeats=2, train_on_one_fold=False)
+  tr, va = lvq_eval.carve_validation(train, 0.25)
+  assert va.shape == (10, 10) and tr.shape == (10, 30)
+  for a, b, c in zip(tr, va, test, strict=True):
+    assert not set(a) & set(b) and not set(b) & set(c)
+  assert lvq_eval.carved_sizes(50, folds=5, train_on_one_fold=False,
+                               validation_fraction=0.25) == (30, 10)
+  assert np.unique(va).size > 10  # a random subset per run
