@@ -279,6 +279,35 @@ def heavy_imports():
       gc.enable()
 
 
+def available_memory_bytes() -> int | None:
+  """MemAvailable of /proc/meminfo (Linux), or None where unknown."""
+  try:
+    with open("/proc/meminfo", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    return None
+  return None
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_bytes(text: str, flag: str) -> int:
+  """``"8G"``, ``"512M"``, ``"1.5G"`` or a plain number of bytes (> 0)."""
+  raw = str(text).strip().upper().removesuffix("B").removesuffix("I")
+  unit = raw[-1:] if raw[-1:] in _UNITS and raw[-1:] else ""
+  try:
+    value = float(raw[:-1] if unit else raw) * _UNITS[unit]
+  except ValueError:
+    raise ValueError(f"{flag}={text!r} is not a size; give e.g. 8G, 512M "
+                     f"or a number of bytes.") from None
+  if not (value >= 1 and value < 2**63):
+    raise ValueError(f"{flag}={text!r} must be a positive size, e.g. 8G.")
+  return int(value)
+
+
 def progress(message: str) -> None:
   """A progress line on stderr (stdout is kept for the JSON records)."""
   print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr,

@@ -176,9 +176,15 @@ _SHARD = flags.DEFINE_bool(
     "'devices' says how many were used)")
 _CHUNK = flags.DEFINE_integer(
     "participant_chunk", None,
-    "map this many participants at a time (default: all at once). Bounds "
-    "peak memory for many participants: DP-PCA holds d x d matrices per "
-    "participant mapped together")
+    "map this many participants at a time (default: all at once when the "
+    "memory estimate fits --memory_budget, else the largest chunk that "
+    "does, printed). Bounds peak memory for many participants: DP-PCA "
+    "holds d x d matrices per participant mapped together")
+_MEMORY_BUDGET = flags.DEFINE_string(
+    "memory_budget", "auto",
+    "the training's memory budget, e.g. 8G or 512M; auto: 3/4 of the "
+    "memory the system reports available. A run whose estimate exceeds "
+    "it even one participant at a time is refused before training")
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed", False,
     "join a multi-process run (jax.distributed; docs/distributed.md): the "
@@ -315,6 +321,10 @@ def validate() -> dict:
     _at_least_one(value, name)
   if _CHUNK.value is not None:
     _at_least_one(_CHUNK.value, "participant_chunk")
+  memory_budget = None
+  if _MEMORY_BUDGET.value != "auto":
+    memory_budget = common.parse_bytes(_MEMORY_BUDGET.value,
+                                       "--memory_budget")
   lam = _value(_LAM, "lam")
   _positive(lam, "lam", "e.g. --lam=1.0 (the paper: 0.01)")
   _positive(_TOL.value, "tol", "e.g. --tol=1e-8")
@@ -364,7 +374,7 @@ def validate() -> dict:
   common.check_output_path(_OUT.value, "--out")
   return dict(epsilons=epsilons, delta=delta, k=k, participants=participants,
               n_per=n_per, sizes=sizes, lam=lam, mechanisms=mechanisms,
-              distributed=_check_distributed())
+              distributed=_check_distributed(), memory_budget=memory_budget)
 
 
 def _known_shape(dataset: str):
@@ -442,12 +452,21 @@ def main(argv):
                            sizes=s["sizes"])
   ex.check_against_data(base, d=prepared.x_train.shape[1],
                         num_classes=len(prepared.classes), sizes=sizes)
+  budget = s["memory_budget"]
+  if budget is None:
+    available = common.available_memory_bytes()
+    budget = None if available is None else available * 3 // 4
+  chunk = ex.memory_chunk(
+      base, sizes=sizes, d=prepared.x_train.shape[1],
+      num_classes=len(prepared.classes), seeds=_SEEDS.value,
+      baseline=_BASELINE.value, budget=budget, chunk=_CHUNK.value,
+      processes=_NUM_PROCESSES.value or 1)
   if s["distributed"]:
     from launch.experiments import distributed as dx  # pylint: disable=g-import-not-at-top
     dx.budget_table(prepared, sizes=sizes, seed=_SEED.value,
                     seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
                     baseline=_BASELINE.value, out=_OUT.value,
-                    participant_chunk=_CHUNK.value)
+                    participant_chunk=chunk)
     return
   recipe = None
   if _FEDSGD.value:
@@ -458,8 +477,9 @@ def main(argv):
   ex.budget_table(prepared, sizes=sizes, seed=_SEED.value,
                   seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
                   baseline=_BASELINE.value, out=_OUT.value,
-                  shard=_SHARD.value, participant_chunk=_CHUNK.value,
-                  buckets=_BUCKETS.value, fedsgd=recipe)
+                  shard=_SHARD.value, participant_chunk=chunk,
+                  buckets=_BUCKETS.value, fedsgd=recipe,
+                  fedsgd_chunk=_CHUNK.value)
 
 
 if __name__ == "__main__":

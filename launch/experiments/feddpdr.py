@@ -562,6 +562,55 @@ def dpsgd_steps(sampling_rate: float, epochs: float) -> int:
   return dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
 
 
+def memory_chunk(base: feddpdr.Config, *, sizes, d: int, num_classes: int,
+                 seeds: int, baseline: bool, budget: int | None,
+                 chunk: int | None, processes: int = 1) -> int | None:
+  """The participant chunk of the main table's training, memory-checked.
+
+  With ``chunk`` given (``--participant_chunk``), the estimate
+  (:func:`federated.feddpdr.memory_estimate`) at that chunk must fit the
+  budget; otherwise the largest chunk that fits is chosen for every run of
+  the table (:func:`federated.feddpdr.choose_chunk`; None: all at once).
+  A participant count split over ``processes`` is estimated per process.
+  Prints the choice when it is not "all at once". ``budget`` None (no
+  figure for the available memory): ``chunk`` as given.
+
+  Raises:
+    ValueError: one line naming the estimate, the budget and the flags.
+  """
+  if budget is None:
+    return chunk
+  count = -(-len(sizes) // max(1, processes))
+  n_max = int(max(sizes))
+  configs = table_configs(base, [base.epsilon], baseline=baseline)
+  gib = 2**30
+  if chunk is not None:
+    worst = max(feddpdr.memory_estimate(
+        count, n_max, d, config=c, num_classes=num_classes, seeds=seeds,
+        chunk=chunk) for c in configs)
+    if worst > budget:
+      raise ValueError(
+          f"--participant_chunk={chunk} needs an estimated "
+          f"{worst / gib:.2f} GiB, above the memory budget of "
+          f"{budget / gib:.2f} GiB; give a smaller --participant_chunk, "
+          f"leave it out to have one chosen, or raise --memory_budget.")
+    return chunk
+  chosen, estimate = None, 0
+  for config in configs:
+    c, e = feddpdr.choose_chunk(count, n_max, d, config=config,
+                                num_classes=num_classes, seeds=seeds,
+                                budget=budget)
+    if c is not None and (chosen is None or c < chosen):
+      chosen = c
+    estimate = max(estimate, e)
+  if chosen is not None:
+    common.progress(
+        f"participant chunk {chosen} of {count} (estimated "
+        f"{estimate / gib:.1f} GiB of a {budget / gib:.1f} GiB memory "
+        f"budget; --participant_chunk or --memory_budget to change)")
+  return chosen
+
+
 def table_configs(base: feddpdr.Config, epsilons, *, baseline: bool
                   ) -> list[feddpdr.Config]:
   """The runs of the main command's table: the non-private baseline (with
@@ -580,14 +629,18 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                  out: str | None, shard: bool = False,
                  participant_chunk: int | None = None,
                  buckets: bool = True,
-                 fedsgd: FedSGDRecipe | None = None) -> list[dict]:
+                 fedsgd: FedSGDRecipe | None = None,
+                 fedsgd_chunk: int | None = None) -> list[dict]:
   """The main command: accuracy against ε, and the non-private baseline.
 
   Runs ``base.mechanism`` at each ε of ``epsilons`` (one compiled program
   for all of them: ε is traced) and, with ``baseline``, the non-private
   pipeline; with a ``fedsgd`` recipe, federated DP-SGD on the same
   participants at each ε (:func:`run_fedsgd`, one more program); emits
-  each record as it comes and prints a table on stderr.
+  each record as it comes and prints a table on stderr. Federated DP-SGD
+  holds B rows per participant, not DP-PCA's d × d matrices, so it maps
+  ``fedsgd_chunk`` participants at a time (the user's
+  ``--participant_chunk``), not the chunk chosen for DP-PCA's memory.
   """
   # The baseline first: it compiles the one program that every ε then
   # reuses (federated.feddpdr.program: Non-Priv is the private program
@@ -616,7 +669,7 @@ def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
                       f"({fedsgd.trust} noise) eps={eps:g}: {what} ...")
       record = run_fedsgd(prepared, sizes=sizes, seed=seed, seeds=seeds,
                           epsilon=float(eps), delta=base.delta,
-                          recipe=fedsgd, participant_chunk=participant_chunk,
+                          recipe=fedsgd, participant_chunk=fedsgd_chunk,
                           extra={"sweep": "budget_table"})
       common.emit_record(record, out)
       records.append(record)

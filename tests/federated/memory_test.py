@@ -82,3 +82,64 @@ def test_scratch_is_bounded_by_the_chunk_not_by_the_participants():
   assert whole_large.temp_size_in_bytes > 5 * large.temp_size_in_bytes
   np.testing.assert_array_less(0, [small.temp_size_in_bytes,
                                    whole_small.temp_size_in_bytes])
+
+
+CONFIG = feddpdr.Config(mechanism="feddpdr", k=20, epsilon=1.0)
+
+
+def test_the_chosen_chunk_is_the_largest_that_fits():
+  kw = dict(config=CONFIG, num_classes=10, seeds=3)
+  whole = feddpdr.memory_estimate(1000, 60, 784, **kw)
+  one = feddpdr.memory_estimate(1000, 60, 784, chunk=1, **kw)
+  budget = (whole + one) // 3
+  chunk, estimate = feddpdr.choose_chunk(1000, 60, 784, budget=budget, **kw)
+  assert 1 <= chunk < 1000 and estimate <= budget
+  assert estimate == feddpdr.memory_estimate(1000, 60, 784, chunk=chunk,
+                                             **kw)
+  assert feddpdr.memory_estimate(1000, 60, 784, chunk=chunk + 1,
+                                 **kw) > budget
+  # Everything at once when it fits; a refusal naming the figures when
+  # even one participant at a time does not.
+  assert feddpdr.choose_chunk(1000, 60, 784, budget=whole, **kw) == (
+      None, whole)
+  with pytest.raises(ValueError, match=r"GiB even one participant.*"
+                     r"--memory_budget"):
+    feddpdr.choose_chunk(1000, 60, 784, budget=one - 1, **kw)
+  # The estimate grows with the chunk, the seeds and d², not with nothing.
+  assert feddpdr.memory_estimate(1000, 60, 784, chunk=10, **kw) < (
+      feddpdr.memory_estimate(1000, 60, 784, chunk=20, **kw))
+  assert feddpdr.memory_estimate(10, 60, 392, config=CONFIG, num_classes=10
+                                 ) * 3.5 < feddpdr.memory_estimate(
+                                     10, 60, 784, config=CONFIG,
+                                     num_classes=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mechanism, chunk, seeds", [
+    ("feddpdr", 4, 3), ("feddpdr", None, 1), ("dpml", 4, 1)])
+def test_the_estimate_is_above_xlas_own_accounting(mechanism, chunk, seeds):
+  # XLA's accounting of the compiled program (arguments, outputs and
+  # scratch) at a small shape: the estimate must not be below it.
+  count, n, d, k, classes = 16, 60, 64, 10, 10
+  config = feddpdr.Config(mechanism=mechanism, k=k, epsilon=1.0)
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.key(0), seeds)
+    shapes = (
+        jax.ShapeDtypeStruct((count, n, d), jnp.float32),
+        jax.ShapeDtypeStruct((count, n), jnp.int32),
+        jax.ShapeDtypeStruct((count, n), jnp.float32),
+        jax.ShapeDtypeStruct((count,), jnp.float32),
+        jax.ShapeDtypeStruct((count,), jnp.float64),
+        jax.ShapeDtypeStruct((count,), jnp.float64),
+        jax.ShapeDtypeStruct((count,), jnp.float64))
+    train = jax.jit(lambda *a: feddpdr.train(
+        *a, config=config, num_classes=classes, chunk=chunk))
+    stats = train.lower(keys, *shapes).compile().memory_analysis()
+  if stats is None:
+    pytest.skip("this backend gives no memory analysis")
+  xla = (stats.temp_size_in_bytes + stats.argument_size_in_bytes
+         + stats.output_size_in_bytes)
+  estimate = feddpdr.memory_estimate(count, n, d, config=config,
+                                     num_classes=classes, seeds=seeds,
+                                     chunk=chunk)
+  assert xla <= estimate <= 4 * xla, (xla, estimate)

@@ -310,3 +310,34 @@ def test_a_fit_that_cannot_converge_ends_in_one_line(tmp_path):
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and "Raise max_iter" in last
   assert "Traceback" not in proc.stderr
+
+
+def test_the_memory_budget_picks_a_chunk_or_refuses(capsys):
+  # No training: the choice is made from the estimate alone.
+  base = fed.Config(mechanism="feddpdr", k=20, epsilon=1.0)
+  kw = dict(sizes=[60] * 1000, d=784, num_classes=10, seeds=3,
+            baseline=True)
+  assert launch.memory_chunk(base, budget=None, chunk=None, **kw) is None
+  assert launch.memory_chunk(base, budget=2**40, chunk=None, **kw) is None
+  chunk = launch.memory_chunk(base, budget=8 * 2**30, chunk=None, **kw)
+  assert 1 <= chunk < 1000
+  assert f"participant chunk {chunk} of 1000" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="--memory_budget"):
+    launch.memory_chunk(base, budget=2**20, chunk=None, **kw)
+  with pytest.raises(ValueError, match="--participant_chunk=1000"):
+    launch.memory_chunk(base, budget=8 * 2**30, chunk=1000, **kw)
+  assert launch.memory_chunk(base, budget=8 * 2**30, chunk=10, **kw) == 10
+
+
+def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
+  out = tmp_path / "runs.jsonl"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.feddpdr", "--memory_budget=1M",
+       f"--out={out}", f"--jax_cache_dir={tmp_path / 'jax'}"],
+      cwd=_REPO, capture_output=True, text=True, timeout=600,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and "--memory_budget" in last
+  assert "GiB" in last and "compiling" not in proc.stderr
+  assert not out.exists() or out.read_text() == ""
