@@ -1,0 +1,218 @@
+"""launch.compare: one-line errors before any work, a tiny real run, resume.
+
+Bad flags must end the script with exit status 2 and one ``error: …``
+line before any data is read or any method runs (the harness is
+:mod:`tests.launch.cli`: one subprocess imports the script once, makes the
+loader and the sweep raise if called, and runs every case). One real run
+on digits and heart (one ε, two seeds, a few methods) writes its JSON
+lines, the Markdown tables and a PNG per data set; a second identical call
+skips every run.
+"""
+
+import json
+import os
+
+import pytest
+
+from tests.launch import cli
+
+_BODY = r'''
+from launch import compare as script
+from launch.data import loaders
+from launch.experiments import compare as experiment
+
+real = {"load": loaders.load_dataset, "run": experiment.run_all}
+for group, items in cases.items():
+  if group == "real":
+    loaders.load_dataset, experiment.run_all = real["load"], real["run"]
+  else:
+    loaders.load_dataset = forbid("load_dataset")
+    experiment.run_all = forbid("run_all")
+  for name, argv in items.items():
+    results[name] = call("compare", script.main, argv)
+'''
+
+BEFORE_WORK = {
+    "dataset": (["--datasets=digits,nosuch"], "unknown 'nosuch'"),
+    "dataset_twice": (["--datasets=heart,heart"], "names a set twice"),
+    "method": (["--methods=feddpdr,svm_magic"], "unknown 'svm_magic'"),
+    "method_runs_nothing": (["--datasets=heart", "--methods=feddpdr"],
+                            "runs nothing on --datasets=heart"),
+    "epsilon_zero": (["--epsilons=1,0"], "every ε must be a finite"),
+    "epsilon_text": (["--epsilons=1,x"], "'x' is not a number"),
+    "epsilon_inf": (["--epsilons=inf"], "every ε must be a finite"),
+    "epsilon_empty": (["--epsilons="], "--epsilons is empty"),
+    "seeds": (["--seeds=0"], "--seeds=0"),
+    "delta": (["--delta=1"], "--delta=1.0"),
+    "data_dir": (["--data_dir=/nonexistent/dir"], "is not a directory"),
+    "positional": (["extra"], "unexpected positional"),
+}
+
+SMALL = ["--datasets=digits,heart", "--epsilons=2", "--seeds=2",
+         "--methods=nonpriv,feddpdr,fedsgd_server,libsvm,dpwss_paper,"
+         "rff_dpsgd"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("compare")
+  out = str(tmp / "bad.jsonl")
+  cases = {
+      "before_work": {k: argv + [f"--out={out}", f"--plots={tmp}",
+                                 "--table_md="]
+                      for k, (argv, _) in BEFORE_WORK.items()},
+      "before_work_paths": {
+          "out_dir": ["--datasets=heart", f"--out={tmp}"],
+          "plots_file": ["--datasets=heart", f"--out={out}",
+                         f"--plots={tmp / 'file.txt'}"]},
+  }
+  (tmp / "file.txt").write_text("not a directory\n")
+  run_out = tmp / "run.jsonl"
+  run = SMALL + [f"--out={run_out}", f"--table_md={tmp / 'table.md'}",
+                 f"--plots={tmp / 'plots'}"]
+  cases["real"] = {"first": run, "again": list(run)}
+  found = cli.drive(_BODY, cases)
+  found["_paths"] = {"run_out": str(run_out), "table": str(tmp / "table.md"),
+                     "plots": str(tmp / "plots"), "bad_out": out}
+  return found
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_WORK))
+def test_bad_flag_fails_before_any_work(results, name):
+  cli.assert_one_line_error(results[name], BEFORE_WORK[name][1])
+
+
+def test_bad_paths_fail_before_any_work(results):
+  cli.assert_one_line_error(results["out_dir"], "is a directory")
+  cli.assert_one_line_error(results["plots_file"], "is a file")
+  bad_out = results["_paths"]["bad_out"]
+  assert not os.path.exists(bad_out) or os.path.getsize(bad_out) == 0
+
+
+def test_tiny_run_writes_records_table_and_figures(results):
+  from dpcore import accounting  # pylint: disable=g-import-not-at-top
+  first = results["first"]
+  assert first["code"] == 0, first["stderr"][-3000:]
+  with open(results["_paths"]["run_out"], encoding="utf-8") as f:
+    records = [json.loads(line) for line in f]
+  printed = [json.loads(line) for line in first["stdout"].splitlines()
+             if line.startswith("{")]
+  assert printed == records
+  assert [(r["dataset"], r["method"], r["epsilon"]) for r in records] == [
+      ("digits", "nonpriv", None), ("digits", "feddpdr", 2.0),
+      ("digits", "fedsgd_server", 2.0), ("heart", "libsvm", None),
+      ("heart", "dpwss_paper", 2.0), ("heart", "rff_dpsgd", 2.0)]
+  by = {r["method"]: r for r in records}
+  for r in records:
+    assert tuple(r["privacy"]) == accounting.PRIVACY_FIELDS
+    assert r["seeds"] == 2 and r["delta"] == 1e-5
+    assert 0.0 <= r["accuracy_mean"] <= 1.0 and r["accuracy_sd"] >= 0.0
+    assert r["recipe"] and r["seconds"] > 0
+  # Private methods: the ε that holds, from the ledger, at most the target.
+  for method in ("feddpdr", "fedsgd_server", "rff_dpsgd"):
+    rec = by[method]
+    assert rec["guarantee"] == "dp"
+    assert len(rec["accuracy_per_seed"]) == 2
+    assert 0 < rec["privacy"]["epsilon"] <= 2.0 * (1 + 1e-6)
+  # No guarantee: the non-private ceilings and the paper's nominal ε.
+  for method in ("nonpriv", "libsvm"):
+    assert by[method]["guarantee"] == "none"
+    assert by[method]["privacy"]["epsilon"] is None
+    assert by[method]["privacy"]["no_guarantee"] == accounting.NON_PRIVATE
+  dpwss = by["dpwss_paper"]
+  assert dpwss["guarantee"] == "nominal"
+  assert dpwss["privacy"]["epsilon"] is None
+  assert dpwss["privacy"]["epsilon_nominal"] is not None
+  assert by["feddpdr"]["settings"]["sizes"] == [600, 600]
+  assert by["fedsgd_server"]["recipe"]["trust"] == "server"
+  with open(results["_paths"]["table"], encoding="utf-8") as f:
+    table = f.read()
+  assert "### digits" in table and "### heart" in table
+  assert "ε = 2" in table and "FedDPDR-DPML (paper)" in table
+  assert "nominal ε only: no DP" in table
+  holds = by["rff_dpsgd"]["privacy"]["epsilon"]
+  assert f"({holds:.3g})" in table
+  for name in ("digits", "heart"):
+    path = os.path.join(results["_paths"]["plots"], f"compare_{name}.png")
+    with open(path, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_second_call_skips_finished_runs(results):
+  again = results["again"]
+  assert again["code"] == 0, again["stderr"][-2000:]
+  assert "digits: skipping 3 finished run(s)" in again["stderr"]
+  assert "heart: skipping 3 finished run(s)" in again["stderr"]
+  assert "loading" not in again["stderr"]
+  assert not [ln for ln in again["stdout"].splitlines()
+              if ln.startswith("{")]
+  with open(results["_paths"]["run_out"], encoding="utf-8") as f:
+    assert len(f.read().splitlines()) == 6
+
+
+def test_plan_grid_and_keys():
+  from launch.experiments import compare  # pylint: disable=g-import-not-at-top
+  plan = compare.check_settings(
+      datasets=["mnist", "segment"], methods=["feddpdr", "dp_glvq",
+                                              "softmax_nonpriv"],
+      epsilons=[1.0, 2.0], delta=1e-5, seeds=3)
+  assert plan == {"mnist": ["feddpdr"],
+                  "segment": ["dp_glvq", "softmax_nonpriv"]}
+  assert compare.grid(plan, [1.0, 2.0]) == [
+      ("mnist", "feddpdr", 1.0), ("mnist", "feddpdr", 2.0),
+      ("segment", "dp_glvq", 1.0), ("segment", "dp_glvq", 2.0),
+      ("segment", "softmax_nonpriv", None)]
+  assert compare.plan_methods(["digits38"], None)["digits38"] == list(
+      compare.KERNEL_METHODS)
+  assert compare.recipe("mnist", "feddpdr")["k"] == 20
+  assert compare.recipe("digits", "feddpdr")["participants"] == 2
+  assert compare.recipe("segment", "dpsgd_softmax")["learning_rate"] == 2.0
+
+
+def test_table_marks_guarantees_and_missing_cells():
+  from launch.experiments import compare  # pylint: disable=g-import-not-at-top
+  def rec(method, eps, acc, holds=None, **extra):
+    return {"dataset": "segment", "method": method, "epsilon": eps,
+            "delta": 1e-5, "seeds": 3, "accuracy_mean": acc,
+            "accuracy_sd": 0.01, "guarantee": compare.guarantee_kind(method),
+            "privacy": {"epsilon": holds}, **extra}
+  records = [rec("dp_glvq", 1.0, 0.7, 0.861, scaling_reads_data=True),
+             rec("dp_glvq", 1.0, 0.75, 0.861),  # a later record wins
+             rec("softmax_nonpriv", None, 0.88)]
+  text = compare.markdown_tables(
+      records, plan={"segment": ["dp_glvq", "dp_gmlvq", "softmax_nonpriv"]},
+      epsilons=[1.0, 2.0], delta=1e-5, seeds=3)
+  assert "| DP-GLVQ (paper) | (ε, δ) from the ledger | 75.0 ± 1.0 (0.861) " \
+         "| – |" in text
+  assert "| softmax, no noise (non-private) | no DP | 88.0 ± 1.0 | " \
+         "88.0 ± 1.0 |" in text
+  assert "DP-GMLVQ" not in text  # no record: no row
+  assert "Scaling read the data" not in text  # only the later record counts
+
+
+@pytest.mark.slow
+def test_every_method_on_the_small_sets(tmp_path):
+  """All methods of digits, heart and digits38 (and segment when WEKA's
+  files are found), one ε, two seeds."""
+  from launch.data import loaders  # pylint: disable=g-import-not-at-top
+  datasets = ["digits", "heart", "digits38"]
+  try:
+    loaders.check_dataset("segment")
+    datasets.append("segment")
+  except FileNotFoundError:
+    pass
+  out = tmp_path / "all.jsonl"
+  proc = cli.run_module(
+      "launch.compare", f"--datasets={','.join(datasets)}", "--epsilons=4",
+      "--seeds=2", f"--out={out}", f"--table_md={tmp_path / 't.md'}",
+      f"--plots={tmp_path}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out, encoding="utf-8") as f:
+    records = [json.loads(line) for line in f]
+  from launch.experiments import compare  # pylint: disable=g-import-not-at-top
+  want = sum(len(compare.METHODS_BY_FAMILY[compare.FAMILIES[d]])
+             for d in datasets)
+  assert len(records) == want
+  for r in records:
+    if r["guarantee"] == "dp":
+      assert 0 < r["privacy"]["epsilon"] <= 4.0 * (1 + 1e-6)
