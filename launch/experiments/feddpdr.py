@@ -484,8 +484,8 @@ class FedSGDRecipe:
 @functools.lru_cache(maxsize=8)
 def _fedsgd_program(learning_rate: float, d: int, num_classes: int,
                     chunk: int | None):
-  """One jitted, seed-vmapped federated DP-SGD run; the plan (σ traced)
-  is an argument, so every ε of one shape shares the program."""
+  """The seed-vmapped federated DP-SGD run ``(keys, plan, x, y, mask) ->
+  params`` (not jitted: :func:`fedsgd_program` does)."""
   import optax  # noqa: PLC0415
 
   from federated import fedsgd  # noqa: PLC0415
@@ -497,7 +497,30 @@ def _fedsgd_program(learning_rate: float, d: int, num_classes: int,
                           optax.sgd(learning_rate), chunk=chunk).params
     return jax.vmap(one)(keys)
 
-  return jax.jit(run)
+  return run
+
+
+def fedsgd_program(args, *, learning_rate: float, d: int, num_classes: int,
+                   chunk: int | None):
+  """The seed-vmapped federated DP-SGD run as a function of ``args``
+  ``(keys, plan, x, y, mask)``: one jit for every ε of a run shape (σ is
+  the plan's one traced leaf), its trace kept beside JAX's persistent cache
+  when that is on (:mod:`launch.programs`, as for the FedDPDR program), so
+  a second run neither traces nor compiles it."""
+  run = _fedsgd_program(learning_rate, d, num_classes, chunk)
+  cache = jax.config.jax_compilation_cache_dir
+  if not cache or jax.process_count() > 1:
+    return jax.jit(run)
+  _, plan, *_ = args
+  shape = jax.eval_shape(run, *args)
+  treedef = jax.tree.structure(shape)
+  stored = programs.load_or_export(
+      lambda *a: tuple(jax.tree.leaves(run(*a))), args, name="fedsgd_train",
+      cache_dir=cache,
+      settings=(dataclasses.replace(plan, noise_multiplier=0.0),
+                learning_rate, d, num_classes, chunk),
+      compiler_options=compiler_options())
+  return lambda *a: jax.tree.unflatten(treedef, stored(*a))
 
 
 def run_fedsgd(prepared: Prepared, *, sizes, seed: int, seeds: int,
@@ -521,18 +544,23 @@ def run_fedsgd(prepared: Prepared, *, sizes, seed: int, seeds: int,
   total = int(np.sum(parts.sizes))
   q = recipe.rate(total)
   steps = dpsgd_steps(q, recipe.epochs)
-  sigma = accounting.calibrate_dpsgd_noise(epsilon=epsilon, delta=delta,
-                                           sampling_rate=q, steps=steps)
+  sigma = calibrated_sigma(epsilon=epsilon, delta=delta, sampling_rate=q,
+                           steps=steps)
   plan = fedsgd.make_plan(parts.sizes, trust=recipe.trust, sampling_rate=q,
                           steps=steps, clip_norm=recipe.clip_norm,
                           noise_multiplier=sigma)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger, delta=delta)
   num_classes = len(prepared.classes)
-  program = _fedsgd_program(recipe.learning_rate, prepared.x_train.shape[1],
-                            num_classes, participant_chunk)
   keys = jax.random.split(jax.random.fold_in(key, 3), seeds)
-  args = (keys, plan, parts.x, parts.y.astype(np.int32), parts.mask)
+  # σ enters the program as a float32 array (the value a jit would trace
+  # it as), so the program's stored trace is keyed by its shape.
+  traced = dataclasses.replace(plan, noise_multiplier=np.asarray(
+      plan.noise_multiplier, np.float32))
+  args = (keys, traced, parts.x, parts.y.astype(np.int32), parts.mask)
+  program = fedsgd_program(args, learning_rate=recipe.learning_rate,
+                           d=prepared.x_train.shape[1],
+                           num_classes=num_classes, chunk=participant_chunk)
   params, timing = timed_training(lambda: program(*args), 0,
                                   participants=len(sizes), seeds=seeds)
   accs = np.asarray(jax.vmap(lambda p: fedsgd.accuracy(
@@ -554,6 +582,51 @@ def run_fedsgd(prepared: Prepared, *, sizes, seed: int, seeds: int,
   }
   record.update(extra or {})
   return record
+
+
+def calibrated_sigma(*, epsilon: float, delta: float, sampling_rate: float,
+                     steps: int) -> float:
+  """:func:`dpcore.accounting.calibrate_dpsgd_noise`, kept beside JAX's cache.
+
+  The calibration is a deterministic bisection over RDP curves (about
+  0.6 s of a 2-core CPU per ε); with the persistent cache on, its result
+  is stored in ``dpsgd_sigma.json`` there, keyed by the arguments and the
+  dp_accounting version, so a second run reads it. Nothing rests on the
+  file being right: the ledger computes the guarantee of the σ actually
+  used, afresh, and that is what the record reports.
+  """
+  import importlib.metadata  # noqa: PLC0415
+  import json  # noqa: PLC0415
+  cache = jax.config.jax_compilation_cache_dir
+  key = json.dumps([float(epsilon), float(delta), float(sampling_rate),
+                    int(steps),
+                    importlib.metadata.version("dp-accounting")])
+  path = os.path.join(os.path.expanduser(cache), "dpsgd_sigma.json") if (
+      cache) else None
+  table = {}
+  if path and os.path.exists(path):
+    try:
+      with open(path, encoding="utf-8") as f:
+        table = json.load(f)
+    except (OSError, ValueError):
+      table = {}
+  value = table.get(key) if isinstance(table, dict) else None
+  if isinstance(value, float) and value > 0:
+    return value
+  sigma = accounting.calibrate_dpsgd_noise(
+      epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
+      steps=steps)
+  if path:
+    table = table if isinstance(table, dict) else {}
+    table[key] = sigma
+    try:
+      partial = f"{path}.{os.getpid()}.tmp"
+      with open(partial, "w", encoding="utf-8") as f:
+        json.dump(table, f)
+      os.replace(partial, path)
+    except OSError:
+      pass  # a read-only cache only costs the calibration next time
+  return sigma
 
 
 def dpsgd_steps(sampling_rate: float, epochs: float) -> int:

@@ -341,3 +341,52 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
   assert last.startswith("error: ") and "--memory_budget" in last
   assert "GiB" in last and "compiling" not in proc.stderr
   assert not out.exists() or out.read_text() == ""
+
+
+def test_the_stored_fedsgd_program_equals_the_direct_jit(tmp_path):
+  # Federated DP-SGD through the stored program (cache on) and through a
+  # plain jit (cache off): the same parameters, and one stored file.
+  from federated import fedsgd, partition  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=(90, 6)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = rng.integers(0, 3, size=90).astype(np.int32)
+  parts = partition.partition(jax.random.key(0), x, y, sizes=(40, 50))
+  plan = fedsgd.make_plan(parts.sizes, trust="server", sampling_rate=0.2,
+                          steps=5, clip_norm=1.0, noise_multiplier=1.5)
+  plan = dataclasses.replace(plan, noise_multiplier=np.float32(1.5))
+  keys = jax.random.split(jax.random.key(1), 2)
+  args = (keys, plan, parts.x, parts.y, parts.mask)
+  kw = dict(learning_rate=0.5, d=6, num_classes=3, chunk=None)
+  before = jax.config.jax_compilation_cache_dir
+  try:
+    jax.config.update("jax_compilation_cache_dir", None)
+    direct = jax.device_get(launch.fedsgd_program(args, **kw)(*args))
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    stored = jax.device_get(launch.fedsgd_program(args, **kw)(*args))
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)
+  assert len(os.listdir(tmp_path / "programs")) == 1
+  for a, b in zip(jax.tree.leaves(direct), jax.tree.leaves(stored),
+                  strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert direct["out"]["w"].shape == (2, 6, 3)
+  assert not np.allclose(direct["out"]["w"][0], direct["out"]["w"][1])
+
+
+def test_calibrated_sigma_is_the_calibration_and_survives_a_bad_file(
+    tmp_path):
+  kw = dict(epsilon=2.0, delta=1e-5, sampling_rate=0.05, steps=100)
+  want = accounting.calibrate_dpsgd_noise(**kw)
+  before = jax.config.jax_compilation_cache_dir
+  try:
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    assert launch.calibrated_sigma(**kw) == want      # computed, stored
+    assert launch.calibrated_sigma(**kw) == want      # read back
+    assert (tmp_path / "dpsgd_sigma.json").exists()
+    (tmp_path / "dpsgd_sigma.json").write_text("{not json")
+    assert launch.calibrated_sigma(**kw) == want      # recomputed
+    other = launch.calibrated_sigma(**{**kw, "epsilon": 4.0})
+    assert other < want                               # another key
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)
