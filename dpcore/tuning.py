@@ -35,11 +35,9 @@ the trial's RDP at order λ; the output space is ordered by score):
   ε̂ = log(1 + 1/(λ − 1)) and δ̂ from the trial's own RDP curve (the
   conversion of :func:`dp_accounting.rdp.rdp_privacy_accountant
   .compute_delta`).
-* **(ε, δ) trials, geometric K** (Liu & Talwar, Theorem 3.4, as
-  implemented in :func:`liu_talwar_approx`): with T = max(log(1/δ₂)/γ,
-  1 + 1/(eγ)), an (ε, δ)-DP Q gives A (3ε + 3√(2δ), √(2δ)·T + δ₂)-DP.
-  It is not used by :func:`tuned_guarantee` (every trial of this library
-  has an RDP description).
+* Trials known only by (ε, δ) are refused: Liu & Talwar also bound them
+  (their Theorem 3.4), but that statement could not be checked against
+  the paper here, so the library offers no bound it has not verified.
 
 RDP becomes (ε, δ) by the conversion the ledger's RDP accountant uses
 (``dp_accounting``'s ``compute_epsilon``: Canonne, Kamath & Steinke 2020,
@@ -325,8 +323,8 @@ def trial_privacy(ledger: accounting.PrivacyLedger, *,
   if loose:
     raise ValueError(f"per-trial step(s) {loose} are known only by (ε, δ) "
                      f"and have no RDP description; record them by their "
-                     f"mechanism (e.g. record_gaussian), or use "
-                     f"tuning.liu_talwar_approx for an (ε, δ) trial.")
+                     f"mechanism (e.g. record_gaussian); a trial known "
+                     f"only by (ε, δ) cannot be tuned here.")
   pure = None
   if all(e.kind in _PURE_KINDS and e.delta == 0.0 for e in entries):
     pure = math.fsum(e.epsilon for e in entries)
@@ -533,27 +531,6 @@ def liu_talwar_epsilon(epsilon: float) -> float:
   return 3.0 * validation.check_epsilon(epsilon)
 
 
-def liu_talwar_approx(epsilon: float, delta: float, *,
-                      expected_trials: float, delta_tail: float
-                      ) -> tuple[float, float]:
-  """Liu & Talwar, Thm 3.4: (ε, δ)-DP trials, geometric K (γ = 1/E[K]).
-
-  Returns (3ε + 3√(2δ), √(2δ)·T + δ₂) with T = max(log(1/δ₂)/γ,
-  1 + 1/(eγ)) and δ₂ = ``delta_tail``.
-  """
-  epsilon = validation.check_epsilon(epsilon)
-  delta = validation.check_delta(delta)
-  delta_tail = validation.check_delta(delta_tail, "delta_tail")
-  expected = validation.check_positive(expected_trials, "expected_trials")
-  if expected < 1.0:
-    raise ValueError(f"expected_trials={expected_trials!r}: a geometric "
-                     f"number of trials has a mean of at least 1.")
-  root = math.sqrt(2.0 * delta)
-  horizon = max(expected * math.log(1.0 / delta_tail),
-                1.0 + expected / math.e)
-  return 3.0 * epsilon + 3.0 * root, root * horizon + delta_tail
-
-
 # -- the private score ---------------------------------------------------------
 
 
@@ -710,7 +687,7 @@ def select(key: jax.Array, candidates: Sequence, trial: Callable, *,
 
 __all__ = ["DEFAULT_ORDERS", "DISTRIBUTIONS", "TrialCount", "TrialPrivacy",
            "TuningGuarantee", "TuningResult", "any_of", "disjoint",
-           "entry_label", "liu_talwar_approx", "liu_talwar_epsilon",
+           "entry_label", "liu_talwar_epsilon",
            "negative_binomial_mean", "noisy_accuracy", "pure_trial",
            "record", "sample_trial_count", "schedule", "score_privacy",
            "select", "trial_count", "trial_key", "trial_privacy",

@@ -283,14 +283,6 @@ def test_any_of_and_disjoint_take_the_pointwise_maximum():
   assert pure.pure_epsilon == 0.6
 
 
-def test_liu_talwar_approx():
-  eps, dlt = tuning.liu_talwar_approx(0.5, 1e-8, expected_trials=10,
-                                      delta_tail=1e-6)
-  root = math.sqrt(2e-8)
-  assert eps == pytest.approx(1.5 + 3 * root)
-  assert dlt == pytest.approx(root * 10 * math.log(1e6) + 1e-6)
-
-
 def test_noisy_accuracy_has_the_laplace_scale():
   eps, n = 0.5, 200
   out = tuning.noisy_accuracy(jax.random.key(5), np.full(20_000, 150), n,
