@@ -4,7 +4,6 @@ Fixed keys throughout; every statistical check has a tolerance that a
 wrong implementation (a wrong γ, a missing clip, a reused key) exceeds.
 """
 
-import logging
 import math
 import re
 
@@ -16,9 +15,6 @@ import pytest
 from dpcore import accounting
 from launch.experiments import audits, rff_audits
 from mechanisms.svm import random_features as rf
-
-# dp_accounting's RDP search logs harmless convergence warnings.
-logging.getLogger("absl").setLevel(logging.ERROR)
 
 SQRT2 = math.sqrt(2.0)
 
