@@ -80,7 +80,7 @@ def _binary_labels(y, classes, name):
   return np.ones(y.shape, bool), np.where(y == values.max(), 1.0, -1.0)
 
 
-def _scale(x, bounds, scaling, fit_rows):
+def scale_rows(x, bounds, scaling, fit_rows):
   """``x`` scaled by rule ``scaling`` (float64 throughout)."""
   if scaling == "none":
     return x
@@ -149,8 +149,8 @@ def prepare(name, *, data_dir, classes, scaling, evaluate, release):
   else:
     x_eval, y_eval = x_train, y_train
   fit = x_train
-  x_train = _scale(x_train, ds.bounds, scaling, fit)
-  x_eval = _scale(x_eval, ds.bounds, scaling, fit)
+  x_train = scale_rows(x_train, ds.bounds, scaling, fit)
+  x_eval = scale_rows(x_eval, ds.bounds, scaling, fit)
   if release != "none":
     x_train, x_eval = release_rows(x_train), release_rows(x_eval)
   return x_train, y_train, x_eval, y_eval, scaling

@@ -43,7 +43,7 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping
+from dpcore import accounting
 from launch import common
 from launch.data import loaders
 from launch.experiments import dpwss as dpwss_experiment
@@ -144,21 +144,6 @@ def _binary(y, classes, name):
   return keep, np.where(y[keep] == pos, 1.0, -1.0)
 
 
-def _scale(x, bounds, scaling, fit_rows):
-  if scaling == "none":
-    return x
-  if scaling == "minmax":  # reads the (training) data: outside any ε
-    low, high = fit_rows.min(axis=0), fit_rows.max(axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    return 2.0 * (x - low) / span - 1.0
-  with jax.enable_x64(True):
-    if scaling == "box":
-      return np.asarray(clipping.scale_to_box(x, bounds), np.float64)
-    if scaling == "unit_rows":
-      return np.asarray(clipping.unit_rows(x, bounds), np.float64)
-    return np.asarray(clipping.clip_rows(x, max_norm=1.0), np.float64)
-
-
 def prepare(name, *, classes=DEFAULT_CLASSES, scaling="auto_minmax",
             test_fraction=TEST_FRACTION, split_seed=SPLIT_SEED,
             data_dir=None) -> dict:
@@ -177,8 +162,9 @@ def prepare(name, *, classes=DEFAULT_CLASSES, scaling="auto_minmax",
   if len(np.unique(y[train])) < 2 or len(np.unique(y[test])) < 2:
     raise ValueError(f"{name!r}: the fixed split leaves one class out of "
                      f"a part; use another --split_seed.")
-  x_train = _scale(x[train], ds.bounds, rule, x[train])
-  x_test = _scale(x[test], ds.bounds, rule, x[train])
+  x_train = dpwss_experiment.scale_rows(x[train], ds.bounds, rule,
+                                        x[train])
+  x_test = dpwss_experiment.scale_rows(x[test], ds.bounds, rule, x[train])
   return {"x_train": x_train, "y_train": y[train], "x_test": x_test,
           "y_test": y[test], "scaling": rule,
           "classes": list(classes) if len(np.unique(y_all)) > 2 else None}
