@@ -147,21 +147,25 @@ class FedSGDPlan:
   def record(self, ledger: accounting.PrivacyLedger, *, delta: float,
              label: str | None = None) -> None:
     """Records the run: T subsampled Gaussians and the sampling events."""
-    if self.noise_multiplier <= 0:
-      raise ValueError(
-          "this plan has noise_multiplier=0 (no noise): it has no DP "
-          "guarantee to record; report accounting.no_guarantee_record(...) "
-          "instead.")
-    ledger.record_subsampled_gaussian(
-        noise_multiplier=self.noise_multiplier,
-        sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
-        label=label or f"fedsgd_{self.trust}")
-    if self.trust != "participant":
-      ledger.record_truncation(self.truncation_probability,
-                               label="poisson_batch_padding")
-      if self.sampler_departure > 0:
-        ledger.record_truncation(self.sampler_departure,
-                                 label="poisson_sampler_departure")
+    label = label or f"fedsgd_{self.trust}"
+    if self.trust == "participant":
+      if self.noise_multiplier <= 0:
+        raise ValueError(
+            "this plan has noise_multiplier=0 (no noise): it has no DP "
+            "guarantee to record; report "
+            "accounting.no_guarantee_record(...) instead.")
+      ledger.record_subsampled_gaussian(
+          noise_multiplier=self.noise_multiplier,
+          sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
+          label=label)
+      return
+    # The row-level run is DP-SGD's own record (one path): the participants'
+    # σ, and their padding and sampler events summed over participants.
+    dataclasses.replace(
+        self.row_plan, noise_multiplier=float(self.noise_multiplier),
+        truncation_probability=self.truncation_probability,
+        sampler_departure=self.sampler_departure).record(
+            ledger, delta=delta, label=label)
 
   def settings(self) -> dict:
     """JSON-ready public settings (for records)."""

@@ -28,6 +28,14 @@ resumes. ``--table_md`` gets one Markdown table per data set and
 ``--plots`` one PNG per data set, both from every matching record in
 ``--out``.
 
+``--tune=candidates.json`` (with ``--tune_expected_trials``,
+``--tune_distribution``, ``--tune_score_epsilon``) selects the recipe of
+``fedsgd_server`` privately (:mod:`dpcore.tuning`): at each ε (each
+trial's target) K ~ the law trials train a candidate drawn at random on
+the participants' rows less a held-out share, score it by a noisy
+validation accuracy, and release the best; the record's ε covers the
+whole tuning, and the table marks the row "(tuned, K ~ …)".
+
 ``--data_dir``: where data files are looked for first (e.g. the directory
 a ``weka`` package was extracted to, for segment); a set whose files are
 not there is looked for where its loader looks by default. Every flag, and
@@ -69,6 +77,19 @@ _TABLE_MD = flags.DEFINE_string(
 _PLOTS = flags.DEFINE_string(
     "plots", "runs", "Directory of the PNGs, compare_<set>.png ('' for "
     "none).")
+_TUNE = flags.DEFINE_string(
+    "tune", None,
+    "JSON file: a list of candidate recipes for fedsgd_server (objects over "
+    "sampling_rate, epochs, clip_norm, learning_rate). Its figure at each "
+    "ε then comes from a private selection, ε being each trial's target.")
+_TUNE_EXPECTED_TRIALS = flags.DEFINE_float(
+    "tune_expected_trials", 10.0, "E[K], the expected number of trials.")
+_TUNE_DISTRIBUTION = flags.DEFINE_string(
+    "tune_distribution", "geometric",
+    "Law of K: poisson, geometric or logarithmic.")
+_TUNE_SCORE_EPSILON = flags.DEFINE_float(
+    "tune_score_epsilon", 0.5,
+    "ε of each trial's noisy validation accuracy.")
 _JAX_CACHE_DIR = flags.DEFINE_string(
     "jax_cache_dir", os.path.join("~", ".cache", "dpjax", "jax"),
     "JAX's persistent compilation cache ('' to turn it off).")
@@ -111,6 +132,15 @@ def main(argv):
   plan = experiment.check_settings(datasets=datasets, methods=methods,
                                    epsilons=epsilons, delta=_DELTA.value,
                                    seeds=_SEEDS.value)
+  tune = None
+  if _TUNE.value is not None:
+    if not _TUNE.value:
+      raise ValueError("--tune is empty; give a JSON file of candidate "
+                       "recipes, or leave it out.")
+    tune = experiment.check_tuning(
+        _TUNE.value, expected_trials=_TUNE_EXPECTED_TRIALS.value,
+        distribution=_TUNE_DISTRIBUTION.value,
+        score_epsilon=_TUNE_SCORE_EPSILON.value, plan=plan)
   data_dir = _DATA_DIR.value
   if data_dir is not None and not os.path.isdir(os.path.expanduser(
       data_dir)):
@@ -130,15 +160,17 @@ def main(argv):
   feddpdr_experiment.enable_compilation_cache(_JAX_CACHE_DIR.value)
   settings = dict(epsilons=epsilons, delta=_DELTA.value, seeds=_SEEDS.value)
   records = experiment.run_all(plan=plan, data_dirs=data_dirs, out=out,
-                               **settings)
+                               tune=tune, **settings)
   every = common.read_jsonl(out)
   if _TABLE_MD.value:
     with open(_TABLE_MD.value, "w", encoding="utf-8") as f:
-      f.write(experiment.markdown_tables(every, plan=plan, **settings))
+      f.write(experiment.markdown_tables(every, plan=plan, tune=tune,
+                                         **settings))
     common.progress(f"wrote {_TABLE_MD.value}")
   if _PLOTS.value:
     for path in experiment.write_figures(every, plan=plan,
-                                         directory=_PLOTS.value, **settings):
+                                         directory=_PLOTS.value, tune=tune,
+                                         **settings):
       common.progress(f"wrote {path}")
   common.progress(f"{len(records)} new record(s) written to {out}")
 

@@ -29,10 +29,12 @@ non-private one (``epsilon`` null), at every ε for a nominal one.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import time
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +64,15 @@ NON_PRIVATE = ("nonpriv", "libsvm", "wss2", "softmax_nonpriv")
 NOMINAL = ("dpwss_paper",)
 # Deterministic given the data: one run stands for every seed.
 DETERMINISTIC = ("nonpriv", "libsvm", "wss2")
-KEY_FIELDS = ("dataset", "method", "epsilon", "delta", "seeds")
+KEY_FIELDS = ("dataset", "method", "epsilon", "delta", "seeds",
+              "tuning_id")
+# Methods --tune can select a recipe for, and the recipe fields a
+# candidate may set (the rest keep the method's recipe).
+TUNABLE = {"fedsgd_server": ("sampling_rate", "epochs", "clip_norm",
+                             "learning_rate")}
+# Each participant holds out this share of its training rows (rounded
+# down) as validation rows of the tuning's private score.
+TUNE_VALIDATION_FRACTION = 0.2
 
 LABELS = {
     "nonpriv": "Non-Priv (FedDPDR pipeline, no noise)",
@@ -226,9 +236,108 @@ def grid(plan: dict, epsilons) -> list[tuple]:
   return out
 
 
-def probe(dataset, method, epsilon, *, delta, seeds) -> dict:
+def probe(dataset, method, epsilon, *, delta, seeds,
+          tuning_id=None) -> dict:
   return {"dataset": dataset, "method": method, "epsilon": epsilon,
-          "delta": delta, "seeds": seeds}
+          "delta": delta, "seeds": seeds, "tuning_id": tuning_id}
+
+
+# -- private hyperparameter selection (--tune) ---------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneOptions:
+  """A checked --tune: the method, its candidates and the law of K."""
+  method: str
+  candidates: tuple
+  count: Any  # dpcore.tuning.TrialCount
+  score_epsilon: float
+  source: str
+
+  @property
+  def tuning_id(self) -> str:
+    """What identifies the tuning in a record (and for resuming)."""
+    return json.dumps({"candidates": list(self.candidates),
+                       "distribution": self.count.distribution,
+                       "expected_trials": round(self.count.expected, 9),
+                       "score_epsilon": self.score_epsilon},
+                      sort_keys=True)
+
+  def label(self) -> str:
+    return (f"tuned, K ~ {self.count.distribution} "
+            f"E[K]={self.count.expected:g}")
+
+  def tunes(self, dataset: str, method: str) -> bool:
+    return method == self.method and FAMILIES[dataset] == "feddpdr"
+
+
+def _number(value) -> bool:
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value))
+
+
+def check_tuning(path: str, *, expected_trials: float, distribution: str,
+                 score_epsilon: float, plan: dict,
+                 method: str = "fedsgd_server") -> TuneOptions:
+  """Reads and checks --tune's candidates and the law of K, before any work.
+
+  Every message names the flag and the fix.
+  """
+  from dpcore import tuning  # noqa: PLC0415
+  fields = TUNABLE[method]
+  try:
+    with open(os.path.expanduser(path), encoding="utf-8") as f:
+      text = f.read()
+  except OSError as err:
+    raise ValueError(f"--tune={path!r}: cannot read it "
+                     f"({err.strerror or err}); give a JSON file holding "
+                     f"a list of candidate recipes.") from None
+  try:
+    candidates = json.loads(text)
+  except ValueError as err:
+    raise ValueError(f"--tune={path!r} is not JSON ({err}); give a list "
+                     f"of candidate recipes, e.g. "
+                     f'[{{"learning_rate": 1}}, {{"learning_rate": 4}}].'
+                     ) from None
+  if not isinstance(candidates, list) or not candidates:
+    raise ValueError(f"--tune={path!r} must hold a non-empty JSON list of "
+                     f"candidate recipes (objects over "
+                     f"{', '.join(fields)}).")
+  for i, cand in enumerate(candidates):
+    if not isinstance(cand, dict):
+      raise ValueError(f"--tune={path!r}: candidate {i} is not an object; "
+                       f"give e.g. {{\"learning_rate\": 1}}.")
+    unknown = [k for k in cand if k not in fields]
+    if unknown:
+      raise ValueError(f"--tune={path!r}: candidate {i} has unknown "
+                       f"field(s) {', '.join(map(repr, unknown))}; "
+                       f"{method} takes {', '.join(fields)}.")
+    for k, v in cand.items():
+      high = 1.0 if k == "sampling_rate" else math.inf
+      if not (_number(v) and 0 < v <= high):
+        rule = "in (0, 1]" if k == "sampling_rate" else "finite and > 0"
+        raise ValueError(f"--tune={path!r}: candidate {i} has {k}={v!r}; "
+                         f"it must be a number {rule}.")
+  if not (_number(expected_trials) and expected_trials > 0):
+    raise ValueError(f"--tune_expected_trials={expected_trials!r}: give "
+                     f"an expected number of trials > 1, e.g. 10.")
+  try:
+    count = tuning.trial_count(distribution, float(expected_trials))
+  except ValueError as err:
+    raise ValueError(f"--tune_distribution={distribution!r}, "
+                     f"--tune_expected_trials={expected_trials!r}: {err}"
+                     ) from None
+  if not (_number(score_epsilon) and score_epsilon > 0):
+    raise ValueError(f"--tune_score_epsilon={score_epsilon!r}: give the "
+                     f"ε of each trial's private score, a number > 0 "
+                     f"(e.g. 0.5).")
+  if not any(method in m and FAMILIES[d] == "feddpdr"
+             for d, m in plan.items()):
+    raise ValueError(f"--tune selects a recipe for {method}, which this "
+                     f"run does not include; add it to --methods, on "
+                     f"digits, mnist or fashion_mnist.")
+  return TuneOptions(method, tuple(candidates), count, float(score_epsilon),
+                     path)
 
 
 def guarantee_kind(method: str) -> str:
@@ -255,7 +364,7 @@ def _record(dataset, method, epsilon, *, delta, seeds, accuracies, privacy,
       "seeds": seeds, **summary(accuracies),
       "guarantee": guarantee_kind(method), "privacy": privacy,
       "recipe": recipe(dataset, method), "settings": settings,
-      "seconds": seconds, **extra}
+      "seconds": seconds, "tuning_id": None, **extra}
 
 
 # -- the FedDPDR family --------------------------------------------------------
@@ -275,9 +384,25 @@ class FedDPDRFamily:
         participants=self.setup["participants"],
         n_per=self.setup["n_per_participant"], sizes=None)
 
-  def run(self, method: str, epsilon, *, delta: float, seeds: int) -> dict:
+  def run(self, method: str, epsilon, *, delta: float, seeds: int,
+          tune: TuneOptions | None = None) -> dict:
     from federated import feddpdr  # noqa: PLC0415
     fx, start = self.fx, time.perf_counter()
+    if tune is not None and tune.tunes(self.dataset, method):
+      accuracies, privacy, settings, tuned = self._tuned_fedsgd(
+          epsilon, delta=delta, seeds=seeds, tune=tune)
+      rec = _record(self.dataset, method, epsilon, delta=delta, seeds=seeds,
+                    accuracies=accuracies, privacy=privacy,
+                    settings=settings, seconds=time.perf_counter() - start,
+                    privacy_scope=(
+                        "the whole tuning (K trials, each a training run "
+                        "on the participants' fit rows and a noisy score "
+                        "on their held-out rows), one row added/removed; "
+                        "the partition, the split and the row bounds are "
+                        "public"))
+      rec["tuning_id"] = tune.tuning_id
+      rec["tuning"] = tuned
+      return rec
     if method.startswith("fedsgd"):
       rec = fx.run_fedsgd(
           self.prepared, sizes=self.sizes, seed=0, seeds=seeds,
@@ -307,6 +432,139 @@ class FedDPDRFamily:
                        "per participant, one row replaced (Non-Priv, "
                        "FedDPDR, DPML) or added/removed (Fed DP-SGD); "
                        "the partition and the row bounds are public"))
+
+
+  def _tuned_fedsgd(self, epsilon, *, delta, seeds, tune):
+    """Fed DP-SGD (server noise) with its recipe chosen privately.
+
+    Every participant holds out the last TUNE_VALIDATION_FRACTION of its
+    rows (its rows are in random order: the partition's shuffle) as
+    validation rows; training uses the rest (the fit rows), the test rows
+    only score the released model. Per seed, an independent tuning
+    (:func:`dpcore.tuning.select`): K ~ the law, each trial trains a
+    candidate drawn at random at the per-trial target ``epsilon`` and
+    scores it by :func:`dpcore.tuning.noisy_accuracy` on the pooled
+    validation rows; the best trial's model is released.
+    """
+    import jax  # noqa: PLC0415
+
+    from dpcore import accounting, tuning  # noqa: PLC0415
+    from federated import fedsgd, partition  # noqa: PLC0415
+    fx, p = self.fx, self.prepared
+    key = jax.random.key(0)
+    parts = partition.partition_auto(
+        jax.random.fold_in(key, 0), p.x_train, p.y_train, sizes=self.sizes,
+        buckets=False)
+    sizes = np.asarray(parts.sizes, np.int64)
+    n_val = np.floor(TUNE_VALIDATION_FRACTION * sizes).astype(np.int64)
+    n_fit = sizes - n_val
+    if np.any(n_val < 1) or np.any(n_fit < 1):
+      raise ValueError(f"--tune: participants of {sizes.tolist()} rows are "
+                       f"too small to hold out validation rows.")
+    cols = np.arange(np.shape(parts.mask)[1])[None, :]
+    fit = cols < n_fit[:, None]
+    val = (cols >= n_fit[:, None]) & (cols < sizes[:, None])
+    x_all, y_all = np.asarray(parts.x), np.asarray(parts.y)
+    width = int(n_fit.max())  # the fit rows lead each participant's rows
+    x_fit = np.where(fit[..., None], x_all, 0).astype(x_all.dtype)[:, :width]
+    y_fit = np.where(fit, y_all, 0).astype(np.int32)[:, :width]
+    mask_fit = fit.astype(np.asarray(parts.mask).dtype)[:, :width]
+    x_val, y_val = x_all[val], y_all[val]
+    validation_rows = int(val.sum())
+    d, num_classes = p.x_train.shape[1], len(p.classes)
+    score = tuning.score_privacy(tune.score_epsilon)
+    runs, trials, facts = [], [], []
+    for i, cand in enumerate(tune.candidates):
+      recipe = fx.FedSGDRecipe(trust="server", **cand)
+      q = recipe.rate(int(n_fit.sum()))
+      steps = fx.dpsgd_steps(q, recipe.epochs)
+      sigma = fx.calibrated_sigma(epsilon=epsilon, delta=delta,
+                                  sampling_rate=q, steps=steps)
+      plan = fedsgd.make_plan(n_fit, trust="server", sampling_rate=q,
+                              steps=steps, clip_norm=recipe.clip_norm,
+                              noise_multiplier=sigma)
+      ledger = accounting.PrivacyLedger()
+      plan.record(ledger, delta=delta)
+      train = tuning.trial_privacy(ledger,
+                                   description=f"candidate {i} training")
+      trials.append(tuning.disjoint(train, score,
+                                    description=f"candidate {i}"))
+      traced = dataclasses.replace(plan, noise_multiplier=np.asarray(
+          plan.noise_multiplier, np.float32))
+      runs.append((recipe, traced))
+      facts.append({"candidate": i, "recipe": dataclasses.asdict(recipe),
+                    "sampling_rate": q, "steps": steps,
+                    "noise_multiplier": sigma,
+                    "epsilon_trial": trials[-1].epsilon(delta)})
+    trial_privacy = tuning.any_of(
+        *trials, description="one trial: a candidate drawn uniformly at "
+        "random, trained on the fit rows, scored on the held-out rows")
+
+    def trial(k, index):
+      recipe, traced = runs[index]
+      k_train, k_score = jax.random.split(k)
+      args = (k_train[None], traced, x_fit, y_fit, mask_fit)
+      program = fx.fedsgd_program(args, learning_rate=recipe.learning_rate,
+                                  d=d, num_classes=num_classes, chunk=None)
+      params = jax.tree.map(lambda a: a[0], program(*args))
+      acc = float(fedsgd.accuracy(params, x_val, y_val))
+      correct = round(acc * validation_rows)
+      noisy = tuning.noisy_accuracy(k_score, correct, validation_rows,
+                                    epsilon=tune.score_epsilon)
+      return float(noisy), params
+
+    ledger = accounting.PrivacyLedger()
+    tune_keys = jax.random.split(jax.random.fold_in(key, 4), seeds)
+    results = []
+    for s in range(seeds):
+      results.append(tuning.select(
+          tune_keys[s], list(range(len(runs))), trial, count=tune.count,
+          privacy=trial_privacy, delta=delta,
+          ledger=ledger if s == 0 else None, label="compare_tuning"))
+    accuracies = []
+    for res in results:
+      # K = 0 (Poisson only) releases nothing: the zero start stands in.
+      params = (res.output if res.output is not None
+                else fedsgd.softmax_params(d, num_classes))
+      accuracies.append(float(fedsgd.accuracy(params, p.x_test, p.y_test)))
+    guarantee = results[0].guarantee
+    privacy = ledger.report(
+        delta, nominal_epsilon=epsilon,
+        nominal_note="each trial's target ε (its DP-SGD noise was "
+                     "calibrated for it); the guarantee covers the whole "
+                     "tuning")
+    c = tune.count
+    tuned = {
+        "winner": [r.winner for r in results],
+        "winning_settings": [None if r.winner is None
+                             else tune.candidates[r.winner]
+                             for r in results],
+        "trials": [r.trials for r in results],
+        "expected_trials": c.expected, "distribution": c.distribution,
+        "eta": c.eta, "gamma": c.gamma,
+        "schedule": [list(r.schedule) for r in results],
+        "scores": [r.score for r in results],
+        "epsilon_per_trial_target": epsilon,
+        "epsilon_per_trial": guarantee.trial_epsilon,
+        "epsilon": guarantee.epsilon, "delta": guarantee.delta,
+        "score_epsilon": tune.score_epsilon,
+        "guarantee": guarantee.as_dict(), "candidates": facts,
+        "fit_rows": n_fit.tolist(), "validation_rows": n_val.tolist(),
+        "validation": (f"each participant's last "
+                       f"{TUNE_VALIDATION_FRACTION:g} of its training rows "
+                       f"(rounded down; its rows are in the partition's "
+                       f"random order); test rows unused until the "
+                       f"released model is scored"),
+        "scope": "one independent tuning per seed; privacy is that of "
+                 "one seed's tuning (seed 0's ledger)",
+        "released_when_no_trial": "the zero start (K = 0)",
+        "source": tune.source,
+    }
+    settings = {"participants": len(self.sizes),
+                "sizes": list(map(int, self.sizes)),
+                "test_rows": len(p.y_test), "num_classes": num_classes,
+                "partition_seed": 0}
+    return accuracies, privacy, settings, tuned
 
 
 # -- the DPWSS family ----------------------------------------------------------
@@ -469,13 +727,16 @@ FAMILY_CLASSES = {"feddpdr": FedDPDRFamily, "kernel": KernelFamily,
 def run_all(*, plan: dict, epsilons, delta: float = DELTA,
             seeds: int = SEEDS, data_dirs: dict | None = None,
             out: str | None = None, emit=None,
-            progress=common.progress) -> list[dict]:
+            progress=common.progress,
+            tune: TuneOptions | None = None) -> list[dict]:
   """Runs every (data set, method, ε) of ``plan`` that ``out`` lacks.
 
   ``data_dirs`` maps a data set to its files' directory
-  (:func:`resolve_data_dir`). A set is loaded only when one of its runs is
-  missing. Each new record is emitted (``emit``, default
-  :func:`launch.common.emit_record`) as soon as it is done.
+  (:func:`resolve_data_dir`). With ``tune``, its method's records are
+  tuned (:meth:`FedDPDRFamily._tuned_fedsgd`) and keyed by the tuning.
+  A set is loaded only when one of its runs is missing. Each new record
+  is emitted (``emit``, default :func:`launch.common.emit_record`) as soon
+  as it is done.
   """
   emit = emit or common.emit_record
   data_dirs = data_dirs or {}
@@ -484,8 +745,12 @@ def run_all(*, plan: dict, epsilons, delta: float = DELTA,
   points = grid(plan, epsilons)
   for dataset in plan:
     mine = [p for p in points if p[0] == dataset]
+    def tid(p):
+      return (tune.tuning_id if tune is not None and tune.tunes(p[0], p[1])
+              else None)
     todo = [p for p in mine if common.record_key(
-        probe(*p, delta=delta, seeds=seeds), KEY_FIELDS) not in done]
+        probe(*p, delta=delta, seeds=seeds, tuning_id=tid(p)),
+        KEY_FIELDS) not in done]
     if len(todo) < len(mine):
       progress(f"{dataset}: skipping {len(mine) - len(todo)} finished "
                f"run(s) found in {out}")
@@ -497,10 +762,17 @@ def run_all(*, plan: dict, epsilons, delta: float = DELTA,
     for i, (_, method, eps) in enumerate(todo, 1):
       at = "" if eps is None else f" ε={eps:g}"
       progress(f"{dataset} {i}/{len(todo)}: {LABELS[method]}{at}")
-      rec = family.run(method, eps, delta=delta, seeds=seeds)
+      extra = {"tune": tune} if tid((dataset, method, eps)) else {}
+      rec = family.run(method, eps, delta=delta, seeds=seeds, **extra)
       emit(rec, out)
       records.append(rec)
       holds = rec["privacy"]["epsilon"]
+      if rec.get("tuning"):
+        t = rec["tuning"]
+        progress(f"{dataset}: {method}{at}: tuned, trials {t['trials']}, "
+                 f"winners {t['winner']}, one trial ε "
+                 f"{t['epsilon_per_trial']:.3g}, the tuning ε "
+                 f"{t['epsilon']:.3g}")
       progress(f"{dataset}: {method}{at}: accuracy "
                f"{rec['accuracy_mean']:.3f} ± {rec['accuracy_sd']:.3f}, ε "
                f"that holds {'none' if holds is None else f'{holds:.3g}'} "
@@ -508,11 +780,14 @@ def run_all(*, plan: dict, epsilons, delta: float = DELTA,
   return records
 
 
-def select(records, *, dataset, method, epsilon, delta, seeds):
-  """The last record of (data set, method, ε) at these settings, or None."""
+def select(records, *, dataset, method, epsilon, delta, seeds,
+           tuning_id=None):
+  """The last record of (data set, method, ε) at these settings, or None
+  (``tuning_id`` None: an untuned record)."""
   match = [r for r in records if r.get("dataset") == dataset
            and r.get("method") == method and r.get("epsilon") == epsilon
-           and r.get("delta") == delta and r.get("seeds") == seeds]
+           and r.get("delta") == delta and r.get("seeds") == seeds
+           and r.get("tuning_id") == tuning_id]
   return match[-1] if match else None
 
 
@@ -532,41 +807,71 @@ GUARANTEE_TEXT = {
 }
 
 
+def _rows(dataset, method, tune):
+  """(label, guarantee text, tuning_id) of the rows a method can have."""
+  kind = guarantee_kind(method)
+  rows = [(LABELS[method], GUARANTEE_TEXT[kind], None)]
+  if tune is not None and tune.tunes(dataset, method):
+    rows.append((f"{LABELS[method]} ({tune.label()})",
+                 "(ε, δ) of the whole tuning", tune.tuning_id))
+  return rows
+
+
 def markdown_tables(records, *, plan: dict, epsilons, delta: float,
-                    seeds: int) -> str:
+                    seeds: int, tune: TuneOptions | None = None) -> str:
   """One table per data set: rows = methods, columns = ε, cells
-  "mean ± sd (ε that holds)" in %, with the guarantee of each row."""
+  "mean ± sd (ε that holds)" in %, with the guarantee of each row.
+
+  With ``tune``, its method also has a tuned row: the column's ε is then
+  each trial's target, and the bracket the ε of the whole tuning."""
   parts = []
   head = (["method", "guarantee"] + [f"ε = {e:g}" for e in epsilons])
   for dataset, methods in plan.items():
     lines = [f"### {dataset}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    reads = False
+    reads, tuned = False, []
     for method in methods:
-      cells, seen, kind = [], False, guarantee_kind(method)
-      for eps in epsilons:
-        want = None if method in NON_PRIVATE else float(eps)
-        r = select(records, dataset=dataset, method=method, epsilon=want,
-                   delta=delta, seeds=seeds)
-        if r is None:
-          cells.append("–")
-          continue
-        seen = True
-        reads = reads or bool(r.get("scaling_reads_data"))
-        cell = (f"{100 * r['accuracy_mean']:.1f} ± "
-                f"{100 * r['accuracy_sd']:.1f}")
-        if kind == "dp":
-          cell += f" ({_holds(r)})"
-        cells.append(cell)
-      if seen:
-        lines.append(f"| {LABELS[method]} | {GUARANTEE_TEXT[kind]} | "
-                     + " | ".join(cells) + " |")
+      kind = guarantee_kind(method)
+      for label, text, tuning_id in _rows(dataset, method, tune):
+        cells, seen = [], False
+        for eps in epsilons:
+          want = None if method in NON_PRIVATE else float(eps)
+          r = select(records, dataset=dataset, method=method, epsilon=want,
+                     delta=delta, seeds=seeds, tuning_id=tuning_id)
+          if r is None:
+            cells.append("–")
+            continue
+          seen = True
+          reads = reads or bool(r.get("scaling_reads_data"))
+          cell = (f"{100 * r['accuracy_mean']:.1f} ± "
+                  f"{100 * r['accuracy_sd']:.1f}")
+          if kind == "dp":
+            cell += f" ({_holds(r)})"
+          if tuning_id is not None:
+            tuned.append(r)
+          cells.append(cell)
+        if seen:
+          lines.append(f"| {label} | {text} | " + " | ".join(cells) + " |")
     lines += ["", f"Test accuracy (%), mean ± sd over {seeds} seed(s); in "
               f"brackets the ε that holds for one run (the method's "
               f"ledger, δ = {delta:g}). A non-private row is run once "
               f"(one fit where it is deterministic) and repeated across "
               f"the columns; the DPWSS paper's ε is its nominal "
               f"per-selection figure and carries no guarantee."]
+    if tuned:
+      t = tuned[0]["tuning"]
+      lines.append(
+          f"A tuned row includes private hyperparameter selection over "
+          f"{len(t['candidates'])} candidate recipes (K ~ "
+          f"{t['distribution']}, E[K] = {t['expected_trials']:g}, one "
+          f"independent tuning per seed; each trial's score is a "
+          f"Laplace-noised validation accuracy at ε = "
+          f"{t['score_epsilon']:g} on rows held out of the training "
+          f"rows): its column is each trial's target ε, its bracket the ε "
+          f"that holds for the whole tuning (the released model included). "
+          f"Trials run per seed: "
+          + "; ".join(f"ε = {r['epsilon']:g}: {r['tuning']['trials']}"
+                      for r in tuned) + ".")
     if reads:
       lines.append("Scaling read the data (min/max): no ε covers that "
                    "step.")
@@ -575,13 +880,14 @@ def markdown_tables(records, *, plan: dict, epsilons, delta: float,
 
 
 def write_figures(records, *, plan: dict, epsilons, delta: float,
-                  seeds: int, directory: str) -> list[str]:
+                  seeds: int, directory: str,
+                  tune: TuneOptions | None = None) -> list[str]:
   """One PNG per data set: accuracy against the ε that holds.
 
   Private methods are drawn at the ε from their privacy record (filled
   markers, solid lines); a nominal method at its nominal ε (open markers,
   dashed, "nominal, no DP"); a non-private one as a dotted horizontal line
-  ("no DP").
+  ("no DP"). A tuned method is drawn at the ε of its whole tuning.
   """
   import matplotlib  # noqa: PLC0415
   matplotlib.use("Agg")
@@ -593,7 +899,9 @@ def write_figures(records, *, plan: dict, epsilons, delta: float,
   for dataset, methods in plan.items():
     fig, ax = plt.subplots(figsize=(9.0, 4.2))
     drawn, reads = False, False
-    for i, method in enumerate(methods):
+    series = [(m, label, tid) for m in methods
+              for label, _, tid in _rows(dataset, m, tune)]
+    for i, (method, name, tuning_id) in enumerate(series):
       kind, color = guarantee_kind(method), f"C{i % 10}"
       if kind == "none":
         r = select(records, dataset=dataset, method=method, epsilon=None,
@@ -606,7 +914,8 @@ def write_figures(records, *, plan: dict, epsilons, delta: float,
       pts = []
       for eps in epsilons:
         r = select(records, dataset=dataset, method=method,
-                   epsilon=float(eps), delta=delta, seeds=seeds)
+                   epsilon=float(eps), delta=delta, seeds=seeds,
+                   tuning_id=tuning_id)
         if r is None:
           continue
         reads = reads or bool(r.get("scaling_reads_data"))
@@ -616,8 +925,8 @@ def write_figures(records, *, plan: dict, epsilons, delta: float,
         continue
       pts.sort()
       e, m, s = map(np.asarray, zip(*pts, strict=True))
-      label = LABELS[method] + (" (nominal ε, no DP)" if kind == "nominal"
-                                else " (ε that holds)")
+      label = name + (" (nominal ε, no DP)" if kind == "nominal"
+                      else " (ε that holds)")
       ax.errorbar(e, m, yerr=s, ms=4, capsize=2, label=label,
                   fmt="o--" if kind == "nominal" else "o-",
                   mfc="none" if kind == "nominal" else None, color=color)
