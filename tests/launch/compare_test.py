@@ -6,7 +6,9 @@ line before any data is read or any method runs (the harness is
 loader and the sweep raise if called, and runs every case). One real run
 on digits and heart (one ε, two seeds, a few methods) writes its JSON
 lines, the Markdown tables and a PNG per data set; a second identical call
-skips every run.
+skips every run. A tiny tuned run (--tune, digits, Fed DP-SGD server
+noise) records its tuning and the ε of the whole tuning; bad --tune input
+is refused in one line before any work.
 """
 
 import json
@@ -48,6 +50,30 @@ BEFORE_WORK = {
     "positional": (["extra"], "unexpected positional"),
 }
 
+# --tune cases: (argv given the candidate files, expected message).
+BAD_TUNE = {
+    "tune_missing": (lambda f: [f"--tune={f['missing']}"],
+                     "cannot read it"),
+    "tune_not_json": (lambda f: [f"--tune={f['text']}"], "is not JSON"),
+    "tune_empty": (lambda f: [f"--tune={f['empty']}"],
+                   "must hold a non-empty JSON list"),
+    "tune_unknown_field": (lambda f: [f"--tune={f['unknown']}"],
+                           "unknown field(s) 'lr'"),
+    "tune_bad_value": (lambda f: [f"--tune={f['negative']}"],
+                       "learning_rate=-1"),
+    "tune_expected_zero": (lambda f: [f"--tune={f['good']}",
+                                      "--tune_expected_trials=0"],
+                           "--tune_expected_trials=0"),
+    "tune_distribution": (lambda f: [f"--tune={f['good']}",
+                                     "--tune_distribution=uniform"],
+                          "--tune_distribution='uniform'"),
+    "tune_not_in_plan": (lambda f: [f"--tune={f['good']}",
+                                    "--datasets=heart"],
+                         "which this run does not include"),
+}
+TUNE_CANDIDATES = [{"learning_rate": 2.0}, {"learning_rate": 0.5},
+                   {"learning_rate": 2.0, "epochs": 10.0}]
+
 SMALL = ["--datasets=digits,heart", "--epsilons=2", "--seeds=2",
          "--methods=nonpriv,feddpdr,fedsgd_server,libsvm,dpwss_paper,"
          "rff_dpsgd"]
@@ -67,19 +93,69 @@ def results(tmp_path_factory):
                          f"--plots={tmp / 'file.txt'}"]},
   }
   (tmp / "file.txt").write_text("not a directory\n")
+  files = {"missing": str(tmp / "nosuch.json"), "text": str(tmp / "file.txt")}
+  for name, content in (("empty", []), ("unknown", [{"lr": 1.0}]),
+                        ("negative", [{"learning_rate": -1}]),
+                        ("good", TUNE_CANDIDATES)):
+    files[name] = str(tmp / f"{name}.json")
+    (tmp / f"{name}.json").write_text(json.dumps(content))
+  cases["before_work_tune"] = {
+      k: make(files) + [f"--out={out}", f"--plots={tmp}", "--table_md="]
+      for k, (make, _) in BAD_TUNE.items()}
   run_out = tmp / "run.jsonl"
   run = SMALL + [f"--out={run_out}", f"--table_md={tmp / 'table.md'}",
                  f"--plots={tmp / 'plots'}"]
-  cases["real"] = {"first": run, "again": list(run)}
+  tuned_out = tmp / "tuned.jsonl"
+  tuned = ["--datasets=digits", "--methods=fedsgd_server", "--epsilons=2",
+           "--seeds=2", f"--tune={files['good']}",
+           "--tune_expected_trials=2", f"--out={tuned_out}",
+           f"--table_md={tmp / 'tuned.md'}", "--plots="]
+  cases["real"] = {"first": run, "again": list(run), "tuned": tuned}
   found = cli.drive(_BODY, cases)
   found["_paths"] = {"run_out": str(run_out), "table": str(tmp / "table.md"),
-                     "plots": str(tmp / "plots"), "bad_out": out}
+                     "plots": str(tmp / "plots"), "bad_out": out,
+                     "tuned_out": str(tuned_out),
+                     "tuned_table": str(tmp / "tuned.md")}
   return found
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE_WORK))
 def test_bad_flag_fails_before_any_work(results, name):
   cli.assert_one_line_error(results[name], BEFORE_WORK[name][1])
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TUNE))
+def test_bad_tune_fails_before_any_work(results, name):
+  cli.assert_one_line_error(results[name], BAD_TUNE[name][1])
+
+
+def test_tuned_run_records_the_whole_tuning(results):
+  tuned = results["tuned"]
+  assert tuned["code"] == 0, tuned["stderr"][-3000:]
+  with open(results["_paths"]["tuned_out"], encoding="utf-8") as f:
+    (rec,) = [json.loads(line) for line in f]
+  assert (rec["dataset"], rec["method"], rec["epsilon"]) == (
+      "digits", "fedsgd_server", 2.0)
+  assert rec["tuning_id"] and rec["guarantee"] == "dp"
+  t = rec["tuning"]
+  assert t["distribution"] == "geometric" and t["expected_trials"] == 2.0
+  assert len(t["trials"]) == len(t["winner"]) == 2  # one tuning per seed
+  assert all(k >= 1 for k in t["trials"])
+  assert all(w in range(len(TUNE_CANDIDATES)) for w in t["winner"])
+  assert t["winning_settings"] == [TUNE_CANDIDATES[w] for w in t["winner"]]
+  assert t["score_epsilon"] == 0.5 and t["epsilon_per_trial_target"] == 2.0
+  # Validation rows come out of each participant's 600 training rows.
+  assert t["fit_rows"] == [480, 480] and t["validation_rows"] == [120, 120]
+  # The record's ε covers the whole tuning: above one trial's.
+  assert rec["privacy"]["epsilon"] == pytest.approx(t["epsilon"])
+  assert t["epsilon"] > t["epsilon_per_trial"] >= 2.0 * (1 - 1e-6)
+  assert t["epsilon"] > rec["epsilon"]
+  assert len(rec["accuracy_per_seed"]) == 2
+  with open(results["_paths"]["tuned_table"], encoding="utf-8") as f:
+    table = f.read()
+  assert ("| Fed DP-SGD, server noise (tuned, K ~ geometric E[K]=2) | "
+          "(ε, δ) of the whole tuning |") in table
+  assert f"({t['epsilon']:.3g})" in table
 
 
 def test_bad_paths_fail_before_any_work(results):
