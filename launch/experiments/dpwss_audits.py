@@ -36,7 +36,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from launch.experiments import audits
+from launch.experiments.audit_spec import AuditSpec
 from mechanisms.svm import dpwss, kernels, smo, wss
 
 DELTA = 1e-5
@@ -116,7 +116,7 @@ def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
   if selection == "private":
     reported = dpwss.privacy_report(
         epsilon, max_iter, selection="private", delta=DELTA)["epsilon"]
-  return audits.AuditSpec(
+  return AuditSpec(
       name=name, relation="replace_one",
       settings={"selection": selection, "epsilon_per_selection": epsilon,
                 "sigma": sigma, "max_iter": max_iter, "rows": int(len(y_0)),
@@ -132,7 +132,7 @@ def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
       nominal_epsilon=nominal, default_trials=trials)
 
 
-def specs() -> list[audits.AuditSpec]:
+def specs() -> list[AuditSpec]:
   """The DPWSS audits (paper's selection: no claim; private: the ledger)."""
   paper_max_iter = 200  # the 8-row runs exit in far fewer iterations
   return [

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import accounting
-from launch.experiments import audits
+from launch.experiments.audit_spec import AuditSpec
 from mechanisms.erm import output_perturbation
 from mechanisms.svm import random_features
 
@@ -56,7 +56,7 @@ _OUTPUT = {"epsilon": 1.0, "c": 0.1, "input_dim": 2, "num_features": 2}
 
 
 def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
-               broken: bool = False) -> audits.AuditSpec:
+               broken: bool = False) -> AuditSpec:
   """The DP-SGD release on random features, a canary at row 0 (add/remove).
 
   ``broken=True`` runs the same release with σ halved while reporting the
@@ -91,7 +91,7 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
   def statistic(flat):
     return flat @ direction * scale
 
-  return audits.AuditSpec(
+  return AuditSpec(
       name="rff_dpsgd_sigma_halved" if broken else "rff_dpsgd",
       relation="add_remove",
       settings={**cfg, "steps": learner.plan.steps,
@@ -115,7 +115,7 @@ def attaining_row(feature_map: random_features.FeatureMap) -> np.ndarray:
 
 
 def output_perturbation_spec(*, epsilon: float | None = None
-                             ) -> audits.AuditSpec:
+                             ) -> AuditSpec:
   """Output perturbation on random features, sensitivity attained."""
   cfg = dict(_OUTPUT)
   if epsilon is not None:
@@ -140,7 +140,7 @@ def output_perturbation_spec(*, epsilon: float | None = None
     return jnp.linalg.norm(out - w_0) - jnp.linalg.norm(out - w_1)
 
   phi = np.asarray(random_features.features(fmap, x.astype(np.float32)))
-  return audits.AuditSpec(
+  return AuditSpec(
       name="rff_output_perturbation", relation="replace_one",
       settings={**cfg, "sensitivity": learner.sensitivity,
                 "canary_feature_norm": float(np.linalg.norm(phi)),
@@ -151,7 +151,7 @@ def output_perturbation_spec(*, epsilon: float | None = None
       default_trials=500_000)
 
 
-def specs() -> list[audits.AuditSpec]:
+def specs() -> list[AuditSpec]:
   """The random-feature audits: two unbroken (each must stay below its
   reported ε) and the σ-halved DP-SGD variant (must be caught)."""
   return [dpsgd_spec(), output_perturbation_spec(),

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from dpcore import accounting, noise, tuning
-from launch.experiments.audits import AuditSpec
+from launch.experiments.audit_spec import AuditSpec
 
 OFFSETS = (0.0, 0.5, -0.5)
 """The candidates: public shifts of the score."""

@@ -154,3 +154,19 @@ def test_every_spec_at_its_default_trials(all_specs):
       failures.append(record)
   assert not failures, failures
 
+
+
+@pytest.mark.parametrize("first", ["dpwss_audits", "rff_audits",
+                                   "tuning_audits", "audits"])
+def test_spec_modules_import_in_any_order(first):
+  # No import circle: each collection imports AuditSpec from its own light
+  # module, and audits imports the others at the top.
+  code = (f"from launch.experiments import {first}\n"
+          "from launch.experiments import audits, audit_spec\n"
+          "assert audits.AuditSpec is audit_spec.AuditSpec\n"
+          "import inspect\n"
+          "assert 'import' not in inspect.getsource(audits.specs)\n")
+  done = subprocess.run([sys.executable, "-c", code], cwd=_REPO,
+                        capture_output=True, text=True, check=False,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert done.returncode == 0, done.stderr[-1500:]
