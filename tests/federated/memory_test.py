@@ -35,20 +35,22 @@ def _per_participant_bytes() -> int:
   return inputs + SEEDS * outputs
 
 
-def _compiled_memory(count: int, chunk):
-  config = feddpdr.Config(mechanism="feddpdr", k=K, epsilon=1.0)
+def _compiled_memory(count: int, chunk, *, mechanism="feddpdr", n_max=N_MAX,
+                     d=D, k=K, classes=CLASSES, seeds=SEEDS):
+  """XLA's memory analysis of feddpdr.train compiled for these shapes."""
+  config = feddpdr.Config(mechanism=mechanism, k=k, epsilon=1.0)
   with jax.enable_x64(True):
-    keys = jax.random.split(jax.random.key(0), SEEDS)
+    keys = jax.random.split(jax.random.key(0), seeds)
     shapes = (
-        jax.ShapeDtypeStruct((count, N_MAX, D), jnp.float32),
-        jax.ShapeDtypeStruct((count, N_MAX), jnp.int32),
-        jax.ShapeDtypeStruct((count, N_MAX), jnp.float32),
+        jax.ShapeDtypeStruct((count, n_max, d), jnp.float32),
+        jax.ShapeDtypeStruct((count, n_max), jnp.int32),
+        jax.ShapeDtypeStruct((count, n_max), jnp.float32),
         jax.ShapeDtypeStruct((count,), jnp.float32),
         jax.ShapeDtypeStruct((count,), jnp.float64),
         jax.ShapeDtypeStruct((count,), jnp.float64),
         jax.ShapeDtypeStruct((count,), jnp.float64))
     train = jax.jit(lambda *a: feddpdr.train(
-        *a, config=config, num_classes=CLASSES, chunk=chunk))
+        *a, config=config, num_classes=classes, chunk=chunk))
     stats = train.lower(keys, *shapes).compile().memory_analysis()
   if stats is None:
     pytest.skip("this backend gives no memory analysis")
@@ -121,22 +123,9 @@ def test_the_estimate_is_above_xlas_own_accounting(mechanism, chunk, seeds):
   # XLA's accounting of the compiled program (arguments, outputs and
   # scratch) at a small shape: the estimate must not be below it.
   count, n, d, k, classes = 16, 60, 64, 10, 10
+  stats = _compiled_memory(count, chunk, mechanism=mechanism, n_max=n, d=d,
+                           k=k, classes=classes, seeds=seeds)
   config = feddpdr.Config(mechanism=mechanism, k=k, epsilon=1.0)
-  with jax.enable_x64(True):
-    keys = jax.random.split(jax.random.key(0), seeds)
-    shapes = (
-        jax.ShapeDtypeStruct((count, n, d), jnp.float32),
-        jax.ShapeDtypeStruct((count, n), jnp.int32),
-        jax.ShapeDtypeStruct((count, n), jnp.float32),
-        jax.ShapeDtypeStruct((count,), jnp.float32),
-        jax.ShapeDtypeStruct((count,), jnp.float64),
-        jax.ShapeDtypeStruct((count,), jnp.float64),
-        jax.ShapeDtypeStruct((count,), jnp.float64))
-    train = jax.jit(lambda *a: feddpdr.train(
-        *a, config=config, num_classes=classes, chunk=chunk))
-    stats = train.lower(keys, *shapes).compile().memory_analysis()
-  if stats is None:
-    pytest.skip("this backend gives no memory analysis")
   xla = (stats.temp_size_in_bytes + stats.argument_size_in_bytes
          + stats.output_size_in_bytes)
   estimate = feddpdr.memory_estimate(count, n, d, config=config,
