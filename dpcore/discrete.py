@@ -9,9 +9,12 @@ in [0, q) with p, and the uniform integers are drawn by rejection from
 random bits (masked to the next power of two), so they are exactly uniform.
 No float probability is computed anywhere in a sampler; 64-bit products
 and the 64-by-64-bit division of the discrete Gaussian's acceptance
-exponent are built from pairs of uint32 words (the division is read from
-a host-side table of exact Python-integer divisions for the proposals
-|y| ≤ 64·t + 64, and done by word-level long division beyond).
+exponent are built from pairs of uint32 words (:mod:`dpcore.uint64`; the
+division is read from a host-side table of exact Python-integer divisions
+for the proposals |y| ≤ 64·t + 64, and done by word-level long division
+beyond). Releasing a float query on a grid with this noise is
+:mod:`dpcore.lattice`; σ for an (ε, δ) target is
+:func:`dpcore.discrete_calibration.discrete_gaussian_sigma`.
 
 >>> import jax
 >>> z = discrete_gaussian(jax.random.key(0), (4,), sigma=3)
@@ -34,8 +37,6 @@ sampler                returns                   exact for          draws/s
                                                  n < 2³¹, (⌊σ⌋+1)d  (σ = 3),
                                                  < 2³⁰, cut-off ok  44–70 k
                                                  (p ≤ ~17 000)      (σ=1049)
-``gaussian_mechanism`` int32 lattice points      as the Gaussian
-``laplace_mechanism``  int32 lattice points      as the Laplace
 =====================  ========================  =================  =========
 
 (float ``dpcore.noise.gaussian_noise``: 11–14 M draws/s on the same CPU.)
@@ -52,7 +53,7 @@ for which it is not is refused. Nothing else is approximate.
 
 Cost: draws/s above are for 10⁵ draws per call, jit-compiled, second call
 timed, on the 2-core development CPU under load from other jobs (ranges
-over three runs of ``python -m dpcore.discrete``). Each sampler is one
+over three runs of ``python -m launch.bench.discrete``). Each sampler is one
 ``lax.while_loop`` stepping every element through CKS's algorithm, so a
 batch costs as many steps as its slowest element: 20–30× (Laplace) and
 100–300× (Gaussian) slower than the float samplers.
@@ -74,16 +75,23 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from dpcore import accounting, validation
+from dpcore.uint64 import (
+    ALL_ONES,
+    U32,
+    divmod64,
+    lt64,
+    mul32,
+    smear,
+    split64,
+    sub64,
+    u32,
+)
 
 MAX_MAGNITUDE = 2 ** 30 - 1
 """Largest |noise| any sampler returns (the cut-off described above)."""
 
 MAX_CUTOFF_MASS = 2.0 ** -128
 """Largest probability mass per draw a parameter may cut off."""
-
-_U32 = jnp.uint32
-_ALL = 0xFFFFFFFF
 
 
 # -- host-side parameters ------------------------------------------------------
@@ -199,64 +207,6 @@ def cutoff_mass(*, sigma=None, scale=None) -> float:
   return math.exp(_log_tail(MAX_MAGNITUDE, p.den / p.num, square=False))
 
 
-# -- 32/64-bit word arithmetic -------------------------------------------------
-
-
-def _u32(x):
-  return jnp.asarray(x, _U32)
-
-
-def _split64(value: int):
-  return _u32(value >> 32), _u32(value & _ALL)
-
-
-def _smear(x):
-  """All bits below the highest set bit of x set (x ≥ 0)."""
-  for shift in (1, 2, 4, 8, 16):
-    x = x | (x >> shift)
-  return x
-
-
-def _lt64(ah, al, bh, bl):
-  return (ah < bh) | ((ah == bh) & (al < bl))
-
-
-def _sub64(ah, al, bh, bl):
-  borrow = (al < bl).astype(_U32)
-  return ah - bh - borrow, al - bl
-
-
-def _mul32(a, b):
-  """The 64-bit product of two uint32 as (hi, lo)."""
-  mask = _u32(0xFFFF)
-  a0, a1, b0, b1 = a & mask, a >> 16, b & mask, b >> 16
-  p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
-  mid = (p00 >> 16) + (p01 & mask) + (p10 & mask)  # < 3·2¹⁶, no overflow
-  lo = (p00 & mask) | (mid << 16)
-  hi = p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16)
-  return hi, lo
-
-
-def _divmod64(ph, pl, qh, ql):
-  """(P // Q, P mod Q) for 64-bit P and 1 ≤ Q < 2⁶³, by long division."""
-  def body(i, state):
-    rh, rl, oh, ol = state
-    bit = 63 - i
-    word = jnp.where(bit >= 32, ph, pl)
-    b = (word >> (bit % 32).astype(_U32)) & 1
-    rh, rl = (rh << 1) | (rl >> 31), (rl << 1) | b  # R < 2⁶³: no overflow
-    take = ~_lt64(rh, rl, qh, ql)
-    sh, sl = _sub64(rh, rl, qh, ql)
-    rh, rl = jnp.where(take, sh, rh), jnp.where(take, sl, rl)
-    one = take.astype(_U32)
-    oh = oh | jnp.where(bit >= 32, one << (bit % 32).astype(_U32), 0)
-    ol = ol | jnp.where(bit < 32, one << (bit % 32).astype(_U32), 0)
-    return rh, rl, oh, ol
-  zero = jnp.zeros(jnp.shape(ph), _U32)
-  rh, rl, oh, ol = lax.fori_loop(0, 64, body, (zero, zero, zero, zero))
-  return (oh, ol), (rh, rl)
-
-
 # -- exact samplers as flat state machines ----------------------------------
 #
 # Each sampler is one ``lax.while_loop`` over the whole batch. Every step
@@ -269,12 +219,12 @@ def _divmod64(ph, pl, qh, ql):
 
 
 def _words(key, step, n, num):
-  return jax.random.bits(jax.random.fold_in(key, step), (num, n), _U32)
+  return jax.random.bits(jax.random.fold_in(key, step), (num, n), U32)
 
 
 def _below(word, bound):
   """Masked candidate for a uniform in [0, bound) and whether it is valid."""
-  value = word & _smear(bound - 1)
+  value = word & smear(bound - 1)
   return value, value < bound
 
 
@@ -297,23 +247,23 @@ def _bernoulli_exp_batch(key, active, nh, nl, rh, rl, qh, ql):
   Inactive elements return False.
   """
   n = active.shape[0]
-  zero = jnp.zeros((n,), _U32)
-  one = jnp.ones((n,), _U32)
-  mh, ml = _sub64(qh, ql, _u32(0), _u32(1))
-  mask_h = _smear(mh)
-  mask_l = jnp.where(mh > 0, _u32(_ALL), _smear(ml))
+  zero = jnp.zeros((n,), U32)
+  one = jnp.ones((n,), U32)
+  mh, ml = sub64(qh, ql, u32(0), u32(1))
+  mask_h = smear(mh)
+  mask_l = jnp.where(mh > 0, u32(ALL_ONES), smear(ml))
 
   def cond(s):
     return ~jnp.all(s.done)
 
   def body(s):
     w = _words(key, s.step, n, 3)
-    in_int = _lt64(s.count_hi, s.count_lo, nh, nl)
+    in_int = lt64(s.count_hi, s.count_lo, nh, nl)
     vh, vl = w[0] & mask_h, w[1] & mask_l
-    ok_q = _lt64(vh, vl, qh, ql) | in_int
+    ok_q = lt64(vh, vl, qh, ql) | in_int
     c, ok_k = _below(w[2], s.k)
     valid = ~s.done & ok_q & ok_k
-    hit = (c == 0) & (in_int | _lt64(vh, vl, rh, rl))
+    hit = (c == 0) & (in_int | lt64(vh, vl, rh, rl))
     grow = valid & hit
     end = valid & ~hit
     odd = (s.k & 1) == 1
@@ -321,7 +271,7 @@ def _bernoulli_exp_batch(key, active, nh, nl, rh, rl, qh, ql):
     # success (count += 1, K = 1), an even K a failure (result False); in
     # the fractional part the result is "K is odd".
     next_lo = s.count_lo + 1
-    next_hi = s.count_hi + (next_lo == 0).astype(_U32)
+    next_hi = s.count_hi + (next_lo == 0).astype(U32)
     success = end & in_int & odd
     finish = end & (~in_int | ~odd)
     return _BernState(
@@ -356,9 +306,9 @@ def bernoulli_exp(key: jax.Array, shape, *, numerator: int,
   shape = tuple(shape)
   size = math.prod(shape)
   whole, rest = divmod(numerator, denominator)
-  nh, nl = _split64(whole)
-  rh, rl = _split64(rest)
-  qh, ql = _split64(denominator)
+  nh, nl = split64(whole)
+  rh, rl = split64(rest)
+  qh, ql = split64(denominator)
   out = _bernoulli_exp_batch(key, jnp.ones((size,), bool), nh, nl, rh, rl,
                              qh, ql)
   return out.reshape(shape)
@@ -426,10 +376,10 @@ def _laplace_batch(key, active, num: int, den: int):
   Y exceeds ``MAX_MAGNITUDE`` is rejected, as are (sign −, Y = 0).
   """
   n = active.shape[0]
-  t = _u32(num)
-  s_ = _u32(den)
-  zero = jnp.zeros((n,), _U32)
-  one = jnp.ones((n,), _U32)
+  t = u32(num)
+  s_ = u32(den)
+  zero = jnp.zeros((n,), U32)
+  one = jnp.ones((n,), U32)
 
   def cond(s):
     return jnp.any(s.phase < 3)
@@ -508,8 +458,8 @@ def _exponent_table(p: GaussianParams):
   rows = []
   for a in range(size):
     q, r = divmod((a * p.td - p.n) ** 2, p.m)
-    rows.append((q >> 32, q & _ALL, r >> 32, r & _ALL))
-  table = jnp.asarray(rows, _U32)
+    rows.append((q >> 32, q & ALL_ONES, r >> 32, r & ALL_ONES))
+  table = jnp.asarray(rows, U32)
   return size, table
 
 
@@ -525,16 +475,16 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
   runs).
   """
   n = size
-  t = _u32(p.t)
-  mh, ml = _split64(p.m)
-  n_word = _u32(p.n)
-  td = _u32(p.td)
+  t = u32(p.t)
+  mh, ml = split64(p.m)
+  n_word = u32(p.n)
+  td = u32(p.td)
   table_size, table = _exponent_table(p)
-  zero = jnp.zeros((n,), _U32)
-  one = jnp.ones((n,), _U32)
-  m1h, m1l = _sub64(mh, ml, _u32(0), _u32(1))
-  mask_h = _smear(m1h)
-  mask_l = jnp.where(m1h > 0, _u32(_ALL), _smear(m1l))
+  zero = jnp.zeros((n,), U32)
+  one = jnp.ones((n,), U32)
+  m1h, m1l = sub64(mh, ml, u32(0), u32(1))
+  mask_h = smear(m1h)
+  mask_l = jnp.where(m1h > 0, u32(ALL_ONES), smear(m1l))
 
   def exponent(a, wanted):
     small = a < table_size
@@ -543,13 +493,13 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
     def divide():
       scaled = jnp.where(a <= p.limit, a, 0) * td
       u = jnp.where(scaled >= n_word, scaled - n_word, n_word - scaled)
-      uh, ul = _mul32(u, u)
-      (qh, ql), (rh, rl) = _divmod64(uh, ul, jnp.broadcast_to(mh, (n,)),
+      uh, ul = mul32(u, u)
+      (qh, ql), (rh, rl) = divmod64(uh, ul, jnp.broadcast_to(mh, (n,)),
                                      jnp.broadcast_to(ml, (n,)))
       return jnp.stack([qh, ql, rh, rl], axis=1)
 
     big = lax.cond(jnp.any(wanted & ~small), divide,
-                   lambda: jnp.zeros((n, 4), _U32))
+                   lambda: jnp.zeros((n, 4), U32))
     return jnp.where(small[:, None], row, big)
 
   def cond(s):
@@ -571,11 +521,11 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
     # Acceptance: Bernoulli(exp(−(N + R/m))) (as _bernoulli_exp_batch,
     # reading the 1/K candidate from w[2] and the 64-bit one from w[0:2]).
     c_a, ok_a = _below(w[2], s.k)
-    in_int = _lt64(s.count_hi, s.count_lo, s.eh, s.el)
+    in_int = lt64(s.count_hi, s.count_lo, s.eh, s.el)
     vh, vl = w[0] & mask_h, w[1] & mask_l
-    ok_q = _lt64(vh, vl, mh, ml) | in_int
+    ok_q = lt64(vh, vl, mh, ml) | in_int
     v3 = p3 & ok_q & ok_a
-    hit3 = (c_a == 0) & (in_int | _lt64(vh, vl, s.fh, s.fl))
+    hit3 = (c_a == 0) & (in_int | lt64(vh, vl, s.fh, s.fl))
     end3 = v3 & ~hit3
     odd = (s.k & 1) == 1
     success = end3 & in_int & odd
@@ -583,7 +533,7 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
     accepted = finish & ~in_int & odd
     rejected = finish & ~accepted
     next_lo = s.count_lo + 1
-    next_hi = s.count_hi + (next_lo == 0).astype(_U32)
+    next_hi = s.count_hi + (next_lo == 0).astype(U32)
 
     phase = jnp.where(take_u, 1, s.phase)
     phase = jnp.where(keep, 2, phase)
@@ -633,195 +583,8 @@ def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
   return _gaussian_batch(key, size, p).reshape(shape)
 
 
-# -- grid mechanisms -----------------------------------------------------------
-
-
-def check_granularity(granularity) -> float:
-  """γ must be a power of two 2^k with −40 ≤ k ≤ 40 (exact in float32)."""
-  if isinstance(granularity, bool) or not isinstance(
-      granularity, (int, float)):
-    raise ValueError(f"granularity must be a power of two, got "
-                     f"{granularity!r}.")
-  g = float(granularity)
-  if not (math.isfinite(g) and g > 0):
-    raise ValueError(f"granularity must be a power of two > 0, got {g!r}.")
-  mantissa, exponent = math.frexp(g)
-  if mantissa != 0.5 or not -40 <= exponent - 1 <= 40:
-    raise ValueError(
-        f"granularity must be a power of two 2^k with -40 <= k <= 40 (so "
-        f"grid values are exact floats), got {g!r}; e.g. 2**-10.")
-  return g
-
-
-def lattice_l2_sensitivity(sensitivity: float, *, granularity,
-                           dim: int) -> float:
-  """L2 sensitivity, in grid units, of a d-dim query rounded to the grid.
-
-  Nearest rounding moves each coordinate by at most ½, so two neighbours'
-  rounded queries differ per coordinate by at most |δᵢ|/γ + 1 (and by 0
-  where δᵢ = 0): the bound is Δ/γ + √d (triangle inequality with the
-  all-ones vector). Note: not Δ/γ + √d/2 — the two roundings can move in
-  opposite directions (0.495 → 0, 0.505 → 1).
-  """
-  g = check_granularity(granularity)
-  if not (isinstance(dim, int) and dim >= 1):
-    raise ValueError(f"dim must be an int ≥ 1, got {dim!r}.")
-  return float(sensitivity) / g + math.sqrt(dim)
-
-
-def lattice_l1_sensitivity(sensitivity: float, *, granularity,
-                           dim: int) -> float:
-  """L1 sensitivity in grid units after nearest rounding: Δ₁/γ + d."""
-  g = check_granularity(granularity)
-  if not (isinstance(dim, int) and dim >= 1):
-    raise ValueError(f"dim must be an int ≥ 1, got {dim!r}.")
-  return float(sensitivity) / g + dim
-
-
-def to_lattice(value, granularity: float) -> jax.Array:
-  """round(value/γ) as int32, clipped to ±2³⁰ (a contraction) and NaN → 0.
-
-  The clip and NaN map are applied identically to every data set and do
-  not increase the distance between neighbours' rounded queries.
-  """
-  v = jnp.asarray(value)
-  if not jnp.issubdtype(v.dtype, jnp.floating):
-    v = v.astype(jnp.float32)
-  scaled = jnp.round(v / jnp.asarray(granularity, v.dtype))
-  limit = float(2 ** 30)
-  scaled = jnp.where(jnp.isnan(scaled), 0.0, jnp.clip(scaled, -limit, limit))
-  return scaled.astype(jnp.int32)
-
-
-def from_lattice(z, granularity: float, dtype=jnp.float32) -> jax.Array:
-  """z·γ as floats: exact when |z| < 2²⁴ (float32) or 2⁵³ (float64).
-
-  Privacy does not depend on it: the integers are the release, and any
-  function of them (this one included) is post-processing.
-  """
-  return jnp.asarray(z).astype(dtype) * jnp.asarray(granularity, dtype)
-
-
-def gaussian_mechanism(key: jax.Array, value, *, sensitivity: float,
-                       sigma, granularity) -> tuple[jax.Array, float]:
-  """round(value/γ) + discrete Gaussian noise, as int32 lattice points.
-
-  Args:
-    key: PRNG key (consumed).
-    value: float query (any shape; d = its size).
-    sensitivity: L2 sensitivity Δ of ``value`` (in value units).
-    sigma: σ of the noise *in grid units* (exact rational, see
-      :func:`gaussian_params`); the noise in value units is σ·γ.
-    granularity: grid step γ, a power of two.
-
-  Returns:
-    ``(z, lattice_sensitivity)``: int32 lattice points (release z; z·γ by
-    :func:`from_lattice`) and Δ/γ + √d, the L2 sensitivity to record
-    (``ledger.record_discrete_gaussian(sigma=sigma,
-    sensitivity=lattice_sensitivity, ...)``).
-
-  Privacy:
-    (Δ_lattice²/2σ²)-zCDP (CKS Theorem 14) for neighbours whose ``value``
-    differs by at most Δ in L2 norm, the query being computed exactly
-    (see docs/exact_noise.md for float error in the query itself).
-  """
-  g = check_granularity(granularity)
-  shape = jnp.shape(value)
-  sens = lattice_l2_sensitivity(sensitivity, granularity=g,
-                                dim=max(1, math.prod(shape)))
-  z = to_lattice(value, g) + discrete_gaussian(key, shape, sigma=sigma)
-  return z, sens
-
-
-def laplace_mechanism(key: jax.Array, value, *, sensitivity: float, scale,
-                      granularity) -> tuple[jax.Array, float]:
-  """round(value/γ) + discrete Laplace noise, as int32 lattice points.
-
-  As :func:`gaussian_mechanism`, with ``sensitivity`` the L1 sensitivity
-  Δ₁ and ``scale`` t in grid units; the returned lattice sensitivity is
-  Δ₁/γ + d and the release is (Δ₁/γ + d)/t-DP (pure).
-  """
-  g = check_granularity(granularity)
-  shape = jnp.shape(value)
-  sens = lattice_l1_sensitivity(sensitivity, granularity=g,
-                                dim=max(1, math.prod(shape)))
-  z = to_lattice(value, g) + discrete_laplace(key, shape, scale=scale)
-  return z, sens
-
-
-# -- calibration (host-side) ---------------------------------------------------
-
-
-def discrete_gaussian_sigma(*, epsilon: float, delta: float,
-                            sensitivity: float, denominator: int = 1
-                            ) -> Fraction:
-  """Smallest σ (a multiple of 1/denominator) whose zCDP gives (ε, δ).
-
-  The discrete Gaussian is ρ = Δ²/2σ²-zCDP; (ε, δ) is read from ρ by
-  :func:`dpcore.accounting.zcdp_epsilon`, the conversion
-  :meth:`dpcore.accounting.PrivacyLedger.record_discrete_gaussian` uses.
-  """
-  epsilon = validation.check_epsilon(epsilon)
-  delta = validation.check_delta(delta)
-  sensitivity = validation.check_positive(sensitivity, "sensitivity")
-
-  def eps_at(sigma):
-    return accounting.zcdp_epsilon(
-        rho=sensitivity ** 2 / (2 * sigma ** 2), delta=delta)
-
-  lo, hi = 1e-6, 1.0
-  while eps_at(hi) > epsilon:
-    lo, hi = hi, hi * 2.0
-  for _ in range(100):
-    mid = 0.5 * (lo + hi)
-    if eps_at(mid) > epsilon:
-      lo = mid
-    else:
-      hi = mid
-  return round_up(hi, denominator)
-
-
 __all__ = [
     "GaussianParams", "LaplaceParams", "MAX_CUTOFF_MASS", "MAX_MAGNITUDE",
-    "as_fraction", "bernoulli_exp", "check_granularity", "cutoff_mass",
-    "discrete_gaussian", "discrete_gaussian_sigma", "discrete_laplace",
-    "from_lattice", "gaussian_mechanism", "gaussian_params",
-    "laplace_mechanism", "laplace_params", "lattice_l1_sensitivity",
-    "lattice_l2_sensitivity", "round_up", "to_lattice",
+    "as_fraction", "bernoulli_exp", "cutoff_mass", "discrete_gaussian",
+    "discrete_laplace", "gaussian_params", "laplace_params", "round_up",
 ]
-
-
-def _benchmark(num: int = 100_000) -> list[tuple[str, float]]:
-  """Draws/s of each sampler (second jit call timed), for the docs."""
-  import time
-
-  from dpcore import noise
-  cases = [
-      ("noise.gaussian_noise (float, reference)",
-       lambda k: noise.gaussian_noise(k, (num,), stddev=3.0)),
-      ("bernoulli_exp n/d = 3/2",
-       lambda k: bernoulli_exp(k, (num,), numerator=3, denominator=2)),
-      ("discrete_laplace t = 2",
-       lambda k: discrete_laplace(k, (num,), scale=2)),
-      ("discrete_laplace t = 100",
-       lambda k: discrete_laplace(k, (num,), scale=100)),
-      ("discrete_gaussian σ = 3",
-       lambda k: discrete_gaussian(k, (num,), sigma=3)),
-      ("discrete_gaussian σ = 26",
-       lambda k: discrete_gaussian(k, (num,), sigma=26)),
-      ("discrete_gaussian σ = 1049",
-       lambda k: discrete_gaussian(k, (num,), sigma=1049)),
-  ]
-  out = []
-  for name, fn in cases:
-    f = jax.jit(fn)
-    f(jax.random.key(0)).block_until_ready()
-    start = time.perf_counter()
-    f(jax.random.key(1)).block_until_ready()
-    out.append((name, num / (time.perf_counter() - start)))
-  return out
-
-
-if __name__ == "__main__":
-  for case, rate in _benchmark():
-    print(f"| {case} | {rate:,.0f} |")

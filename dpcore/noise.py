@@ -66,14 +66,15 @@ Not covered. Float rounding of the transform and of ``query + noise``
 (Mironov 2012: the low bits of a float Laplace sample can reveal the query)
 is a separate effect that no float sampler removes; the exact remedy is
 integer noise on a grid (discrete Gaussian/Laplace, Canonne, Kamath &
-Steinke 2020), provided by :mod:`dpcore.discrete` (samplers, grid
-mechanisms and their lattice sensitivity; ``docs/exact_noise.md``).
+Steinke 2020), provided by :mod:`dpcore.discrete` (the samplers) and
+:mod:`dpcore.lattice` (grid mechanisms and their lattice sensitivity;
+``docs/exact_noise.md``).
 
 Speed. Draws whose first word is not 0 (all but 2⁻³² of them) have
 m ≥ 2⁻³³, and a call in which that holds for every draw (checked by one
 min-reduction) takes a fused path with a trimmed ndtri (Cephes without its
 t ≥ 8 branch); otherwise a ``lax.cond`` takes the refined, full-ndtri path.
-Measured in ``launch/bench_noise.py`` (results/bench_noise.jsonl).
+Measured in ``launch/bench/noise.py`` (results/bench_noise.jsonl).
 
 Tail grid. The 2⁻⁶⁴ grid of m is finer than float32 resolution out to
 about 7.5σ for the Gaussian (today's 2⁻²³ grid spaces draws 0.08σ apart

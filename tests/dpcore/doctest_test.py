@@ -10,17 +10,20 @@ from dpcore import (
     calibration,
     clipping,
     discrete,
+    discrete_calibration,
     exponential,
+    lattice,
     noise,
     trainer,
     tuning,
+    uint64,
     validation,
 )
 
 
 @pytest.mark.parametrize("module", [
-    accounting, calibration, clipping, discrete, exponential, noise, trainer,
-    tuning, validation],
+    accounting, calibration, clipping, discrete, discrete_calibration,
+    exponential, lattice, noise, trainer, tuning, uint64, validation],
     ids=lambda m: m.__name__)
 def test_docstring_examples(module):
   result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

@@ -14,15 +14,18 @@ import sys
 from tests.launch.cli import REPO
 
 # Scripts outside the project's environment, or without JAX.
-_EXEMPT = {"bench_peers.py", "plot_feddpdr.py"}
+_EXEMPT = {"bench/peers.py", "plot_feddpdr.py"}
 
 
 def test_every_jax_script_starts_through_run_cli():
-  scripts = sorted(glob.glob(os.path.join(REPO, "launch", "*.py")))
+  launch = os.path.join(REPO, "launch")
+  scripts = sorted(glob.glob(os.path.join(launch, "*.py"))
+                   + glob.glob(os.path.join(launch, "bench", "*.py")))
   checked = 0
   for path in scripts:
     text = open(path, encoding="utf-8").read()
-    if "__main__" not in text or os.path.basename(path) in _EXEMPT:
+    name = os.path.relpath(path, launch).replace(os.sep, "/")
+    if "__main__" not in text or name in _EXEMPT:
       continue
     checked += 1
     assert "common.run_cli(main)" in text, path
@@ -33,7 +36,7 @@ def test_every_jax_script_starts_through_run_cli():
 def test_a_benchmark_prints_no_probe_line(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
   done = subprocess.run(
-      [sys.executable, "-m", "launch.bench_lvq", "--repeats=1",
+      [sys.executable, "-m", "launch.bench.lvq", "--repeats=1",
        "--slow_repeats=1", "--batch=4", "--dim=8",
        f"--out={tmp_path / 'b.jsonl'}"],
       capture_output=True, text=True, check=False, cwd=REPO, env=env)

@@ -1,4 +1,4 @@
-"""The time-to-first-result benchmark (launch.bench_first_result)."""
+"""The time-to-first-result benchmark (launch.bench.first_result)."""
 
 import json
 import os
@@ -15,7 +15,7 @@ _SMALL = "--first_result_args=--seeds=1,--epsilon=8,--baseline=false"
 def _run(tmp_path, *flags):
   out = tmp_path / "first.jsonl"
   done = subprocess.run(
-      [sys.executable, "-m", "launch.bench_first_result",
+      [sys.executable, "-m", "launch.bench.first_result",
        f"--first_result_out={out}", *flags],
       cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL,
       env={**os.environ, "JAX_PLATFORMS": "cpu"}, check=False)

@@ -18,7 +18,7 @@ which is far slower for GMLVQ), with the ratio to ``plain``. One JSON record
 per (model, path); nothing is released, so each record's ``"privacy"``
 claims no guarantee::
 
-  python -m launch.bench_lvq --repeats=50
+  python -m launch.bench.lvq --repeats=50
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""launch.bench_participants: a tiny run, and the loop against the vmap."""
+"""launch.bench.participants: a tiny run, and the loop against the vmap."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import pytest
 
 from dpcore import accounting, clipping, linalg
 from federated import feddpdr, partition
-from launch import bench_participants as bench
+from launch.bench import participants as bench
 from launch.data import loaders
 from launch.experiments import feddpdr as ex
 
@@ -96,7 +96,7 @@ def test_the_loop_follows_the_participant_keys():
 def test_the_command_line_refuses_a_k_above_d(tmp_path):
   out = tmp_path / "bench.jsonl"
   done = subprocess.run(
-      [sys.executable, "-m", "launch.bench_participants", "--bench_dims=8",
+      [sys.executable, "-m", "launch.bench.participants", "--bench_dims=8",
        "--bench_k=20", f"--bench_out={out}"], capture_output=True,
       text=True, check=False)
   assert done.returncode == 2

@@ -1,4 +1,4 @@
-"""launch.bench_dpsgd: a tiny run of every path, and a refusal."""
+"""launch.bench.dpsgd: a tiny run of every path, and a refusal."""
 
 import json
 import subprocess
@@ -11,7 +11,7 @@ from tests.launch.cli import REPO
 def test_a_tiny_benchmark_times_every_path(tmp_path):
   out = tmp_path / "bench.jsonl"
   done = subprocess.run(
-      [sys.executable, "-m", "launch.bench_dpsgd",
+      [sys.executable, "-m", "launch.bench.dpsgd",
        "--dataset=synthetic:rows=600,d=16,test=10", "--models=softmax,mlp",
        "--hidden=8", "--batch=32", "--steps_per_call=3", "--repeats=1",
        "--vmap_steps=2", f"--out={out}"],
@@ -36,7 +36,7 @@ def test_a_tiny_benchmark_times_every_path(tmp_path):
 def test_an_unknown_model_is_refused_before_any_work(tmp_path):
   out = tmp_path / "bench.jsonl"
   done = subprocess.run(
-      [sys.executable, "-m", "launch.bench_dpsgd", "--models=cnn",
+      [sys.executable, "-m", "launch.bench.dpsgd", "--models=cnn",
        f"--out={out}"], capture_output=True, text=True, check=False,
       cwd=REPO)
   assert done.returncode != 0

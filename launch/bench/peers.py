@@ -14,7 +14,7 @@ does not depend on. Each engine lives in its own throw-away venv::
 
 and is run with that venv's interpreter, from the repository root::
 
-  /tmp/peers-opacus/bin/python launch/bench_peers.py --engine=opacus \
+  /tmp/peers-opacus/bin/python launch/bench/peers.py --engine=opacus \
       --model=mlp --output=/tmp/peers_results.jsonl
 
 The workload matches the library's own DP-SGD benchmarks: the 60,000 MNIST

@@ -1,6 +1,6 @@
 r"""Benchmark of FedDPDR-DPML at MNIST scale against scikit-learn and a floor.
 
-  python -m launch.bench_feddpdr --out=results/bench_feddpdr.jsonl
+  python -m launch.bench.feddpdr --out=results/bench_feddpdr.jsonl
 
 Setting: 5 participants × 10,000 MNIST training rows (unit rows, d = 784),
 k = 20, 10 classes one-vs-rest, ε = 0.1, δ = 1e-4, λ = 0.01, Huber loss.
@@ -103,7 +103,7 @@ def sklearn_in_subprocess(x, y, x_test, y_test, *, k, repeats):
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "rows.npz")
     np.savez(path, x=x, y=y, x_test=x_test, y_test=y_test)
-    code = ("import json, numpy as np; from launch import bench_feddpdr as b;"
+    code = ("import json, numpy as np; from launch.bench import feddpdr as b;"
             f" d = np.load({path!r}); print(json.dumps(b.sklearn_pipeline("
             "d['x'], d['y'], d['x_test'], d['y_test'],"
             f" k={int(k)}, repeats={int(repeats)})))")

@@ -25,7 +25,7 @@ rows' best k (``local_captured_fraction``) beside what a random k-subspace
 would (``local_random_fraction``). Load averages before and after (the CPU
 may be shared). One JSON line per (d, top-k solver, ε)::
 
-  python -m launch.bench_participants --bench_dims=784,64 \
+  python -m launch.bench.participants --bench_dims=784,64 \
       --bench_participants=200 --bench_rows=60 --bench_k=20
 
 The privacy record is each participant's (the run is the real mechanism;

@@ -12,7 +12,7 @@ time. Each run's table goes to a temporary file (not ``runs/``).
 
 One JSON line per run::
 
-  python -m launch.bench_first_result --first_result_pairs=3
+  python -m launch.bench.first_result --first_result_pairs=3
 
 The issue's targets on the 2-core CPU, idle: ≤ 15 s for the first run,
 ≤ 5 s for the second.

@@ -21,7 +21,7 @@ Then the vmapped DPWSS repeats: 1 against ``--dpwss_repeats`` (64) on the
 released: every record's ``"privacy"`` claims no guarantee (the DPWSS
 settings, ε per selection and σ, are under ``"settings"``)::
 
-  python -m launch.bench_smo --out=results/bench_smo.jsonl
+  python -m launch.bench.smo --out=results/bench_smo.jsonl
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ processes hits them alike); a record gives the median seconds per step,
 steps per second, one epoch's seconds (1/q steps) and the ratio to
 ``plain``. Nothing trained here is released (records say so)::
 
-  python -m launch.bench_dpsgd
-  python -m launch.bench_dpsgd --dataset=synthetic:rows=60000,d=784
+  python -m launch.bench.dpsgd
+  python -m launch.bench.dpsgd --dataset=synthetic:rows=60000,d=784
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Times, jitted and compiled first, for each shape:
   construction on ``jax.random.normal``;
 * ``dpsgd_step``: one DP-SGD step of full-rank GMLVQ on MNIST-sized inputs
   (batch 140, d = 784, 10 prototypes: 615k noised parameters; ghost
-  clipping, ``launch.bench_lvq``), with the library's sampler against
+  clipping, ``launch.bench.lvq``), with the library's sampler against
   ``dpsgd_step_jax_normal``, the same step with ``jax.random.normal`` noise.
 
 The paths are timed round-robin (so load from other processes hits all
@@ -20,7 +20,7 @@ the JAX baseline; wall time and process CPU time are both recorded (the CPU
 time is less sensitive to a shared machine). One JSON record per path,
 whose ``"privacy"`` claims no guarantee (nothing is released)::
 
-  python -m launch.bench_noise --noise_repeats=30
+  python -m launch.bench.noise --noise_repeats=30
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ import numpy as np
 from absl import flags
 
 from dpcore import accounting, noise
-from launch import bench_lvq, common
+from launch import common
+from launch.bench import lvq as bench_lvq
 
-# Named apart from launch.bench_lvq's flags, which are defined on import.
+# Named apart from launch.bench.lvq's flags, which are defined on import.
 _REPEATS = flags.DEFINE_integer("noise_repeats", 30, "Timed calls per path.")
 _SEED = flags.DEFINE_integer("noise_seed", 0, "Seed of the keys.")
 _OUT = flags.DEFINE_string("noise_out", "results/bench_noise.jsonl",

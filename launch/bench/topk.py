@@ -21,7 +21,7 @@ participants), the same difference as a fraction of what the noise-free
 top k captures, and the subspace distance to U*. One JSON record per
 (d, P)::
 
-  python -m launch.bench_topk --topk_dims=64,784 --topk_participants=16,128
+  python -m launch.bench.topk --topk_dims=64,784 --topk_participants=16,128
 
 Nothing is released: the privacy record claims no guarantee (the ε the
 noise was calibrated for is its nominal ε).

@@ -1,4 +1,4 @@
-"""launch.bench_topk: a tiny run of both paths, and its refusals."""
+"""launch.bench.topk: a tiny run of both paths, and its refusals."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from dpcore import accounting
-from launch import bench_topk
+from launch.bench import topk as bench_topk
 
 
 def test_a_tiny_benchmark_times_both_paths_and_measures_utility():
@@ -41,7 +41,7 @@ def test_a_wrong_iteration_count_shows_in_the_utility():
 def test_the_command_line_refuses_an_unknown_dimension(tmp_path):
   out = tmp_path / "bench.jsonl"
   done = subprocess.run(
-      [sys.executable, "-m", "launch.bench_topk", "--topk_dims=65",
+      [sys.executable, "-m", "launch.bench.topk", "--topk_dims=65",
        f"--topk_out={out}"], capture_output=True, text=True, check=False)
   assert done.returncode == 2
   assert "--topk_dims takes 64 or 784" in done.stderr

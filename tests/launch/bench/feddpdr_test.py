@@ -1,9 +1,9 @@
-"""launch.bench_feddpdr: the scikit-learn peer timed in a fresh process."""
+"""launch.bench.feddpdr: the scikit-learn peer timed in a fresh process."""
 
 import numpy as np
 import pytest
 
-from launch import bench_feddpdr
+from launch.bench import feddpdr as bench_feddpdr
 
 
 def test_sklearn_in_a_subprocess_fits_the_same_pipeline():
