@@ -78,6 +78,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from dpcore import options
 from launch import common
 
 _DATASET = flags.DEFINE_string(
@@ -89,13 +90,11 @@ _CLASSES = flags.DEFINE_string(
     "classes", None, "For multi-class sets: 'POS,NEG', two class ids "
     "(e.g. 3,8); the SVM is binary.")
 _SCALING = flags.DEFINE_enum(
-    "scaling", "auto",
-    ["auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
-     "unit_ball"],
+    "scaling", "auto", options.SCALINGS,
     "Feature scaling (see module docstring).")
-_WSS = flags.DEFINE_enum("wss", "dpwss", ["wss2", "dpwss"], "Selection.")
+_WSS = flags.DEFINE_enum("wss", "dpwss", options.DPWSS_WSS, "Selection.")
 _SELECTION = flags.DEFINE_enum(
-    "selection", "paper", ["paper", "private"],
+    "selection", "paper", options.DPWSS_SELECTIONS,
     "DPWSS selection: 'paper' (the paper's algorithm; no DP guarantee) or "
     "'private' (i and j by the exponential mechanism, exactly --max_iter "
     "iterations; the transcript is (ε, δ)-DP).")
@@ -109,8 +108,7 @@ _TOTAL_EPSILON = flags.DEFINE_float(
     "bisection); overrides --epsilon.")
 _SIGMA = flags.DEFINE_float("sigma", 0.5, "Constant factor σ ∈ (0, 1).")
 _C = flags.DEFINE_float("c", 1.0, "C.")
-_KERNEL = flags.DEFINE_enum("kernel", "rbf",
-                            ["linear", "poly", "rbf", "sigmoid"], "Kernel.")
+_KERNEL = flags.DEFINE_enum("kernel", "rbf", options.KERNELS, "Kernel.")
 _GAMMA = flags.DEFINE_float("gamma", None, "γ (default 1/num_features).")
 _COEF0 = flags.DEFINE_float("coef0", 0.0, "coef0 (poly, sigmoid).")
 _DEGREE = flags.DEFINE_integer("degree", 3, "degree (poly).")
@@ -118,16 +116,23 @@ _EPS_STOP = flags.DEFINE_float("eps_stop", 1e-3, "Stopping tolerance.")
 _SHRINKING = flags.DEFINE_bool("shrinking", False, "LIBSVM's shrinking.")
 _MAX_ITER = flags.DEFINE_integer("max_iter", None, "Iteration cap.")
 _RELEASE = flags.DEFINE_enum(
-    "release", "none", ["none", "output_perturbation"],
+    "release", "none", options.DPWSS_RELEASES,
     "Private release of a linear (w, b); 'none' releases nothing private.")
 _RELEASE_EPSILON = flags.DEFINE_float("release_epsilon", 1.0,
                                       "ε of the output perturbation.")
 _DELTA = flags.DEFINE_float("delta", 1e-5, "δ of the composed guarantee.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Repeats (vmapped).")
+_MEMORY_BUDGET = flags.DEFINE_string(
+    "memory_budget", "auto",
+    "the training's memory budget, e.g. 8G or 512M; auto: 3/4 of the "
+    "memory the system reports available. The repeats run in the largest "
+    "chunk that fits (printed), Q is cached only where it fits, and a "
+    "setting whose estimate exceeds it even one repeat at a time is "
+    "refused before training")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
-_DTYPE = flags.DEFINE_enum("dtype", "float64", ["float64", "float32"],
+_DTYPE = flags.DEFINE_enum("dtype", "float64", options.SOLVER_DTYPES,
                            "Solver precision.")
-_EVAL = flags.DEFINE_enum("eval", "train", ["train", "test"],
+_EVAL = flags.DEFINE_enum("eval", "train", options.EVAL_SPLITS,
                           "Evaluate on the training set (paper) or test.")
 _TABLE = flags.DEFINE_bool("table", False, "Table-3 grid mode.")
 _SELECTION_TABLE = flags.DEFINE_bool(
@@ -156,6 +161,7 @@ def main(argv):
   del argv
   # Heavy imports here, so --help and flag errors stay fast.
   with common.heavy_imports():
+    from dpcore import memory  # pylint: disable=g-import-not-at-top
     from launch.data import loaders  # pylint: disable=g-import-not-at-top
     from launch.experiments import (  # pylint: disable=g-import-not-at-top
         dpwss as experiment,
@@ -180,12 +186,18 @@ def main(argv):
                      f"needs --table or --selection_table; give one name "
                      f"for a single run.")
   classes = experiment.parse_classes(_CLASSES.value)
+  if _MEMORY_BUDGET.value == "auto":
+    memory_budget = memory.default_budget()
+  else:
+    memory_budget = common.parse_bytes(_MEMORY_BUDGET.value,
+                                       "--memory_budget")
   settings = dict(
       data_dir=_DATA_DIR.value, classes=classes, scaling=_SCALING.value,
       c=_C.value, kernel=_KERNEL.value, gamma=_GAMMA.value,
       coef0=_COEF0.value, degree=_DEGREE.value, eps_stop=_EPS_STOP.value,
       max_iter=_MAX_ITER.value, delta=_DELTA.value, repeats=_REPEATS.value,
-      seed=_SEED.value, dtype=_DTYPE.value, evaluate=_EVAL.value)
+      seed=_SEED.value, dtype=_DTYPE.value, evaluate=_EVAL.value,
+      memory_budget=memory_budget)
   single = dict(
       wss=_WSS.value, epsilon=_EPSILON.value, sigma=_SIGMA.value,
       shrinking=_SHRINKING.value, release=_RELEASE.value,

@@ -10,7 +10,7 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping, metrics
+from dpcore import accounting, clipping, memory, metrics, options
 from launch import common
 from launch.data import loaders as data
 from mechanisms.erm import output_perturbation
@@ -34,8 +34,7 @@ PRIVATE_SIGMA = 0.5
 
 # -- data -------------------------------------------------------------------
 
-SCALINGS = ("auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
-            "unit_ball")
+SCALINGS = options.SCALINGS
 
 
 def parse_classes(text) -> tuple[int, int] | None:
@@ -203,8 +202,7 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
     ValueError: the first bad value found.
   """
   del unused
-  if wss not in ("wss2", "dpwss"):
-    raise ValueError(f"--wss={wss!r}: choose wss2 or dpwss.")
+  options.check_one_of(wss, options.DPWSS_WSS, "--wss")
   if selection not in dpwss.SELECTIONS:
     raise ValueError(f"--selection={selection!r}: choose 'paper' (the "
                      f"paper's DPWSS, no guarantee) or 'private'.")
@@ -229,8 +227,7 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
                        "data); pass --max_iter=T, e.g. --max_iter=2000.")
   _number(c, "--c", low=0.0)
   _number(eps_stop, "--eps_stop", low=0.0)
-  if kernel not in kernels.KERNELS:
-    raise ValueError(f"--kernel={kernel!r}: choose one of {kernels.KERNELS}.")
+  options.check_one_of(kernel, options.KERNELS, "--kernel")
   if gamma is not None:
     _number(gamma, "--gamma", low=0.0, fix="omit it for 1/num_features.")
   _number(coef0, "--coef0")
@@ -238,20 +235,15 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
   if max_iter is not None:
     _number(max_iter, "--max_iter", low=1, low_open=False, integer=True)
   _number(repeats, "--repeats", low=1, low_open=False, integer=True)
-  if release not in ("none", "output_perturbation"):
-    raise ValueError(f"--release={release!r}: choose none or "
-                     f"output_perturbation.")
+  options.check_one_of(release, options.DPWSS_RELEASES, "--release")
   if release != "none":
     _number(release_epsilon, "--release_epsilon", low=0.0,
             fix="the release's ε must be > 0 (e.g. --release_epsilon=1).")
     output_perturbation.check_linear_kernel(kernel)
     check_release_scaling(scaling)
-  if scaling not in SCALINGS:
-    raise ValueError(f"--scaling={scaling!r}: choose one of {SCALINGS}.")
-  if evaluate not in ("train", "test"):
-    raise ValueError(f"--eval={evaluate!r}: choose train or test.")
-  if dtype not in ("float64", "float32"):
-    raise ValueError(f"--dtype={dtype!r}: choose float64 or float32.")
+  options.check_one_of(scaling, SCALINGS, "--scaling")
+  options.check_one_of(evaluate, options.EVAL_SPLITS, "--eval")
+  options.check_one_of(dtype, options.SOLVER_DTYPES, "--dtype")
 
 
 def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
@@ -261,7 +253,8 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
                 release_epsilon=1.0, delta=dpwss.DEFAULT_DELTA, repeats=5,
                 seed=0, dtype="float64", evaluate="train", baseline=None,
                 prepared=None, total_epsilon=None,
-                selection="paper", progress=None) -> dict:
+                selection="paper", progress=None,
+                memory_budget=None) -> dict:
   """Trains one setting (all repeats) and returns its JSON record.
 
   ``baseline`` is an optional WSS2 record of the same data/settings for
@@ -275,6 +268,10 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   :data:`dpcore.accounting.PRIVACY_FIELDS`; DPWSS-specific figures are in
   ``"dpwss"`` (:func:`mechanisms.svm.dpwss.selection_report` plus what the
   privacy covers).
+
+  ``memory_budget`` (bytes; None: unchecked) sizes the training before it
+  starts (:func:`repeats_chunk`): the repeats run in chunks that fit, or
+  the setting is refused in one line naming the estimate and the budget.
   """
   check_setting(wss=wss, selection=selection, epsilon=epsilon, sigma=sigma,
                 c=c, kernel=kernel, gamma=gamma, coef0=coef0, degree=degree,
@@ -295,7 +292,11 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   spec = kernels.KernelSpec(kernel, gamma=gamma, coef0=coef0,
                             degree=degree).resolve(x.shape[1])
   common_args = dict(kernel=spec, c=c, eps=eps_stop, shrinking=shrinking,
-                     max_iter=max_iter, dtype=dtype)
+                     max_iter=max_iter, dtype=dtype,
+                     memory_budget=memory_budget)
+  if wss == "dpwss":
+    repeats_chunk(x.shape, repeats=repeats, max_iter=max_iter, dtype=dtype,
+                  memory_budget=memory_budget, progress=progress)
   key = jax.random.fold_in(jax.random.key(seed),
                            zlib.crc32(dataset.encode()))
   train_key, release_key = jax.random.split(key)
@@ -378,7 +379,7 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
           dataset=dataset, wss="wss2", c=c, kernel=kernel, gamma=gamma,
           coef0=coef0, degree=degree, eps_stop=eps_stop, shrinking=shrinking,
           max_iter=None, dtype=dtype, evaluate=evaluate, prepared=prepared,
-          delta=delta, progress=progress)
+          delta=delta, progress=progress, memory_budget=memory_budget)
     record["wss2_obj"] = baseline["obj"]
     record["wss2_iterations"] = baseline["iterations"]
     record["obj_error"] = abs(record["obj"] - baseline["obj"])
@@ -480,6 +481,32 @@ def _skipping(grid_args, done, name, progress) -> None:
   finished = sum(run_setting_key(a) in done for a in grid_args)
   if finished:
     progress(f"{name}: skipping {finished} finished runs (found in --out)")
+
+
+def repeats_chunk(shape, *, repeats, max_iter, dtype, memory_budget,
+                  progress=None) -> int | None:
+  """The repeats chunk of a DPWSS setting, from shapes (no work done).
+
+  :func:`mechanisms.svm.dpwss.plan_repeats` with the command's flags in
+  its messages; reports the chunk through ``progress`` when the repeats
+  do not all fit at once.
+
+  Raises:
+    dpcore.memory.MemoryBudgetError: one line naming the estimate, the
+      budget and the flags to change.
+  """
+  num, dim = shape
+  if max_iter is None:
+    max_iter = dpwss.pair_buffer_iterations(num)
+  plan = dpwss.plan_repeats(num, dim, repeats=repeats, max_iter=max_iter,
+                            dtype=dtype, memory_budget=memory_budget,
+                            fix="--memory_budget")
+  if plan.chunk is not None and progress is not None:
+    progress(f"repeat chunk {plan.chunk} of {repeats} (estimated "
+             f"{memory.gib(plan.estimate)} of a "
+             f"{memory.gib(memory_budget)} memory budget; --memory_budget "
+             f"or --repeats to change)")
+  return plan.chunk
 
 
 def run_table(*, datasets, out, table_md=None, progress=common.progress,

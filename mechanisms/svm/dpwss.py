@@ -54,16 +54,19 @@ True
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, validation
+from dpcore import accounting, memory, options, validation
 from mechanisms.svm import kernels, smo, smo_train, wss
 
 DEFAULT_DELTA = 1e-5
-SELECTIONS = ("paper", "private")
+SELECTIONS = options.DPWSS_SELECTIONS
+RELATION = options.Relation.REPLACE_ONE
+"""The neighbouring relation of the private selection (l public)."""
 
 # Why the paper's selection gets no epsilon; carried in its privacy reports.
 PAPER_NO_GUARANTEE = (
@@ -86,7 +89,7 @@ PRIVATE_SCOPE = (
 PAIR_FLAGS_TOTAL_BYTES = 4 << 30
 
 
-PAIR_FLAG_MODES = ("auto", "bits", "scan")
+PAIR_FLAG_MODES = options.PAIR_FLAG_MODES
 
 
 def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
@@ -97,15 +100,114 @@ def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
   within ``wss.BITSET_MAX_BYTES``): 5 repeats at l = 50,000 take 1.6 GB;
   64 repeats at l = 50,000 (20 GB) scan the pair record instead.
   """
-  if pair_flags not in PAIR_FLAG_MODES:
-    raise ValueError(
-        f"pair_flags must be one of {PAIR_FLAG_MODES}, got {pair_flags!r}.")
+  options.check_one_of(pair_flags, PAIR_FLAG_MODES, "pair_flags")
   if pair_flags != "auto":
     return pair_flags
   per_run = wss.bitset_bytes(num)
   fits = (per_run <= wss.BITSET_MAX_BYTES
           and repeats * per_run <= PAIR_FLAGS_TOTAL_BYTES)
   return "bits" if fits else "scan"
+
+
+class RepeatsPlan(NamedTuple):
+  """How a DPWSS call holds its repeats (:func:`plan_repeats`).
+
+  Attributes:
+    precompute: whether Q is cached (shared by every repeat).
+    pair_flags: ``"bits"`` or ``"scan"`` (``wss.DPWSS.pair_flags``).
+    chunk: repeats run together in one loop; None: all at once.
+    estimate: the estimated peak bytes at that chunk.
+  """
+  precompute: bool
+  pair_flags: str
+  chunk: int | None
+  estimate: int
+
+
+def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
+                 precompute: bool | None = None, pair_flags: str = "auto",
+                 dtype: str = "float64", row_dtype: str = "float32",
+                 memory_budget: int | None = None,
+                 repeat_chunk: int | None = None,
+                 fix: str = "memory_budget") -> RepeatsPlan:
+  """Sizes a DPWSS call to a memory budget from shapes alone (no work).
+
+  The estimate is ``smo_train.fixed_bytes`` (data, and Q when cached)
+  plus ``smo_train.run_bytes`` (loop state, pair flags and record) per
+  repeat held at once. In order: Q is cached where
+  :func:`smo_train.resolve_precompute` says so *and* it fits with one
+  repeat; ``"auto"`` pair flags become ``"scan"`` when one repeat with
+  flags does not fit; then the repeats run in the largest chunk that
+  fits (:func:`dpcore.memory.largest_chunk`), or in ``repeat_chunk`` when
+  given (checked). Chunks give the same runs as all at once: repeat r
+  draws from ``split(key, repeats)[r]`` either way.
+
+  Args:
+    num: rows of the training data.
+    dim: features of the training data.
+    repeats: independent runs of the call.
+    max_iter: the pair record's length (the iteration cap).
+    precompute: as :func:`dpwss_train` (None: automatic).
+    pair_flags: as :func:`dpwss_train`.
+    dtype: solver precision.
+    row_dtype: kernel-row precision.
+    memory_budget: bytes the call may use; None: unchecked (all repeats
+      at once, the automatic choices of the unbudgeted policy).
+    repeat_chunk: repeats per loop, forced (None: chosen).
+    fix: the budget's name in messages (``--memory_budget`` for a CLI).
+
+  Returns:
+    A :class:`RepeatsPlan`.
+
+  Raises:
+    ValueError: bad arguments.
+    dpcore.memory.MemoryBudgetError: one repeat (or ``repeat_chunk``
+      repeats, or a forced cached Q) exceeds the budget.
+  """
+  repeats = validation.check_positive_int(repeats, "repeats")
+  max_iter = validation.check_positive_int(max_iter, "max_iter")
+  budget = smo_train.check_memory_budget(memory_budget)
+  if repeat_chunk is not None:
+    repeat_chunk = validation.check_positive_int(repeat_chunk,
+                                                 "repeat_chunk")
+  held = repeats if repeat_chunk is None else min(repeat_chunk, repeats)
+  flags = resolve_pair_flags(pair_flags, num, held)
+  record = -(-max_iter // wss.PAIR_CHUNK) * wss.PAIR_CHUNK
+
+  def per_run(mode):
+    return smo_train.run_bytes(num, dtype=dtype, pair_bits=mode == "bits",
+                               record_rows=record)
+
+  cache = smo_train.resolve_precompute_in_budget(
+      precompute, num, dim, dtype=dtype, row_dtype=row_dtype,
+      memory_budget=budget, repeats=repeats,
+      run_extra=per_run("scan") - smo_train.run_bytes(num, dtype=dtype),
+      fix=fix)
+  fixed = smo_train.fixed_bytes(num, dim, dtype=dtype, row_dtype=row_dtype,
+                                precompute=cache)
+  if (pair_flags == "auto" and flags == "bits" and budget is not None
+      and fixed + per_run("bits") > budget):
+    flags = "scan"  # the record alone: the same runs in O(T) memory
+  unit = per_run(flags)
+
+  def estimate(chunk):
+    return fixed + chunk * unit
+
+  what = (f"DPWSS repeats on {num} x {dim} rows (pair "
+          f"{'flags' if flags == 'bits' else 'record'}"
+          f"{', cached Q' if cache else ''})")
+  if repeat_chunk is None:
+    chunk, need = memory.largest_chunk(
+        repeats, estimate, budget=budget, what=what,
+        fix=f"{fix}, repeats or max_iter")
+    return RepeatsPlan(cache, flags, chunk, need)
+  need = estimate(held)
+  if budget is not None and need > budget:
+    raise memory.MemoryBudgetError(
+        f"{what} need an estimated {memory.gib(need)} with {held} at "
+        f"once, above the memory budget of {memory.gib(budget)}; give a "
+        f"smaller repeat_chunk or a larger {fix}.")
+  return RepeatsPlan(cache, flags, None if held == repeats else held, need)
 
 
 def pair_buffer_iterations(num: int) -> int:
@@ -179,7 +281,9 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
                 ordered_pairs: bool = True,
                 pair_flags: str = "auto",
                 unroll: int | None = None,
-                selection: str = "paper") -> DPWSSRun:
+                selection: str = "paper",
+                repeat_chunk: int | None = None,
+                memory_budget: int | None = None) -> DPWSSRun:
   """Trains ``repeats`` C-SVCs with DPWSS, vmapped over split keys.
 
   Args:
@@ -212,6 +316,12 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
       only, same result).
     selection: ``"paper"`` (:class:`wss.DPWSS`, the paper's algorithm) or
       ``"private"`` (:class:`wss.PrivateWSS`).
+    repeat_chunk: repeats run together in one loop (default: all, or the
+      largest chunk ``memory_budget`` allows; :func:`plan_repeats`). The
+      runs are the same whatever the chunk.
+    memory_budget: bytes the call may use (e.g.
+      ``dpcore.memory.default_budget()``); checked from shapes before any
+      work. None (default): unchecked.
 
   Returns:
     A :class:`DPWSSRun`; exits are reported per model, never raised.
@@ -219,6 +329,8 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
   Raises:
     ValueError: bad arguments, ``"private"`` without ``max_iter`` or with
       ``shrinking`` (checked before tracing).
+    dpcore.memory.MemoryBudgetError: even one repeat (or
+      ``repeat_chunk`` repeats) exceeds ``memory_budget``.
 
   Privacy: neighbouring datasets differ in one row (replace-one).
   ``"paper"``: none — neither the transcript nor the model is DP (see the
@@ -232,9 +344,7 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
   selection = check_selection(selection)
   epsilon, sigma = check_dpwss_parameters(epsilon, sigma)
   repeats = validation.check_positive_int(repeats, "repeats")
-  if pair_flags not in PAIR_FLAG_MODES:
-    raise ValueError(
-        f"pair_flags must be one of {PAIR_FLAG_MODES}, got {pair_flags!r}.")
+  options.check_one_of(pair_flags, PAIR_FLAG_MODES, "pair_flags")
   if selection == "private":
     if max_iter is None:
       raise ValueError(
@@ -244,32 +354,39 @@ def dpwss_train(key: jax.Array, x, y, *, epsilon: float, sigma: float,
       raise ValueError(
           "selection='private' scores every row; shrinking=True has no "
           "meaning there. Pass shrinking=False.")
+  x, y = smo_train.check_svm_inputs(x, y, c=c, eps=eps)
+  num = x.shape[0]
+  if max_iter is None:
+    max_iter = pair_buffer_iterations(num)
+  max_iter = validation.check_positive_int(max_iter, "max_iter")
+  plan = plan_repeats(num, x.shape[1], repeats=repeats, max_iter=max_iter,
+                      precompute=precompute, pair_flags=pair_flags,
+                      dtype=dtype, row_dtype=row_dtype,
+                      memory_budget=memory_budget, repeat_chunk=repeat_chunk)
+  chunk = plan.chunk or repeats
   with jax.enable_x64(dtype == "float64"):
-    num = np.shape(x)[0] if np.ndim(x) == 2 else 0
-    if max_iter is None:
-      max_iter = pair_buffer_iterations(max(num, 1))
     x, y, spec, config, problem, max_iter = smo_train.solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
-        precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
-        repeats=repeats, unroll=unroll)
+        precompute=plan.precompute, row_dtype=row_dtype,
+        shrinking=shrinking, repeats=repeats, unroll=unroll)
     rule_class = wss.PrivateWSS if selection == "private" else wss.DPWSS
     rule = rule_class(buffer_rows=max_iter, ordered_pairs=ordered_pairs,
-                      pair_flags=resolve_pair_flags(pair_flags, num,
-                                                    repeats))
+                      pair_flags=plan.pair_flags)
     params = smo.SolverParams(
         jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
         jnp.asarray(max_iter, jnp.int32),
         wss.DPWSSParams(jnp.asarray(epsilon, dtype),
                         jnp.asarray(sigma, dtype)))
     keys = jax.random.split(key, repeats)
-    result = smo.to_numpy(smo.solve_repeats(keys, problem, params,
-                                            config=config, rule=rule))
-  models = tuple(
-      smo_train.model_from_result(spec, x, y, smo.SMOResult(
-          *(v[r] for v in result)))
-      for r in range(repeats))
-  pairs = tuple(result.pairs[r][:models[r].iterations]
-                for r in range(repeats))
+    results = [smo.to_numpy(smo.solve_repeats(
+        keys[start:start + chunk], problem, params, config=config,
+        rule=rule)) for start in range(0, repeats, chunk)]
+  runs = [smo.SMOResult(*(v[r] for v in result))
+          for result in results for r in range(len(result.iterations))]
+  models = tuple(smo_train.model_from_result(spec, x, y, run)
+                 for run in runs)
+  pairs = tuple(run.pairs[:model.iterations]
+                for run, model in zip(runs, models, strict=True))
   return DPWSSRun(models, epsilon, sigma, pairs, selection)
 
 
@@ -298,7 +415,7 @@ def selection_ledger(epsilon: float, iterations: int,
       selection)
   if count > 0:
     ledger.record_exponential(epsilon, count=count,
-                              label="dpwss_selections")
+                              label="dpwss_selections", relation=RELATION)
   return ledger
 
 
@@ -413,7 +530,7 @@ def epsilon_per_selection(total_epsilon: float, *, selections: int,
   def spent(eps_each):
     ledger = accounting.PrivacyLedger(use_pld=False)
     ledger.record_exponential(eps_each, count=selections,
-                              label="selections")
+                              label="selections", relation=RELATION)
     return ledger.guarantee(delta).epsilon
 
   lo, hi = 0.0, total_epsilon  # k draws never cost less than one

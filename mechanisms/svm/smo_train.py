@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import validation
+from dpcore import memory, validation
 from mechanisms.svm import kernels, smo, wss
 
 PRECOMPUTE_SMALL = 2_000  # l up to which Q is always cached
@@ -65,6 +65,71 @@ def resolve_precompute(precompute, num: int, *, repeats: int = 1,
   if (backend or jax.default_backend()) != "cpu":
     return q_bytes <= PRECOMPUTE_MAX_BYTES_ACCELERATOR
   return q_bytes <= PRECOMPUTE_MAX_BYTES and repeats > 1
+
+
+def fixed_bytes(num: int, dim: int, *, dtype: str, row_dtype: str,
+                precompute: bool) -> int:
+  """Upper estimate of the bytes a solver call holds whatever its runs.
+
+  The training rows twice (the caller's float64 copy and the solver's
+  ``dtype`` copy), a dozen l-vectors, and with ``precompute`` the cached
+  Q (l² in ``row_dtype``) plus its computation's l² ``dtype`` block.
+  """
+  size = np.dtype(dtype).itemsize
+  total = num * dim * (8 + size) + 16 * num * size
+  if precompute:
+    total += num * num * (np.dtype(row_dtype).itemsize + size)
+  return total
+
+
+def run_bytes(num: int, *, dtype: str, pair_bits: bool = False,
+              record_rows: int = 0) -> int:
+  """Upper estimate of the bytes each run of a call adds (its loop state).
+
+  The loop carry (α, G, the active mask and the rows of one step: about
+  eight l-vectors), and DPWSS's pair memory: the packed flags
+  (``pair_bits``, l²/8 bytes) and the pair record (``record_rows`` × 8
+  bytes, copied to the host at the end). Each is counted twice: the
+  loop's input and output buffers.
+  """
+  size = np.dtype(dtype).itemsize
+  total = 8 * num * size
+  if pair_bits:
+    total += wss.bitset_bytes(num)
+  total += record_rows * 8
+  return 2 * total
+
+
+def resolve_precompute_in_budget(precompute, num: int, dim: int, *,
+                                 dtype: str, row_dtype: str,
+                                 memory_budget: int | None,
+                                 repeats: int = 1, run_extra: int = 0,
+                                 fix: str = "memory_budget") -> bool:
+  """:func:`resolve_precompute`, then checked against ``memory_budget``.
+
+  Automatic caching is dropped (rows on demand) when the cached Q and one
+  run (``run_bytes`` + ``run_extra``) would exceed the budget; a forced
+  ``precompute=True`` that does not fit is refused. None: unchecked.
+
+  Raises:
+    dpcore.memory.MemoryBudgetError: ``precompute=True`` does not fit.
+  """
+  chosen = resolve_precompute(precompute, num, repeats=repeats,
+                              row_dtype=row_dtype)
+  if not chosen or memory_budget is None:
+    return chosen
+  need = fixed_bytes(num, dim, dtype=dtype, row_dtype=row_dtype,
+                     precompute=True) + run_bytes(num, dtype=dtype) + (
+                         run_extra)
+  if need <= memory_budget:
+    return True
+  if precompute is None:
+    return False
+  raise memory.MemoryBudgetError(
+      f"the SMO's precomputed kernel matrix ({num} x {num}) needs an "
+      f"estimated {memory.gib(need)}, above the memory budget of "
+      f"{memory.gib(memory_budget)}; pass precompute=False (rows on "
+      f"demand) or a larger {fix}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +199,22 @@ def resolve_unroll(unroll, backend: str | None = None) -> int:
       UNROLL_ACCELERATOR)
 
 
+def check_memory_budget(memory_budget) -> int | None:
+  """``memory_budget``: None (unchecked) or a positive number of bytes."""
+  if memory_budget is None:
+    return None
+  return validation.check_positive_int(memory_budget, "memory_budget")
+
+
 def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
-                 row_dtype, shrinking, repeats=1, unroll=None):
+                 row_dtype, shrinking, repeats=1, unroll=None,
+                 memory_budget=None):
   """Shared validation and construction for the train entry points.
 
-  Must be called inside the precision context of the run.
+  Must be called inside the precision context of the run. With
+  ``memory_budget`` (bytes), Q is cached only where it fits
+  (:func:`resolve_precompute_in_budget`) and one run that does not fit
+  is refused, before anything is computed.
   """
   x, y = check_svm_inputs(x, y, c=c, eps=eps)
   if dtype not in ("float32", "float64"):
@@ -157,11 +233,21 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   config = smo.SolverConfig(kernel=spec, shrinking=bool(shrinking),
                             row_dtype=row_dtype,
                             unroll=resolve_unroll(unroll))
-  problem = smo.make_problem(spec, x, y, dtype=dtype,
-                         precompute=resolve_precompute(
-                             precompute, num, repeats=repeats,
-                             row_dtype=row_dtype),
-                         row_dtype=row_dtype)
+  memory_budget = check_memory_budget(memory_budget)
+  cache = resolve_precompute_in_budget(
+      precompute, num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
+      memory_budget=memory_budget, repeats=repeats)
+  if memory_budget is not None:
+    need = fixed_bytes(num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
+                       precompute=cache) + run_bytes(num, dtype=dtype)
+    if need > memory_budget:
+      raise memory.MemoryBudgetError(
+          f"the SMO solver on {num} x {x.shape[1]} rows needs an estimated "
+          f"{memory.gib(need)}, above the memory budget of "
+          f"{memory.gib(memory_budget)}; train on fewer rows or give a "
+          f"larger memory_budget.")
+  problem = smo.make_problem(spec, x, y, dtype=dtype, precompute=cache,
+                             row_dtype=row_dtype)
   return x, y, spec, config, problem, max_iter
 
 
@@ -170,7 +256,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
                max_iter: int | None = None, dtype: str = "float64",
                precompute: bool | None = None,
                row_dtype: str = "float32",
-               unroll: int | None = None) -> SVMModel:
+               unroll: int | None = None,
+               memory_budget: int | None = None) -> SVMModel:
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
 
   Deterministic, so it takes no key. With ``shrinking=False``, float64 and
@@ -190,9 +277,18 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
     row_dtype: precision of kernel rows (LIBSVM: float32).
     unroll: iterations per loop trip (default: :func:`resolve_unroll`;
       speed only, same result).
+    memory_budget: bytes the call may use (e.g.
+      ``dpcore.memory.default_budget()``): Q is cached only where it fits,
+      and a run that cannot fit is refused before any work; None (default):
+      unchecked.
 
   Returns:
     The trained :class:`SVMModel`.
+
+  Raises:
+    ValueError: bad data or settings.
+    dpcore.memory.MemoryBudgetError: the run (or a forced
+      ``precompute=True``) exceeds ``memory_budget``.
 
   Privacy: none. This is the non-private baseline.
   """
@@ -200,7 +296,7 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
     x, y, spec, config, problem, max_iter = solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
-        unroll=unroll)
+        unroll=unroll, memory_budget=memory_budget)
     params = smo.SolverParams(jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
                           jnp.asarray(max_iter, jnp.int32), None)
     # WSS2 is deterministic: the key is required by the solver's signature

@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from dpcore import exponential
+from dpcore import exponential, options
 
 # Exit codes of the solver (see ``smo.EXIT_REASONS``).
 RUNNING = 0
@@ -84,8 +84,23 @@ class Selection(NamedTuple):
 
 def last_argmax(values: jax.Array) -> jax.Array:
   """Index of the last maximum (LIBSVM's ``>=`` scans keep the last one)."""
-  n = values.shape[0]
-  return (n - 1 - jnp.argmax(values[::-1])).astype(jnp.int32)
+  return last_max(values)[0]
+
+
+def last_max(values: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(index of the last maximum, the maximum) of a 1-D array.
+
+  Equal to ``n − 1 − argmax(values[::-1])`` (NaN counts as the maximum,
+  and then the last NaN is taken), but computed as a max followed by a max
+  over the matching indices: two reductions that vectorise, where
+  ``argmax``'s value-and-index reduction runs element by element on the
+  CPU (about 19 µs against 3 µs at 4,601 rows, twice per SMO iteration).
+  """
+  top = jnp.max(values)
+  hit = (values == top) | jnp.isnan(values)
+  index = jnp.max(jnp.where(hit, jnp.arange(values.shape[0],
+                                            dtype=jnp.int32), -1))
+  return index, top
 
 
 def violation_sets(alpha, y, c, active):
@@ -104,8 +119,7 @@ def _first_index(alpha, grad, y, c, active):
   in_up, in_low = violation_sets(alpha, y, c, active)
   neg_inf = jnp.asarray(-jnp.inf, grad.dtype)
   up_scores = jnp.where(in_up, -yg, neg_inf)
-  i = last_argmax(up_scores)
-  m = up_scores[i]
+  i, m = last_max(up_scores)  # m = up_scores[i]
   m_low = jnp.max(jnp.where(in_low, yg, neg_inf))
   return i, m, m_low, yg, in_low
 
@@ -134,10 +148,12 @@ class WSS2:
     quad = jnp.where(quad > 0, quad, tau)
     gain = (grad_diff * grad_diff) / quad  # = −obj_diff
     cand = in_low & (grad_diff > 0)
-    j = last_argmax(jnp.where(cand, gain, -jnp.inf))
+    j, best = last_max(jnp.where(cand, gain, -jnp.inf))
+    # Any candidate ⇔ best > −∞ (a candidate's gain is ≥ 0, or NaN).
+    any_cand = (best > -jnp.inf) | jnp.isnan(best)
     status = jnp.where(
         m + m_low < eps, STATIONARY,
-        jnp.where(jnp.any(cand), RUNNING, NO_CANDIDATE)).astype(jnp.int32)
+        jnp.where(any_cand, RUNNING, NO_CANDIDATE)).astype(jnp.int32)
     return Selection(i, j, status, row_i)
 
 
@@ -272,9 +288,8 @@ class DPWSS:
   name = "dpwss"
 
   def __post_init__(self):
-    if self.pair_flags not in ("auto", "bits", "scan"):
-      raise ValueError("pair_flags must be 'auto', 'bits' or 'scan', got "
-                       f"{self.pair_flags!r}.")
+    options.check_one_of(self.pair_flags, options.PAIR_FLAG_MODES,
+                         "pair_flags")
 
   def empty_memory(self, num_rows: int) -> PairMemory:
     use_bits = self.pair_flags == "bits" or (

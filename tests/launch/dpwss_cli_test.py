@@ -23,10 +23,17 @@ real = {"load": loaders.load_dataset, "wss2": smo_train.wss2_train,
 for group, items in cases.items():
   smo_train.wss2_train = forbid("wss2_train")
   mech.dpwss_train = forbid("dpwss_train")
-  loaders.load_dataset = (real["load"] if group in ("after_load", "real")
+  loaders.load_dataset = (real["load"] if group in (
+                              "after_load", "real", "stop_at_training")
                           else forbid("load_dataset"))
   if group == "real":
     smo_train.wss2_train, mech.dpwss_train = real["wss2"], real["dpwss"]
+  if group == "stop_at_training":  # exit (keeping stderr) instead
+    def stop(*args, **kwargs):
+      print(f"STOPPED memory_budget={kwargs.get('memory_budget')}",
+            file=sys.stderr)
+      raise SystemExit(3)
+    mech.dpwss_train = stop
   for name, argv in items.items():
     results[name] = call("dpwss", script.main, argv)
 '''
@@ -88,7 +95,18 @@ BEFORE_LOAD = {
     "not_a_bool": (["--shrinking=maybe"], "shrinking"),
     "seed_not_int": (["--seed=1.5"], "--seed"),
     "unknown_flag": (["--epsilno=1"], "epsilno"),
+    "memory_budget_text": (["--memory_budget=lots"],
+                           "--memory_budget='lots' is not a size"),
 }
+
+
+def _heart_budget(repeats_at_once: float) -> int:
+  """A budget in bytes for heart's default DPWSS setting (270 x 13, 5
+  repeats) that holds ``repeats_at_once`` repeats."""
+  from mechanisms.svm import dpwss  # pylint: disable=g-import-not-at-top
+  one = dpwss.plan_repeats(270, 13, repeats=1, max_iter=27_000).estimate
+  two = dpwss.plan_repeats(270, 13, repeats=2, max_iter=27_000).estimate
+  return int(one + (repeats_at_once - 1) * (two - one))
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +137,11 @@ def results(tmp_path_factory):
           "empty_svmlight": [f"--dataset=svmlight:{empty}", f"--out={out}"],
           "corrupt_gzip": [f"--dataset=svmlight:{corrupt}", f"--out={out}"],
           "no_test_split": ["--eval=test", f"--out={out}"],
+          "memory_refused": ["--memory_budget=100K", f"--out={out}"],
+      },
+      "stop_at_training": {
+          "memory_chunk": [f"--memory_budget={_heart_budget(2.5)}",
+                           f"--out={out}"],
       },
   }
   # Resume: a cut-off last line is set aside, the run is appended, and a
@@ -158,6 +181,23 @@ def test_bad_paths_fail_before_any_work(results, name, words):
 ])
 def test_data_errors_fail_before_training(results, name, words):
   cli.assert_one_line_error(results[name], words)
+
+
+def test_memory_budget_refuses_in_one_line_before_training(results):
+  cli.assert_one_line_error(
+      results["memory_refused"],
+      "need an estimated 0.00 GiB even one at a time, above the memory "
+      "budget of 0.00 GiB; change --memory_budget")
+
+
+def test_memory_budget_chooses_a_repeats_chunk_before_training(results):
+  # The chunk is printed before the training (stopped here) starts, and
+  # the budget is handed to the training.
+  result = results["memory_chunk"]
+  assert result["code"] == 3, result["stderr"]
+  assert "repeat chunk 2 of 5 (estimated" in result["stderr"]
+  assert result["stderr"].index("repeat chunk") < result["stderr"].index(
+      f"STOPPED memory_budget={_heart_budget(2.5)}")
 
 
 def test_resume_sets_aside_a_cut_line_and_skips_finished_runs(results):

@@ -1,0 +1,156 @@
+"""Memory budgets of the SMO solver and of DPWSS repeats.
+
+The plan is arithmetic on shapes: a tiny budget must show the choice (Q
+on demand, pair record instead of flags, a chunk of repeats) or the
+refusal, with no solver work done, and chunked repeats must equal the
+unchunked ones.
+"""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+from sklearn import datasets
+
+from dpcore import memory
+from launch.data import loaders as launch_data
+from mechanisms.svm import dpwss, smo, smo_train, wss
+
+HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
+
+
+def heart():
+  x, y = datasets.load_svmlight_file(HEART, n_features=13)
+  return x.toarray(), y.astype(np.float64)
+
+
+def _sizes(num, dim, *, max_iter, cache, bits):
+  fixed = smo_train.fixed_bytes(num, dim, dtype="float64",
+                                row_dtype="float32", precompute=cache)
+  record = -(-max_iter // wss.PAIR_CHUNK) * wss.PAIR_CHUNK
+  unit = smo_train.run_bytes(num, dtype="float64", pair_bits=bits,
+                             record_rows=record)
+  return fixed, unit
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+  """Fails the test if the solver or Q's computation is reached."""
+  def refuse(*args, **kwargs):
+    raise AssertionError("heavy work started despite the budget")
+  monkeypatch.setattr(smo, "make_problem", refuse)
+  monkeypatch.setattr(smo, "solve_repeats", refuse)
+  monkeypatch.setattr(smo, "solve", refuse)
+
+
+def test_without_a_budget_the_plan_is_the_unbudgeted_policy():
+  plan = dpwss.plan_repeats(5_000, 784, repeats=8, max_iter=500_000)
+  assert plan == dpwss.RepeatsPlan(
+      precompute=smo_train.resolve_precompute(None, 5_000, repeats=8),
+      pair_flags=dpwss.resolve_pair_flags("auto", 5_000, 8), chunk=None,
+      estimate=plan.estimate)
+  assert plan.precompute and plan.pair_flags == "bits"
+
+
+def test_a_small_budget_picks_the_largest_chunk_that_fits():
+  num, dim, max_iter = 5_000, 784, 500_000
+  fixed, unit = _sizes(num, dim, max_iter=max_iter, cache=True, bits=True)
+  budget = fixed + int(2.5 * unit)  # Q and flags fit; 2 of 8 repeats do
+  plan = dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
+                            memory_budget=budget)
+  assert plan == dpwss.RepeatsPlan(True, "bits", 2, fixed + 2 * unit)
+  # A chunk that would not fit is refused, one that does is kept.
+  with pytest.raises(memory.MemoryBudgetError, match="repeat_chunk"):
+    dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
+                       memory_budget=budget, repeat_chunk=3)
+  assert dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
+                            memory_budget=budget, repeat_chunk=2).chunk == 2
+
+
+def test_q_and_pair_flags_are_dropped_before_the_repeats_are_chunked():
+  num, dim, max_iter = 5_000, 784, 500_000
+  with_q, unit_bits = _sizes(num, dim, max_iter=max_iter, cache=True,
+                             bits=True)
+  no_q, unit_scan = _sizes(num, dim, max_iter=max_iter, cache=False,
+                           bits=False)
+  # Q does not fit beside one repeat: rows on demand, flags kept.
+  budget = no_q + unit_bits + 1
+  assert budget < with_q + unit_scan
+  plan = dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
+                            memory_budget=budget)
+  assert (plan.precompute, plan.pair_flags, plan.chunk) == (False, "bits", 1)
+  # Not even the flags fit: the pair record is scanned instead.
+  plan = dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
+                            memory_budget=no_q + unit_scan)
+  assert (plan.precompute, plan.pair_flags, plan.chunk) == (False, "scan", 1)
+
+
+def test_refusal_names_the_estimate_the_budget_and_the_fix(no_work):
+  x, y = heart()
+  budget = 100_000  # bytes: not even the data of one repeat
+  fixed, unit = _sizes(270, 13, max_iter=27_000, cache=False, bits=False)
+  with pytest.raises(memory.MemoryBudgetError) as err:
+    dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
+                      repeats=5, memory_budget=budget)
+  message = str(err.value)
+  assert "\n" not in message
+  assert memory.gib(fixed + unit) in message  # the estimate
+  assert memory.gib(budget) in message
+  assert "memory_budget" in message
+  with pytest.raises(memory.MemoryBudgetError, match="memory_budget"):
+    smo_train.wss2_train(x, y, memory_budget=budget)
+
+
+def test_forced_precompute_that_does_not_fit_is_refused(no_work):
+  x, y = heart()
+  no_q, unit = _sizes(270, 13, max_iter=27_000, cache=False, bits=False)
+  with pytest.raises(memory.MemoryBudgetError, match="precompute=False"):
+    dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
+                      precompute=True, pair_flags="scan",
+                      memory_budget=no_q + unit)
+
+
+def test_wss2_drops_the_cached_q_when_it_does_not_fit():
+  x, y = heart()
+  no_q = (smo_train.fixed_bytes(270, 13, dtype="float64",
+                                row_dtype="float32", precompute=False)
+          + smo_train.run_bytes(270, dtype="float64"))
+  assert smo_train.resolve_precompute(None, 270)  # cached without a budget
+  assert not smo_train.resolve_precompute_in_budget(
+      None, 270, 13, dtype="float64", row_dtype="float32",
+      memory_budget=no_q)
+  cached = smo_train.wss2_train(x, y)
+  on_demand = smo_train.wss2_train(x, y, memory_budget=no_q)
+  assert on_demand.iterations == cached.iterations
+  np.testing.assert_array_equal(on_demand.alpha, cached.alpha)
+
+
+def test_chunked_repeats_equal_the_unchunked_ones():
+  x, y = heart()
+  key = jax.random.key(11)
+  args = dict(epsilon=1.0, sigma=0.5, repeats=2, max_iter=400)
+  whole = dpwss.dpwss_train(key, x, y, **args)
+  fixed, unit = _sizes(270, 13, max_iter=400, cache=True, bits=True)
+  budget = fixed + unit
+  assert dpwss.plan_repeats(270, 13, repeats=2, max_iter=400,
+                            memory_budget=budget).chunk == 1
+  chunked = dpwss.dpwss_train(key, x, y, memory_budget=budget, **args)
+  assert len(chunked.models) == 2
+  for a, b, pa, pb in zip(whole.models, chunked.models, whole.pairs,
+                          chunked.pairs, strict=True):
+    assert a.iterations == b.iterations
+    np.testing.assert_array_equal(a.alpha, b.alpha)
+    np.testing.assert_array_equal(pa, pb)
+  # The repeats differ from each other (the chunks did not reuse keys).
+  assert not np.array_equal(chunked.pairs[0], chunked.pairs[1])
+
+
+def test_bad_budget_and_chunk_are_refused():
+  x, y = heart()
+  for kwargs, match in (({"memory_budget": 0}, "memory_budget"),
+                        ({"memory_budget": 1.5}, "memory_budget"),
+                        ({"repeat_chunk": 0}, "repeat_chunk")):
+    with pytest.raises(ValueError, match=match):
+      dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
+                        **kwargs)
