@@ -20,6 +20,8 @@ bases and models on one device, several devices or several processes.
 After training, :func:`gather` copies to every process what the server
 reports: the global basis and model (replicated already), the fits'
 diagnostics and, when asked, every participant's basis and model.
+:func:`federated.feddpdr.execute` does all of this when its mesh spans
+several processes (:func:`spans_processes`).
 
 Every check here is host-side and runs before any program is compiled.
 
@@ -30,6 +32,7 @@ Every check here is host-side and runs before any program is compiled.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -38,8 +41,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from dpcore import validation
 from federated import sharding
-from federated.feddpdr import Plan, TrainOutput
 from federated.partition import Participants
+
+if TYPE_CHECKING:  # feddpdr imports this module: its types for the checker
+  from federated.feddpdr import Plan, TrainOutput
 
 
 def initialize(coordinator_address: str | None = None,
@@ -77,26 +82,31 @@ def initialize(coordinator_address: str | None = None,
 
 
 def check_settings(coordinator_address: str, num_processes: int,
-                   process_id: int) -> None:
-  """Checks explicit :func:`initialize` settings (no JAX call)."""
+                   process_id: int, *, prefix: str = "") -> None:
+  """Checks explicit :func:`initialize` settings (no JAX call).
+
+  ``prefix`` is what the messages put before the settings' names (``"--"``
+  when they came from command-line flags of the same names).
+  """
+  address, count, pid = (prefix + name for name in (
+      "coordinator_address", "num_processes", "process_id"))
   if not isinstance(coordinator_address, str):
-    raise ValueError(f"coordinator_address must be a 'host:port' string, "
-                     f"got {coordinator_address!r}.")
+    raise ValueError(f"{address} must be a 'host:port' string, got "
+                     f"{coordinator_address!r}.")
   host, _, port = coordinator_address.rpartition(":")
   if not host or not port.isdigit() or not 0 < int(port) < 65536:
     raise ValueError(
-        f"coordinator_address={coordinator_address!r} must be 'host:port' "
-        f"with a port in 1..65535, e.g. '127.0.0.1:1234' on one machine or "
+        f"{address}={coordinator_address!r} must be 'host:port' with a port "
+        f"in 1..65535, e.g. '127.0.0.1:1234' on one machine or "
         f"'node0:1234' on a cluster (process 0's host).")
-  num_processes = validation.check_positive_int(num_processes,
-                                                "num_processes")
+  num_processes = validation.check_positive_int(num_processes, count)
   if (isinstance(process_id, bool)
       or not isinstance(process_id, (int, np.integer))
       or not 0 <= process_id < num_processes):
     raise ValueError(
-        f"process_id={process_id!r} must be an integer in [0, "
-        f"{num_processes}) for num_processes={num_processes}; number the "
-        f"processes 0, 1, ..., {num_processes - 1}.")
+        f"{pid}={process_id!r} must be an integer in [0, {num_processes}) "
+        f"for {count}={num_processes}; number the processes 0, 1, ..., "
+        f"{num_processes - 1}.")
 
 
 def global_mesh(num_participants: int,
@@ -130,6 +140,11 @@ def global_mesh(num_participants: int,
         f"{count} participants, or fewer devices per process (on the CPU, "
         f"XLA_FLAGS=--xla_force_host_platform_device_count=...).")
   return Mesh(np.asarray(devices), (sharding.AXIS,))
+
+
+def spans_processes(mesh: Mesh) -> bool:
+  """Whether ``mesh`` has devices of more than one process."""
+  return len({dev.process_index for dev in mesh.devices.flat}) > 1
 
 
 def participant_block(device_processes: Sequence[int], num_participants: int,

@@ -55,15 +55,29 @@ and :func:`federated.aggregation.subspace_aggregate`). Either is
 post-processing of the noisy matrices; the server's start block comes from
 :func:`server_key`, a stream no noise is drawn from.
 
-Compilation. :class:`Config` splits into :class:`Static` (what shapes the
-compiled program: mechanism, k, λ, loss, aggregations, top-k, tol,
-max_iter) and the budget (ε, δ, calibration, split, neighbouring), which
-reaches the program only through the traced per-participant arrays σ, p
-and θ of :class:`Plan`. :func:`train` is one module-level ``jax.jit`` with
-static arguments, so a sweep over ε or δ reuses one executable (JAX's own
+Mechanisms are described, not compared by name: :data:`DESCRIPTIONS`
+holds a :class:`Mechanism` for each (private or not, projecting on a PCA
+basis or not, aggregated at the server or not, which program it runs),
+and the program, the ledger, the evaluation and the memory estimate read
+those.
+
+Compilation. :class:`Config` is :class:`Static` (what shapes the compiled
+program: mechanism, k, λ, loss, aggregations, top-k, tol, max_iter) plus
+the budget (ε, δ, calibration, split, neighbouring), which reaches the
+program only through the traced per-participant arrays σ, p and θ of
+:class:`Plan`. :func:`train` is one module-level ``jax.jit`` with static
+arguments, so a sweep over ε or δ reuses one executable (JAX's own
 cache), and ``nonpriv`` reuses the ``feddpdr`` one (:func:`program`).
-Timing, records and sweeps are the harness's
-(``launch/experiments/feddpdr.py``).
+
+Orchestration. :func:`execute` is the one place a run is put together:
+checks, calibration (:func:`prepare`), the participant chunk against a
+memory budget (:func:`plan_chunk`), training (one padded array, buckets,
+a local mesh, or a mesh over several processes,
+:mod:`federated.distributed`), evaluation and the summary with its
+privacy record (:func:`summarise`); :func:`run` returns that summary.
+Timing, the stored programs, records and sweeps are the harnesses'
+(``launch/experiments/feddpdr.py``, ``launch/experiments/distributed.py``),
+which call :func:`execute`.
 
 Privacy:
   Per participant, neighbouring data sets differ in one of its rows. DP-PCA
@@ -71,8 +85,10 @@ Privacy:
   replacement, the relation objective perturbation is proven under. The
   run is always *accounted* under replacement (sensitivity √2), so one
   guarantee covers all of it; ``neighbouring`` only picks what σ is
-  calibrated for: ``"replace"`` (default) or ``"add_remove"`` (the paper's
-  calibration, reproduced; the reported ε is then larger than nominal).
+  calibrated for: ``"replace_one"`` (default; the old spelling
+  ``"replace"`` is accepted, :func:`dpcore.options.parse_relation`) or
+  ``"add_remove"`` (the paper's calibration, reproduced; the reported ε is
+  then larger than nominal).
   Objective perturbation is ε-DP per fit under replacement given ‖x‖ ≤ 1
   (enforced by clipping each projected row, which is per-row and
   data-independent) and the exact minimiser (fits must converge to
@@ -103,16 +119,58 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, clipping, metrics, validation
+from dpcore import accounting, clipping, memory, metrics, options, validation
+from dpcore import calibration as dp_calibration
 from dpcore import noise as dp_noise
-from federated import aggregation, sharding
+from federated import aggregation, distributed, sharding
 from federated.partition import Buckets, Participants
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 
-MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
-AGGREGATIONS = ("subspace", "paper", "moments")
-MODEL_AGGREGATIONS = ("weighted", "paper")
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+  """What one mechanism runs, and how it is evaluated.
+
+  Attributes:
+    name: the ``mechanism`` setting.
+    label: its name in tables and plots (the paper's).
+    private: it adds noise and claims a guarantee. ``nonpriv`` does not:
+      its plan switches the noise off (:func:`prepare`) and its record
+      claims nothing.
+    reduces: each participant projects its rows on a k-dimensional PCA
+      basis before its fits (DP-PCA; exact PCA when not private). False:
+      the fits see the d raw features, no PCA step, ``k`` unused.
+    federated: the server aggregates the bases and the models, and the
+      global model is evaluated. False: each participant alone, each
+      participant's own model scored on the whole test set.
+    program: the mechanism whose compiled program it runs
+      (:func:`program`).
+  """
+  name: str
+  label: str
+  private: bool
+  reduces: bool
+  federated: bool
+  program: str
+
+
+DESCRIPTIONS = {m.name: m for m in (
+    Mechanism("nonpriv", "Non-Priv", private=False, reduces=True,
+              federated=True, program="feddpdr"),
+    Mechanism("dpml", "DPML", private=True, reduces=False, federated=False,
+              program="dpml"),
+    Mechanism("dpdr_dpml", "DPDR-DPML", private=True, reduces=True,
+              federated=False, program="dpdr_dpml"),
+    Mechanism("feddpdr", "FedDPDR-DPML", private=True, reduces=True,
+              federated=True, program="feddpdr"),
+)}
+"""Every mechanism of this module by name (the module docstring says what
+each does); the program, the ledger and the evaluation read these
+descriptions, never the names."""
+MECHANISMS = options.FEDDPDR_MECHANISMS  # the keys of DESCRIPTIONS
+AGGREGATIONS = options.FEDDPDR_AGGREGATIONS
+MODEL_AGGREGATIONS = options.FEDDPDR_MODEL_AGGREGATIONS
 NEIGHBOURING = dp_pca.NEIGHBOURING
 TOPK = dp_pca.TOPK
 SERVER_STREAM = 2**32 - 1
@@ -125,6 +183,17 @@ NOMINAL_NOTE = ("the paper's figure: eps1 + eps2, one classifier's eps2 "
 
 # Defined next to the fits it is about; re-exported here, the same class.
 ConvergenceError = op.ConvergenceError
+
+
+def describe(mechanism: str, name: str = "mechanism") -> Mechanism:
+  """The :class:`Mechanism` called ``mechanism``.
+
+  Raises:
+    ValueError: an unknown mechanism; the message calls the setting
+      ``name`` (e.g. ``"--sweep_mechanisms"``).
+  """
+  options.check_one_of(mechanism, MECHANISMS, name)
+  return DESCRIPTIONS[mechanism]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,68 +210,109 @@ class Static:
   tol: float = 1e-8
   max_iter: int = 500
 
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-  """Settings of one FedDPDR-DPML experiment (see the module docstring).
-
-  ``static`` holds the fields that shape the compiled program; the others
-  (ε, δ, calibration, budget split, neighbouring) only change the
-  host-side calibration (:func:`prepare`).
-  """
-  mechanism: str = "feddpdr"
-  epsilon: float = 0.1
-  delta: float = 1e-4
-  k: int = 20
-  lam: float = 0.01
-  loss: str = "huber"
-  huber_h: float = op.HUBER_H
-  aggregation: str = "subspace"
-  model_aggregation: str = "weighted"
-  calibration: str = "analytic"
-  budget_per_classifier: bool = False
-  pca_fraction: float = 0.5
-  neighbouring: str = "replace"
-  topk: str = "eigh"
-  tol: float = 1e-8
-  max_iter: int = 500
-
   @property
-  def static(self) -> Static:
-    """The program-shaping fields (:class:`Static`)."""
-    return Static(**{f.name: getattr(self, f.name)
-                     for f in dataclasses.fields(Static)})
+  def description(self) -> Mechanism:
+    """The mechanism's :class:`Mechanism` (ValueError if unknown)."""
+    return describe(self.mechanism)
 
   @property
   def private(self) -> bool:
-    return self.mechanism != "nonpriv"
+    return self.description.private
 
-  def check(self, *, d: int) -> Config:
-    """Validates every field against data of dimension d."""
-    _one_of(self.mechanism, MECHANISMS, "mechanism")
-    _one_of(self.aggregation, AGGREGATIONS, "aggregation")
-    _one_of(self.model_aggregation, MODEL_AGGREGATIONS, "model_aggregation")
-    _one_of(self.loss, op.LOSSES, "loss")
-    _one_of(self.calibration, dp_pca.CALIBRATIONS, "calibration")
-    _one_of(self.neighbouring, NEIGHBOURING, "neighbouring")
-    _one_of(self.topk, TOPK, "topk")
-    validation.check_epsilon(self.epsilon)
-    validation.check_delta(self.delta)
-    validation.check_positive(self.lam, "lam")
-    validation.check_positive(self.huber_h, "huber_h")
-    validation.check_positive(self.tol, "tol")
-    validation.check_positive_int(self.max_iter, "max_iter")
-    validation.check_in_range(self.pca_fraction, "pca_fraction", 0.0, 1.0)
-    k = validation.check_positive_int(self.k, "k")
-    if self.mechanism != "dpml" and k > d:
+
+@dataclasses.dataclass(frozen=True)
+class Config(Static):
+  """Settings of one FedDPDR-DPML experiment (see the module docstring).
+
+  The fields of :class:`Static`, which shape the compiled program, and the
+  budget (ε, δ, calibration, split, neighbouring), which only changes the
+  host-side calibration (:func:`prepare`) and reaches the program as
+  traced arrays.
+  """
+  epsilon: float = 0.1
+  delta: float = 1e-4
+  calibration: str = "analytic"
+  budget_per_classifier: bool = False
+  pca_fraction: float = 0.5
+  neighbouring: str = options.Relation.REPLACE_ONE.value
+
+  @property
+  def static(self) -> Static:
+    """The program-shaping fields, as a plain :class:`Static`."""
+    return Static(**{f.name: getattr(self, f.name)
+                     for f in dataclasses.fields(Static)})
+
+  def check(self, *, d: int | None = None, prefix: str = "") -> Config:
+    """Validates every field, and k against the data dimension d.
+
+    Args:
+      d: the data dimension; None leaves the check of k against it for
+        later (e.g. before the data is loaded).
+      prefix: what the messages put before each setting's name: ``"--"``
+        when the settings came from command-line flags of the same names.
+
+    Returns:
+      ``self``.
+
+    Raises:
+      ValueError: one line naming the setting and the fix.
+    """
+    def name(field):
+      return prefix + field
+    mech = describe(self.mechanism, name("mechanism"))
+    for value, allowed, field in (
+        (self.aggregation, AGGREGATIONS, "aggregation"),
+        (self.model_aggregation, MODEL_AGGREGATIONS, "model_aggregation"),
+        (self.loss, op.LOSSES, "loss"),
+        (self.calibration, dp_pca.CALIBRATIONS, "calibration"),
+        (self.topk, TOPK, "topk")):
+      options.check_one_of(value, allowed, name(field))
+    options.parse_relation(self.neighbouring, name("neighbouring"))
+    dp_calibration.check_calibrated_epsilon(self.epsilon, name("epsilon"))
+    validation.check_delta(self.delta, name("delta"))
+    validation.check_positive(self.lam, name("lam"))
+    validation.check_positive(self.huber_h, name("huber_h"))
+    validation.check_positive(self.tol, name("tol"))
+    validation.check_positive_int(self.max_iter, name("max_iter"))
+    validation.check_in_range(self.pca_fraction, name("pca_fraction"), 0.0,
+                              1.0)
+    k = validation.check_positive_int(self.k, name("k"))
+    if mech.reduces and d is not None and k > d:
       raise ValueError(
-          f"k={k} exceeds the data dimension d={d}; choose k <= {d}.")
+          f"{name('k')}={k} exceeds the data dimension d={d}; choose "
+          f"{name('k')} <= {d}.")
+    eps_pca = self.epsilon * self.pca_fraction
+    if (self.calibration == "classic" and mech.private and mech.reduces
+        and eps_pca >= 1):
+      raise ValueError(
+          f"{name('calibration')}=classic is proven only for ε₁ < 1, and "
+          f"{name('epsilon')}={self.epsilon:g} gives ε₁ = {eps_pca:g}; use "
+          f"{name('calibration')}=analytic or a smaller {name('epsilon')}.")
     return self
 
 
-def _one_of(value, allowed, name):
-  if value not in allowed:
-    raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
+def check_settings(configs, *, d: int | None = None, seeds: int = 1,
+                   participant_chunk: int | None = None,
+                   prefix: str = "") -> None:
+  """Every setting of runs of ``configs``, checked before any work.
+
+  Args:
+    configs: the runs' :class:`Config` s (:meth:`Config.check` each).
+    d: the data dimension, or None where not known yet.
+    seeds: repeats per run.
+    participant_chunk: participants mapped at once, or None.
+    prefix: what the messages put before the settings' names (``"--"``
+      when they came from command-line flags of the same names).
+
+  Raises:
+    ValueError: one line naming the setting and the fix.
+  """
+  for config in configs:
+    if not isinstance(config, Config):
+      raise TypeError(f"config must be a feddpdr.Config, got {config!r}.")
+    config.check(d=d, prefix=prefix)
+  validation.check_positive_int(seeds, prefix + "seeds")
+  check_chunk(participant_chunk, prefix + "participant_chunk")
 
 
 def _static(config: Config | Static) -> Static:
@@ -212,14 +322,13 @@ def _static(config: Config | Static) -> Static:
 def program(config: Config | Static) -> Static:
   """The :class:`Static` that selects the compiled program.
 
-  ``nonpriv`` runs the ``feddpdr`` program with the noise switched off by
-  its traced arguments (:func:`prepare`), so the baseline and every
-  private budget share one executable; every other mechanism is its own.
+  A mechanism runs the program its :class:`Mechanism` names: ``nonpriv``
+  runs the ``feddpdr`` program with the noise switched off by its traced
+  arguments (:func:`prepare`), so the baseline and every private budget
+  share one executable; every other mechanism is its own.
   """
   static = _static(config)
-  if static.mechanism == "nonpriv":
-    return dataclasses.replace(static, mechanism="feddpdr")
-  return static
+  return dataclasses.replace(static, mechanism=static.description.program)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,7 +369,8 @@ def participant_ledger(*, sigma: float, epsilon_fit: float, num_fits: int,
   """
   ledger = accounting.PrivacyLedger()
   if has_pca:
-    dp_pca.record(ledger, sigma=sigma, delta=delta, neighbouring="replace")
+    dp_pca.record(ledger, sigma=sigma, delta=delta,
+                  neighbouring=options.Relation.REPLACE_ONE)
   op.record(ledger, epsilon=epsilon_fit, count=num_fits)
   return ledger
 
@@ -284,8 +394,7 @@ def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
     raise ValueError("num_classes must be >= 2 for a classifier.")
   count = len(sizes)
   num_fits = 1 if num_classes == 2 else num_classes
-  mech = config.mechanism
-  has_pca = mech in ("feddpdr", "dpdr_dpml")
+  has_pca = config.description.reduces
   if not config.private:
     # σ = 0, θ = 0 and p = ∞ turn the noise off inside the private
     # program (:func:`_train_one`); the record claims nothing.
@@ -391,8 +500,8 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
   each fit's b has radius Gamma/∞ = 0): the samplers run, add nothing, and
   both share one executable.
   """
-  static = _static(config)
-  mech = "feddpdr" if static.mechanism == "nonpriv" else static.mechanism
+  static = program(config)
+  mech = static.description
   count = sigma.shape[0]
   d = (x[0] if index is not None else x).shape[-1]
   dtype = (x[0] if index is not None else x).dtype
@@ -417,7 +526,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
             order].set(jnp.concatenate(a)), *parts)
 
   each = partial(sharding.over_participants, mesh=mesh, chunk=chunk)
-  moments = mech == "feddpdr" and static.aggregation == "moments"
+  moments = mech.federated and static.aggregation == "moments"
   global_basis = jnp.zeros((d, k), dtype)
   if moments:
     # The participants release their noisy XᵢᵀXᵢ + Zᵢ (what DP-PCA
@@ -438,7 +547,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
                     if static.topk == "subspace"
                     else aggregation.moments_aggregate(total, k))
     bases = jnp.zeros((count, 0, 0), dtype)
-  elif mech in ("feddpdr", "dpdr_dpml"):
+  elif mech.reduces:
     local_pca = each(
         lambda kk, xi, mi, si: dp_pca.dp_pca(
             kk, xi, mi, k=k, sigma=si, topk=static.topk).components)
@@ -447,7 +556,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
   else:
     bases = jnp.zeros((count, 0, 0), dtype)
 
-  if mech == "feddpdr" and not moments:
+  if mech.federated and not moments:
     if static.aggregation == "subspace":
       global_basis = _subspace_aggregate(bases, weights, key,
                                          topk=static.topk)
@@ -464,22 +573,25 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
         p=pi, theta=ti, lam=static.lam, loss=static.loss, h=static.huber_h,
         tol=static.tol, max_iter=static.max_iter, private=True)
 
-  if mech == "feddpdr":
-    local_fit = each(lambda *a: fit(*a, global_basis))
-  elif mech == "dpdr_dpml":
-    local_fit = each(fit)
-  else:
+  # The basis each participant's fits project on: the server's, its own
+  # (passed per participant below), or none (the raw features).
+  if not mech.reduces:
     local_fit = each(lambda *a: fit(*a, None))
+  elif mech.federated:
+    local_fit = each(lambda *a: fit(*a, global_basis))
+  else:
+    local_fit = each(fit)
+  own_basis = mech.reduces and not mech.federated
   fits = []
   for xi, yi, mi, w in groups:
     args = (pick(fit_keys, w), xi, yi, mi, pick(n, w), pick(p, w),
             pick(theta, w))
-    if mech == "dpdr_dpml":
+    if own_basis:
       args += (pick(bases, w),)
     fits.append(local_fit(*args))
   fits = in_order(fits, groups)
   global_betas = jnp.zeros(fits.beta.shape[1:], fits.beta.dtype)
-  if mech == "feddpdr":
+  if mech.federated:
     global_betas = aggregation.model_aggregate(
         fits.beta, weights, paper=static.model_aggregation == "paper")
   return TrainOutput(bases, fits.beta, global_basis, global_betas,
@@ -556,12 +668,13 @@ def _evaluate(out: TrainOutput, x_test, y_test, *, static: Static,
   def score(basis, betas):
     return metrics.accuracy(y_test, predict(basis, betas))
 
-  if static.mechanism in ("nonpriv", "feddpdr"):
+  mech = static.description
+  if mech.federated:
     return jax.vmap(score)(out.global_basis, out.global_betas), None
   # Local models: every participant's model on the whole test set, mapped
   # ``chunk`` participants at a time when given (as in training).
   each = partial(sharding.over_participants, mesh=None, chunk=chunk)
-  if static.mechanism == "dpdr_dpml":
+  if mech.reduces:  # each participant's own basis
     per = jax.vmap(each(score))(out.bases, out.betas)
   else:
     per = jax.vmap(each(lambda w: score(None, w)))(out.betas)
@@ -650,12 +763,13 @@ def train_arguments(key: jax.Array, participants: Participants | Buckets,
           *(sharding.place(a, mesh) for a in per_participant))
 
 
-def check_chunk(participant_chunk: int | None) -> int | None:
-  """``participant_chunk`` checked (None, or a positive integer)."""
+def check_chunk(participant_chunk: int | None,
+                name: str = "participant_chunk") -> int | None:
+  """``participant_chunk`` checked (None, or a positive integer); the
+  message calls it ``name`` (e.g. ``"--participant_chunk"``)."""
   if participant_chunk is None:
     return None
-  return validation.check_positive_int(participant_chunk,
-                                       "participant_chunk")
+  return validation.check_positive_int(participant_chunk, name)
 
 
 def memory_estimate(num_participants: int, n_max: int, d: int, *,
@@ -685,49 +799,113 @@ def memory_estimate(num_participants: int, n_max: int, d: int, *,
   chunk = check_chunk(chunk)
   static = _static(config)
   fits = 1 if num_classes == 2 else num_classes
-  k = d if static.mechanism == "dpml" else static.k
+  reduces = static.description.reduces
+  k = static.k if reduces else d
   inputs = num_participants * (n_max * d * 4 + n_max * 8 + 4 * 8)
   outputs = num_participants * seeds * (d * k * 4 + fits * (k + 4) * 8)
-  if static.mechanism == "dpml":
-    unit = n_max * d * fits * 8 + 2 * d * d * 8
-  else:
+  if reduces:
     unit = 4 * d * d * 8 + 2 * n_max * d * 8 + n_max * k * fits * 8
+  else:
+    unit = n_max * d * fits * 8 + 2 * d * d * 8
   in_flight = min(chunk or num_participants, num_participants) * seeds
   return int(inputs + outputs + unit * in_flight)
 
 
 def choose_chunk(num_participants: int, n_max: int, d: int, *,
                  config: Config | Static, num_classes: int, seeds: int,
-                 budget: int) -> tuple[int | None, int]:
+                 budget: int, prefix: str = "") -> tuple[int | None, int]:
   """The largest participant chunk whose :func:`memory_estimate` fits.
 
-  Returns ``(chunk, estimate)``: ``chunk`` None when all participants fit
-  at once. Raises ValueError, naming the estimate and the budget, when even
-  one participant at a time would not fit.
+  :func:`dpcore.memory.largest_chunk` over :func:`memory_estimate`.
+
+  Args:
+    num_participants, n_max, d: the participants held, their padded rows,
+      the data dimension.
+    config, num_classes, seeds: the run (what :func:`memory_estimate`
+      needs).
+    budget: the bytes the training may use.
+    prefix: what the message puts before the settings' names (``"--"``
+      for command-line flags).
+
+  Returns:
+    ``(chunk, estimate)``: ``chunk`` None when all participants fit at
+    once; ``estimate`` the estimate at that chunk.
+
+  Raises:
+    dpcore.memory.MemoryBudgetError: even one participant at a time would
+      not fit; one line naming the estimate, the budget and the fix.
   """
   budget = validation.check_positive_int(budget, "budget")
-  kwargs = dict(config=config, num_classes=num_classes, seeds=seeds)
-  whole = memory_estimate(num_participants, n_max, d, **kwargs)
-  if whole <= budget:
-    return None, whole
-  one = memory_estimate(num_participants, n_max, d, chunk=1, **kwargs)
-  if one > budget:
-    raise ValueError(
-        f"training {num_participants} participants x {n_max} rows at "
-        f"d={d} needs an estimated {one / 2**30:.2f} GiB even one "
-        f"participant at a time, above the memory budget of "
-        f"{budget / 2**30:.2f} GiB; raise --memory_budget, or use fewer "
-        f"participants, --seeds or rows.")
-  low, high = 1, num_participants  # fits at low, not at high
-  while high - low > 1:
-    mid = (low + high) // 2
-    if memory_estimate(num_participants, n_max, d, chunk=mid,
-                       **kwargs) <= budget:
-      low = mid
-    else:
-      high = mid
-  return low, memory_estimate(num_participants, n_max, d, chunk=low,
-                              **kwargs)
+  total = validation.check_positive_int(num_participants, "num_participants")
+  return memory.largest_chunk(
+      total,
+      lambda chunk: memory_estimate(total, n_max, d, config=config,
+                                    num_classes=num_classes, seeds=seeds,
+                                    chunk=chunk),
+      budget=budget,
+      what=f"the training's {total} participants ({n_max} rows each at "
+           f"d={d})",
+      fix=f"{prefix}memory_budget, or use fewer participants, "
+          f"{prefix}seeds or rows")
+
+
+def plan_chunk(configs, *, sizes, d: int, num_classes: int, seeds: int,
+               budget: int | None, chunk: int | None = None,
+               processes: int = 1,
+               prefix: str = "") -> tuple[int | None, int | None]:
+  """One participant chunk for runs of ``configs``, checked against memory.
+
+  With ``chunk`` given, :func:`memory_estimate` at that chunk must fit
+  ``budget`` for every config; otherwise the largest chunk that fits them
+  all is chosen (:func:`choose_chunk`; None: all participants at once).
+  Participants split over ``processes`` are estimated per process.
+
+  Args:
+    configs: the runs that will share the chunk (e.g. a table's baseline
+      and its budgets).
+    sizes: every participant's rows.
+    d, num_classes, seeds: the data dimension, classes and repeats.
+    budget: the bytes the training may use; None (unknown) keeps
+      ``chunk`` as given, unchecked against memory.
+    chunk: the participants mapped at once, or None to choose.
+    processes: the processes the participants are split over.
+    prefix: what the messages put before the settings' names (``"--"``
+      for command-line flags).
+
+  Returns:
+    ``(chunk, estimate)``: the chunk, and the largest estimate among the
+    configs at it (None without a budget).
+
+  Raises:
+    dpcore.memory.MemoryBudgetError: the given chunk, or even one
+      participant at a time, does not fit; one line naming the estimate,
+      the budget and the settings to change.
+  """
+  chunk = check_chunk(chunk, f"{prefix}participant_chunk")
+  if budget is None:
+    return chunk, None
+  count = -(-len(sizes) // max(1, processes))
+  n_max = int(max(sizes))
+  kwargs = dict(num_classes=num_classes, seeds=seeds)
+  if chunk is not None:
+    worst = max(memory_estimate(count, n_max, d, config=c, chunk=chunk,
+                                **kwargs) for c in configs)
+    if worst > budget:
+      raise memory.MemoryBudgetError(
+          f"{prefix}participant_chunk={chunk} needs an estimated "
+          f"{memory.gib(worst)}, above the memory budget of "
+          f"{memory.gib(budget)}; give a smaller {prefix}participant_chunk,"
+          f" leave it out to have one chosen, or raise "
+          f"{prefix}memory_budget.")
+    return chunk, worst
+  chosen, estimate = None, 0
+  for config in configs:
+    c, e = choose_chunk(count, n_max, d, config=config, budget=budget,
+                        prefix=prefix, **kwargs)
+    if c is not None and (chosen is None or c < chosen):
+      chosen = c
+    estimate = max(estimate, e)
+  return chosen, estimate
 
 
 def summarise(plan: Plan, out: TrainOutput, accuracy, per_participant, *,
@@ -776,28 +954,148 @@ def summarise(plan: Plan, out: TrainOutput, accuracy, per_participant, *,
   return result
 
 
-def run(key: jax.Array, participants: Participants | Buckets, x_test, y_test,
-        *, num_classes: int, config: Config, seeds: int = 1, mesh=None,
-        participant_chunk: int | None = None) -> dict:
-  """Checks, calibrates, trains ``seeds`` vmapped repeats, evaluates.
+@dataclasses.dataclass(frozen=True, eq=False)
+class TrainingJob:
+  """One call of :func:`train`, as :func:`execute` is about to make it.
 
-  The library's one-call entry point; timings and records are the
-  harness's (``launch.experiments.feddpdr.run_one``).
+  ``job()`` makes the call. A harness that times or compiles the training
+  itself (``execute(..., train_with=...)``) is handed the job and returns
+  its outputs: ``job()``'s, or those of the same program on ``job.args``
+  (e.g. a stored, precompiled copy of it).
+
+  Attributes:
+    args: the positional arguments of :func:`train` (placed arrays).
+    program: the :class:`Static` of the compiled program (:func:`program`).
+    num_classes: K.
+    mesh: the participant mesh, or None.
+    chunk: the participants mapped at once, or None for all.
+  """
+  args: tuple
+  program: Static
+  num_classes: int
+  mesh: object = None
+  chunk: int | None = None
+
+  def __call__(self) -> TrainOutput:
+    return train(*self.args, config=self.program,
+                 num_classes=self.num_classes, mesh=self.mesh,
+                 chunk=self.chunk)
+
+
+class Outcome(NamedTuple):
+  """What :func:`execute` returns.
+
+  Attributes:
+    plan: :func:`prepare`'s calibration of every participant.
+    output: :func:`train`'s outputs (copied to every process's host when
+      the mesh spans several processes).
+    summary: :func:`summarise`'s dict (results and the privacy record).
+    chunk: the participants mapped at once (None: all at once).
+  """
+  plan: Plan
+  output: TrainOutput
+  summary: dict
+  chunk: int | None
+
+
+def execute(key: jax.Array, participants: Participants | Buckets, x_test,
+            y_test, *, num_classes: int, config: Config, seeds: int = 1,
+            mesh=None, participant_chunk: int | None = None,
+            memory_budget: int | None = None, sizes=None,
+            train_with=None) -> Outcome:
+  """The pipeline: calibrates, trains ``seeds`` repeats, evaluates, sums up.
+
+  The one orchestration of FedDPDR and its baselines: :func:`run`, the
+  experiment harness (``launch.experiments.feddpdr.run_one``) and the
+  multi-process harness (``launch.experiments.distributed``) all call it;
+  they add timing and records.
+
+  With a ``mesh`` over several processes (:mod:`federated.distributed`),
+  every process calls this with the same arguments except
+  ``participants``, its own block (:func:`distributed.local_block`), and
+  ``sizes`` gives every participant's rows; the arrays become global ones
+  (:func:`distributed.train_arguments`), and the outputs are copied to
+  every process (:func:`distributed.gather`) before the evaluation.
 
   Args:
     key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
-    participants: padded data, labels as class indices in [0, K), or
-      the same in buckets (:func:`federated.partition.bucket`; not with a
+    participants: padded data, labels as class indices in [0, K), or the
+      same in buckets (:func:`federated.partition.bucket`; not with a
       mesh): the results are the same up to rounding.
     x_test, y_test: held-out rows (‖x‖ ≤ 1) and class indices.
     num_classes: K.
     config: the experiment.
     seeds: repeats, vmapped over keys (the partition is the caller's).
-    mesh: optional participant mesh (:func:`sharding.participant_mesh`):
-      the participant axis is split over its devices; results are the same.
+    mesh: optional participant mesh (:func:`sharding.participant_mesh`, or
+      :func:`distributed.global_mesh` over several processes): the
+      participant axis is split over its devices; results are the same.
     participant_chunk: map this many participants at a time (default: all
-      at once). Peak memory then grows with the chunk, not with N; results
-      are the same up to rounding.
+      at once, or what ``memory_budget`` allows). Peak memory then grows
+      with the chunk, not with N; results are the same up to rounding.
+    memory_budget: bytes the training may use: the chunk is checked
+      against it, or chosen by it (:func:`plan_chunk`); None: unchecked.
+    sizes: every participant's rows; default ``participants.sizes``
+      (required with a mesh over several processes).
+    train_with: optional ``f(job) -> TrainOutput`` that makes the
+      training call (:class:`TrainingJob`), e.g. to time it; default
+      ``job()``.
+
+  Returns:
+    :class:`Outcome`.
+
+  Raises:
+    ValueError: bad settings or data; the memory budget cannot be met.
+    ConvergenceError: a fit hit ``max_iter``.
+  """
+  validation.check_key(key)
+  seeds = validation.check_positive_int(seeds, "seeds")
+  chunk = check_chunk(participant_chunk)
+  several = mesh is not None and distributed.spans_processes(mesh)
+  if sizes is None:
+    if several:
+      raise ValueError(
+          "sizes not given: over several processes each holds only its "
+          "own participants; pass every participant's rows as sizes=.")
+    sizes = participants.sizes
+  first = (participants.groups[0] if isinstance(participants, Buckets)
+           else participants)
+  d = np.shape(first.x)[-1]
+  plan = prepare(sizes, d=d, num_classes=num_classes, config=config)
+  if memory_budget is not None:
+    processes = (len({dev.process_index for dev in mesh.devices.flat})
+                 if several else 1)
+    chunk, _ = plan_chunk([config], sizes=plan.n.astype(int), d=d,
+                          num_classes=num_classes, seeds=seeds,
+                          budget=memory_budget, chunk=chunk,
+                          processes=processes)
+  check_data(participants, x_test, y_test, num_classes=num_classes)
+  with jax.enable_x64(True):
+    if several:
+      args = distributed.train_arguments(key, participants, plan,
+                                         seeds=seeds, mesh=mesh)
+    else:
+      args = train_arguments(key, participants, plan, seeds=seeds,
+                             mesh=mesh)
+    job = TrainingJob(args, program(config), num_classes, mesh, chunk)
+    out = job() if train_with is None else train_with(job)
+    if several:  # local mechanisms are scored on every participant's model
+      out = distributed.gather(
+          out, per_participant=not config.description.federated)
+    acc, per = evaluate(out, x_test, y_test, config=config,
+                        num_classes=num_classes, chunk=chunk)
+    summary = summarise(plan, out, acc, per, config=config)
+  return Outcome(plan, out, summary, chunk)
+
+
+def run(key: jax.Array, participants: Participants | Buckets, x_test, y_test,
+        *, num_classes: int, config: Config, seeds: int = 1, mesh=None,
+        participant_chunk: int | None = None,
+        memory_budget: int | None = None) -> dict:
+  """:func:`execute`'s summary: checks, calibrates, trains, evaluates.
+
+  The library's one-call entry point (arguments as :func:`execute`'s);
+  timings and records are the harness's
+  (``launch.experiments.feddpdr.run_one``).
 
   Returns:
     :func:`summarise`'s dict.
@@ -806,19 +1104,7 @@ def run(key: jax.Array, participants: Participants | Buckets, x_test, y_test,
     ValueError: bad settings or data.
     ConvergenceError: a fit hit ``max_iter``.
   """
-  validation.check_key(key)
-  seeds = validation.check_positive_int(seeds, "seeds")
-  chunk = check_chunk(participant_chunk)
-  first = (participants.groups[0] if isinstance(participants, Buckets)
-           else participants)
-  d = np.shape(first.x)[-1]
-  plan = prepare(participants.sizes, d=d, num_classes=num_classes,
-                 config=config)
-  check_data(participants, x_test, y_test, num_classes=num_classes)
-  with jax.enable_x64(True):
-    args = train_arguments(key, participants, plan, seeds=seeds, mesh=mesh)
-    out = train(*args, config=config, num_classes=num_classes, mesh=mesh,
-                chunk=chunk)
-    acc, per = evaluate(out, x_test, y_test, config=config,
-                        num_classes=num_classes, chunk=chunk)
-    return summarise(plan, out, acc, per, config=config)
+  return execute(key, participants, x_test, y_test, num_classes=num_classes,
+                 config=config, seeds=seeds, mesh=mesh,
+                 participant_chunk=participant_chunk,
+                 memory_budget=memory_budget).summary

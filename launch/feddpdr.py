@@ -67,15 +67,14 @@ run pads to the longest). Many tiny participants: ``--aggregation=moments``
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 from absl import flags
 
+from dpcore import options  # the option sets, without JAX
 from launch import common
 
-MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")  # federated.feddpdr
-MAX_EPSILON = 1e6  # dpcore.calibration.MAX_EPSILON (kept import-free)
+MECHANISMS = options.FEDDPDR_MECHANISMS
 SWEEPS = ("fig2", "fig3", "fig4", "fig5", "table3", "all")
 # Settings of the paper's experiments, used by --sweep for flags not given.
 PAPER = {"epsilon": ["0.1"], "k": 20, "lam": 0.01, "participants": 5,
@@ -109,18 +108,18 @@ _N_PER = flags.DEFINE_integer("n_per_participant", 600,
 _SIZES = flags.DEFINE_list("sizes", None,
                            "uneven rows per participant, e.g. 100,500,1000")
 _LAM = flags.DEFINE_float("lam", 1.0, "regularisation λ (paper: 0.01)")
-_LOSS = flags.DEFINE_enum("loss", "huber", ["huber", "logistic"], "loss")
+_LOSS = flags.DEFINE_enum("loss", "huber", options.ERM_LOSSES, "loss")
 _AGGREGATION = flags.DEFINE_enum(
-    "aggregation", "subspace", ["subspace", "paper", "moments"],
+    "aggregation", "subspace", options.FEDDPDR_AGGREGATIONS,
     "basis aggregation: subspace (sign/rotation invariant), paper "
     "((1/N) Σ wᵢ Uᵢ as printed) or moments (top k of the sum of the "
     "participants' noisy XᵢᵀXᵢ; the same privacy; for many small "
     "participants, docs/many_participants.md)")
 _MODEL_AGGREGATION = flags.DEFINE_enum(
-    "model_aggregation", "weighted", ["weighted", "paper"],
+    "model_aggregation", "weighted", options.FEDDPDR_MODEL_AGGREGATIONS,
     "model aggregation: Σ wᵢβᵢ or the paper's (1/N) Σ wᵢβᵢ")
 _CALIBRATION = flags.DEFINE_enum(
-    "calibration", "analytic", ["analytic", "classic"],
+    "calibration", "analytic", options.PCA_CALIBRATIONS,
     "DP-PCA noise: analytic Gaussian or the paper's classic formula "
     "(refused for ε₁ ≥ 1)")
 _BUDGET_PER_CLASSIFIER = flags.DEFINE_bool(
@@ -128,11 +127,13 @@ _BUDGET_PER_CLASSIFIER = flags.DEFINE_bool(
     "give each one-vs-rest classifier ε₂ (total K·ε₂, reported) instead of "
     "ε₂/K")
 _NEIGHBOURING = flags.DEFINE_enum(
-    "neighbouring", "replace", ["add_remove", "replace"],
-    "what DP-PCA σ is calibrated for: replace (√2, default) or add_remove "
-    "(1, the paper); the run is always accounted under replace")
+    "neighbouring", options.Relation.REPLACE_ONE.value,
+    options.RELATION_SPELLINGS,
+    "what DP-PCA σ is calibrated for: replace_one (√2, default; 'replace' "
+    "is its old spelling) or add_remove (1, the paper); the run is always "
+    "accounted under replace_one")
 _TOPK = flags.DEFINE_enum(
-    "topk", "eigh", ["eigh", "subspace"],
+    "topk", "eigh", options.TOPK_METHODS,
     "DP-PCA's top-k of the noisy matrix: eigh (exact) or subspace (block "
     "subspace iteration, dpcore.linalg.subspace_top_k's defaults)")
 _BUCKETS = flags.DEFINE_bool(
@@ -146,7 +147,7 @@ _FEDSGD = flags.DEFINE_bool(
     "beside the table's mechanism, run federated DP-SGD (one softmax model, "
     "federated.fedsgd) on the same participants at each ε")
 _FEDSGD_TRUST = flags.DEFINE_enum(
-    "fedsgd_trust", "server", ["server", "local", "participant"],
+    "fedsgd_trust", "server", options.FEDSGD_TRUST_MODELS,
     "federated DP-SGD's trust model: server noise (secure aggregation), "
     "local noise (untrusted server) or participant-level DP")
 _FEDSGD_RATE = flags.DEFINE_float(
@@ -213,17 +214,8 @@ def _value(flag, paper_key=None):
   return flag.value
 
 
-def _positive(value, name, fix) -> None:
-  if value is None or not math.isfinite(value) or value <= 0:
-    raise ValueError(f"--{name}={value} must be a finite number > 0; {fix}.")
-
-
-def _at_least_one(value, name) -> None:
-  if value is None or value < 1:
-    raise ValueError(f"--{name}={value} must be an integer >= 1.")
-
-
 def _epsilons() -> list[float]:
+  """--epsilon parsed (its values are checked by the library)."""
   raw = _value(_EPSILON, "epsilon")
   if not raw:
     raise ValueError("--epsilon is empty; give one or more ε > 0, e.g. "
@@ -231,16 +223,10 @@ def _epsilons() -> list[float]:
   values = []
   for text in raw:
     try:
-      eps = float(text)
+      values.append(float(text))
     except ValueError:
       raise ValueError(f"--epsilon: {text!r} is not a number; give ε > 0, "
                        f"e.g. --epsilon=0.5,2,8.") from None
-    _positive(eps, "epsilon", "e.g. --epsilon=0.5,2,8")
-    if eps > MAX_EPSILON:
-      raise ValueError(f"--epsilon={text} is beyond what the calibrations "
-                       f"handle (ε ≤ {MAX_EPSILON:g}; such a guarantee says "
-                       f"nothing anyway); e.g. --epsilon=0.5,2,8.")
-    values.append(eps)
   if _SWEEP.value and len(values) != 1:
     raise ValueError(f"--epsilon={','.join(raw)}: a sweep takes one ε (the "
                      f"fixed value of the grids over k, n and sizes), e.g. "
@@ -249,25 +235,19 @@ def _epsilons() -> list[float]:
 
 
 def _sizes():
+  """--sizes parsed as whole numbers (checked by ``resolve_sizes``)."""
   if _SIZES.value is None:
     return None
-  if not _SIZES.value:
-    raise ValueError("--sizes is empty; give rows per participant, e.g. "
-                     "--sizes=100,500,1000, or leave it out for "
-                     "--participants x --n_per_participant.")
   try:
-    sizes = [int(s) for s in _SIZES.value]
+    return [int(s) for s in _SIZES.value]
   except ValueError:
     raise ValueError(f"--sizes={','.join(_SIZES.value)}: give whole "
                      f"numbers of rows, e.g. --sizes=100,500.") from None
-  if min(sizes) < 1:
-    raise ValueError(f"--sizes={','.join(_SIZES.value)}: every participant "
-                     f"needs at least one row.")
-  return sizes
 
 
 def _check_distributed() -> bool:
-  """Whether this process joins a multi-process run (flags checked)."""
+  """Whether this process joins a multi-process run (the flags' combination
+  checked; their values are the library's to check)."""
   given = {"coordinator_address": _COORDINATOR_ADDRESS.value,
            "num_processes": _NUM_PROCESSES.value,
            "process_id": _PROCESS_ID.value}
@@ -278,18 +258,6 @@ def _check_distributed() -> bool:
         f"--num_processes and --process_id together, or none of them with "
         f"--distributed to let JAX read them from the cluster.")
   joining = _DISTRIBUTED.value or not missing
-  if not missing:
-    host, _, port = _COORDINATOR_ADDRESS.value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-      raise ValueError(
-          f"--coordinator_address={_COORDINATOR_ADDRESS.value!r} must be "
-          f"host:port, e.g. 127.0.0.1:12355 (process 0's host).")
-    _at_least_one(_NUM_PROCESSES.value, "num_processes")
-    if not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
-      raise ValueError(
-          f"--process_id={_PROCESS_ID.value} must lie in 0 ... "
-          f"{_NUM_PROCESSES.value - 1} for --num_processes="
-          f"{_NUM_PROCESSES.value}.")
   if joining and _SWEEP.value:
     raise ValueError("--sweep runs in one process; leave out --distributed "
                      "and the process flags.")
@@ -300,80 +268,77 @@ def _check_distributed() -> bool:
   return joining
 
 
-def validate() -> dict:
-  """Checks every flag (no data, no JAX); returns the settings.
+def parse() -> dict:
+  """Parses the flags that need it, and checks what only the command line
+  knows (flag combinations, paths); no data, no JAX. The settings' values
+  are checked by the library (:func:`check`).
 
   Raises:
     ValueError: a bad value; the message names the flag and the fix.
   """
   epsilons = _epsilons()
-  delta = _DELTA.value
-  if not (math.isfinite(delta) and 0 < delta < 1):
-    raise ValueError(f"--delta={delta} must lie strictly between 0 and 1, "
-                     f"e.g. --delta=1e-5.")
-  k = _value(_K, "k")
-  participants = _value(_PARTICIPANTS, "participants")
-  n_per = _value(_N_PER, "n_per_participant")
-  for value, name in ((k, "k"), (participants, "participants"),
-                      (n_per, "n_per_participant"),
-                      (_MAX_ITER.value, "max_iter"), (_SEEDS.value, "seeds")):
-    _at_least_one(value, name)
-  if _CHUNK.value is not None:
-    _at_least_one(_CHUNK.value, "participant_chunk")
   memory_budget = None
   if _MEMORY_BUDGET.value != "auto":
     memory_budget = common.parse_bytes(_MEMORY_BUDGET.value,
                                        "--memory_budget")
-  lam = _value(_LAM, "lam")
-  _positive(lam, "lam", "e.g. --lam=1.0 (the paper: 0.01)")
-  _positive(_TOL.value, "tol", "e.g. --tol=1e-8")
-  sizes = _sizes()
-  if not 0.0 <= _FEDSGD_RATE.value <= 1.0:
-    raise ValueError(f"--fedsgd_sampling_rate={_FEDSGD_RATE.value} must be "
-                     f"in [0, 1] (0: min(0.05, 256/N)).")
-  for flag, value in ((_FEDSGD_EPOCHS, "fedsgd_epochs"),
-                      (_FEDSGD_CLIP, "fedsgd_clip"),
-                      (_FEDSGD_LR, "fedsgd_learning_rate")):
-    _positive(flag.value, value, f"e.g. --{value}={flag.default:g}")
   mechanisms = list(_SWEEP_MECHANISMS.value)
-  if _SWEEP.value:
-    if not mechanisms:
-      raise ValueError("--sweep_mechanisms is empty; name one or more of "
-                       f"{', '.join(MECHANISMS)}.")
-    for mech in mechanisms:
-      if mech not in MECHANISMS:
-        raise ValueError(f"--sweep_mechanisms: unknown {mech!r}; choose "
-                         f"from {', '.join(MECHANISMS)}.")
-  if _CALIBRATION.value == "classic" and _MECHANISM.value in (
-      "feddpdr", "dpdr_dpml"):
-    worst = max(epsilons) / 2
-    if worst >= 1:
-      raise ValueError(
-          f"--calibration=classic is proven only for ε₁ < 1, and "
-          f"--epsilon={max(epsilons):g} gives ε₁ = {worst:g}; use "
-          f"--calibration=analytic or --epsilon below 2.")
+  if _SWEEP.value and not mechanisms:
+    raise ValueError("--sweep_mechanisms is empty; name one or more of "
+                     f"{', '.join(MECHANISMS)}.")
   if _DATA_DIR.value is not None and not os.path.isdir(
       os.path.expanduser(_DATA_DIR.value)):
     raise ValueError(f"--data_dir={_DATA_DIR.value!r} is not a directory; "
                      f"give the directory holding the data files, or leave "
                      f"it out.")
-  shape = _known_shape(_DATASET.value)
-  if shape is not None:
-    rows, d, _ = shape
-    _check_rows(rows, sizes, participants, n_per)
-    uses_k = _MECHANISM.value != "dpml" or _BASELINE.value
-    if uses_k and not _SWEEP.value and k > d:
-      raise ValueError(f"--k={k} exceeds the data dimension d={d} of "
-                       f"{_DATASET.value}; choose --k <= {d}.")
   cache = _JAX_CACHE_DIR.value
   if cache and os.path.exists(os.path.expanduser(cache)) and not os.path.isdir(
       os.path.expanduser(cache)):
     raise ValueError(f"--jax_cache_dir={cache!r} is a file; give a "
                      f"directory, or '' to turn the cache off.")
   common.check_output_path(_OUT.value, "--out")
-  return dict(epsilons=epsilons, delta=delta, k=k, participants=participants,
-              n_per=n_per, sizes=sizes, lam=lam, mechanisms=mechanisms,
-              distributed=_check_distributed(), memory_budget=memory_budget)
+  return dict(epsilons=epsilons, delta=_DELTA.value, k=_value(_K, "k"),
+              participants=_value(_PARTICIPANTS, "participants"),
+              n_per=_value(_N_PER, "n_per_participant"), sizes=_sizes(),
+              lam=_value(_LAM, "lam"), mechanisms=mechanisms,
+              distributed=_check_distributed(), memory_budget=memory_budget,
+              shape=_known_shape(_DATASET.value))
+
+
+def check(s: dict, base) -> None:
+  """Every setting checked by the library's validators, before any data
+  is loaded (those that need the data's shape, where it is known without
+  loading; the rest right after loading). Messages name the flags.
+
+  Args:
+    s: :func:`parse`'s settings.
+    base: the FedDPDR settings of the table (its first ε) or the sweep.
+  """
+  # pylint: disable=g-import-not-at-top
+  from federated import distributed, feddpdr
+  from launch.experiments import feddpdr as ex
+  configs = [dataclasses.replace(base, epsilon=eps) for eps in s["epsilons"]]
+  if _BASELINE.value and not _SWEEP.value:
+    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
+  # A sweep sets k itself, within d.
+  d = s["shape"][1] if s["shape"] and not _SWEEP.value else None
+  if _SWEEP.value:
+    ex.check_counts(s["participants"], s["n_per"])
+    for mech in s["mechanisms"]:
+      feddpdr.describe(mech, "--sweep_mechanisms")
+  elif s["shape"] is not None:
+    ex.resolve_sizes(available=s["shape"][0], participants=s["participants"],
+                     n_per=s["n_per"], sizes=s["sizes"])
+  feddpdr.check_settings(configs, d=d, seeds=_SEEDS.value,
+                         participant_chunk=_CHUNK.value, prefix="--")
+  ex.FedSGDRecipe(
+      trust=_FEDSGD_TRUST.value, sampling_rate=_FEDSGD_RATE.value,
+      epochs=_FEDSGD_EPOCHS.value, clip_norm=_FEDSGD_CLIP.value,
+      learning_rate=_FEDSGD_LR.value).check()
+  if None not in (_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
+                  _PROCESS_ID.value):
+    distributed.check_settings(_COORDINATOR_ADDRESS.value,
+                               _NUM_PROCESSES.value, _PROCESS_ID.value,
+                               prefix="--")
 
 
 def _known_shape(dataset: str):
@@ -389,41 +354,16 @@ def _known_shape(dataset: str):
   return KNOWN_SHAPES.get(dataset)
 
 
-def _fix(rows: int, participants: int) -> str:
-  """How to make --participants x --n_per_participant fit in ``rows``."""
-  if participants > rows:
-    return f"lower --participants to at most {rows}"
-  return (f"lower --n_per_participant to at most {rows // participants} "
-          f"or --participants")
-
-
-def _check_rows(rows, sizes, participants, n_per) -> None:
-  if sizes is not None:
-    if sum(sizes) > rows:
-      raise ValueError(
-          f"--sizes asks for {sum(sizes)} rows but {_DATASET.value} has "
-          f"{rows} training rows; lower --sizes.")
-  elif participants * n_per > rows and not _SWEEP.value:
-    raise ValueError(
-        f"--participants={participants} x --n_per_participant={n_per} = "
-        f"{participants * n_per} rows exceeds the {rows} training rows of "
-        f"{_DATASET.value}; {_fix(rows, participants)}.")
-
-
 def main(argv):
   del argv
-  s = validate()
-  # Heavy imports only now: --help and flag mistakes stay fast.
+  s = parse()
+  # Heavy imports only now: --help and flag parsing stay fast.
   with common.heavy_imports():
+    from dpcore import memory  # pylint: disable=g-import-not-at-top
     from federated import feddpdr  # pylint: disable=g-import-not-at-top
     from launch.data import loaders  # pylint: disable=g-import-not-at-top
     from launch.experiments import feddpdr as ex  # pylint: disable=g-import-not-at-top
 
-  if s["distributed"]:  # before any JAX computation
-    from federated import distributed  # pylint: disable=g-import-not-at-top
-    distributed.initialize(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
-                           _PROCESS_ID.value)
-  loaders.check_dataset(_DATASET.value, data_dir=_DATA_DIR.value)
   base = feddpdr.Config(
       mechanism=_MECHANISM.value, epsilon=s["epsilons"][0], delta=s["delta"],
       k=s["k"], lam=s["lam"], loss=_LOSS.value,
@@ -431,10 +371,15 @@ def main(argv):
       model_aggregation=_MODEL_AGGREGATION.value,
       calibration=_CALIBRATION.value,
       budget_per_classifier=_BUDGET_PER_CLASSIFIER.value,
-      neighbouring=_NEIGHBOURING.value, tol=_TOL.value,
+      neighbouring=options.parse_relation(_NEIGHBOURING.value).value,
+      tol=_TOL.value,
       max_iter=_MAX_ITER.value, topk=_TOPK.value)
-  for eps in s["epsilons"]:  # library checks (e.g. classic calibration)
-    dataclasses.replace(base, epsilon=eps).check(d=10**9)
+  check(s, base)
+  if s["distributed"]:  # before any JAX computation
+    from federated import distributed  # pylint: disable=g-import-not-at-top
+    distributed.initialize(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
+                           _PROCESS_ID.value)
+  loaders.check_dataset(_DATASET.value, data_dir=_DATA_DIR.value)
   ex.enable_compilation_cache(_JAX_CACHE_DIR.value)
   if _SWEEP.value:
     ex.sweep(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
@@ -452,9 +397,8 @@ def main(argv):
   ex.check_against_data(base, d=prepared.x_train.shape[1],
                         num_classes=len(prepared.classes), sizes=sizes)
   budget = s["memory_budget"]
-  if budget is None:
-    available = common.available_memory_bytes()
-    budget = None if available is None else available * 3 // 4
+  if budget is None:  # --memory_budget=auto
+    budget = memory.default_budget()
   chunk = ex.memory_chunk(
       base, sizes=sizes, d=prepared.x_train.shape[1],
       num_classes=len(prepared.classes), seeds=_SEEDS.value,

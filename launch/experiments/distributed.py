@@ -4,8 +4,10 @@ Every process calls the same function with the same arguments, after
 :func:`federated.distributed.initialize`. Every process draws the same
 partition from the seed, as :func:`launch.experiments.feddpdr.run_one`
 does, but keeps only the rows of its own block of participants
-(:func:`federated.distributed.local_block`) and places them on its own
-devices; the participant axis spans every process's devices. Process 0
+(:func:`federated.distributed.local_block`); the library's one
+orchestration, :func:`federated.feddpdr.execute`, places them on the
+process's own devices (the participant axis spans every process's
+devices), trains, gathers and sums up, as for one process. Process 0
 emits the record (the fields of ``launch.experiments.feddpdr.run_one``,
 with ``processes``, ``devices`` over all processes, and
 ``devices_per_process``; timings and memory peaks are process 0's); the
@@ -22,9 +24,6 @@ from dpcore import validation
 from federated import distributed, feddpdr, partition
 from launch import common
 from launch.experiments import feddpdr as single
-
-# Evaluated on every participant's own model, so those are gathered.
-LOCAL_MECHANISMS = ("dpml", "dpdr_dpml")
 
 
 def partition_rows(key: jax.Array, n: int, sizes) -> list[np.ndarray]:
@@ -62,9 +61,12 @@ def run_one(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
             participant_chunk: int | None = None) -> dict:
   """One experiment over every process's devices.
 
-  The partition, keys and calibration are those of
-  :func:`launch.experiments.feddpdr.run_one` for the same arguments, so
-  the record's results equal the one-process run's up to rounding.
+  The library's :func:`federated.feddpdr.execute` on this process's block
+  and a mesh over every process (timed by
+  :func:`launch.experiments.feddpdr.timed_execute`). The partition, keys
+  and calibration are those of :func:`launch.experiments.feddpdr.run_one`
+  for the same arguments, so the record's results equal the one-process
+  run's up to rounding.
 
   Raises:
     ValueError: bad settings, or a participant count that does not split
@@ -73,30 +75,16 @@ def run_one(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
   chunk = feddpdr.check_chunk(participant_chunk)
   sizes = tuple(sizes)
   mesh = distributed.global_mesh(len(sizes))
-  num_classes = len(prepared.classes)
   local = local_participants(prepared, sizes=sizes, seed=seed, mesh=mesh)
-  plan = feddpdr.prepare(sizes, d=prepared.x_train.shape[1],
-                         num_classes=num_classes, config=config)
-  feddpdr.check_data(local, prepared.x_test, prepared.y_test,
-                     num_classes=num_classes)
-  key = jax.random.key(seed)
-  with jax.enable_x64(True):
-    args = distributed.train_arguments(jax.random.fold_in(key, 1), local,
-                                       plan, seeds=seeds, mesh=mesh)
-    out, timing = single.timed_training(
-        lambda: feddpdr.train(*args, config=config, num_classes=num_classes,
-                              mesh=mesh, chunk=chunk),
-        timing_repeats, participants=len(sizes), seeds=seeds)
-    host = distributed.gather(
-        out, per_participant=config.mechanism in LOCAL_MECHANISMS)
-    acc, per = feddpdr.evaluate(host, prepared.x_test, prepared.y_test,
-                                config=config, num_classes=num_classes,
-                                chunk=chunk)
-    result = feddpdr.summarise(plan, host, acc, per, config=config)
+  outcome, timing = single.timed_execute(
+      jax.random.fold_in(jax.random.key(seed), 1), local, prepared,
+      config=config, seeds=seeds, timing_repeats=timing_repeats, mesh=mesh,
+      chunk=chunk, sizes=sizes)
   extra = {"devices_per_process": len(jax.local_devices()), **(extra or {})}
   return single.make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                            config=config, result=result, timing=timing,
-                            devices=int(mesh.size), chunk=chunk, extra=extra)
+                            config=config, result=outcome.summary,
+                            timing=timing, devices=int(mesh.size),
+                            chunk=outcome.chunk, extra=extra)
 
 
 def budget_table(prepared: single.Prepared, *, sizes, seed: int, seeds: int,

@@ -38,8 +38,8 @@ KEY_FIELDS = ("sweep", "dataset", "mechanism", "epsilon", "delta", "k",
 # The settings a non-private run does not use: null in its record.
 BUDGET_FIELDS = ("epsilon", "delta", "calibration", "budget_per_classifier",
                  "pca_fraction", "neighbouring")
-LABELS = {"nonpriv": "Non-Priv", "dpml": "DPML", "dpdr_dpml": "DPDR-DPML",
-          "feddpdr": "FedDPDR-DPML", "fedsgd": "Fed DP-SGD"}
+LABELS = {**{name: m.label for name, m in feddpdr.DESCRIPTIONS.items()},
+          "fedsgd": "Fed DP-SGD"}
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dpjax", "jax")
 # On the CPU the training program is compiled at LLVM optimisation level 1.
 # Its run time is in LAPACK's eigh and in matrix products, which the level
@@ -113,6 +113,14 @@ def _fix(rows: int, participants: int) -> str:
           f"or --participants")
 
 
+def check_counts(participants: int, n_per: int) -> None:
+  """``--participants`` and ``--n_per_participant`` are both >= 1."""
+  if participants < 1 or n_per < 1:
+    raise ValueError(
+        f"--participants={participants} and --n_per_participant={n_per} "
+        f"must both be >= 1.")
+
+
 def resolve_sizes(*, available: int, participants: int, n_per: int,
                   sizes) -> tuple[int, ...]:
   """Participant sizes from the flags, checked against the training rows.
@@ -135,10 +143,7 @@ def resolve_sizes(*, available: int, participants: int, n_per: int,
           f"--sizes={','.join(map(str, sizes))} asks for {sum(sizes)} rows "
           f"but the data set has {available} training rows; lower --sizes.")
     return partition.check_sizes(sizes, available)
-  if participants < 1 or n_per < 1:
-    raise ValueError(
-        f"--participants={participants} and --n_per_participant={n_per} "
-        f"must both be >= 1.")
+  check_counts(participants, n_per)
   if participants * n_per > available:
     raise ValueError(
         f"--participants={participants} x --n_per_participant={n_per} = "
@@ -149,10 +154,9 @@ def resolve_sizes(*, available: int, participants: int, n_per: int,
 
 def check_against_data(config: feddpdr.Config, *, d: int, num_classes: int,
                        sizes) -> None:
-  """The checks that need the data's shape, with the flags' names."""
-  if config.mechanism != "dpml" and config.k > d:
-    raise ValueError(f"--k={config.k} exceeds the data dimension d={d}; "
-                     f"choose --k <= {d}.")
+  """The library's checks that need the data's shape (the settings named
+  as flags), and the calibration of these participants."""
+  config.check(d=d, prefix="--")
   if num_classes < 2:
     raise ValueError(f"the data set has {num_classes} class(es); a "
                      f"classifier needs at least 2.")
@@ -164,7 +168,7 @@ def record_settings(config: feddpdr.Config) -> dict:
               for f in dataclasses.fields(config)}
   if not config.private:
     settings.update({f: None for f in BUDGET_FIELDS})
-  if config.mechanism == "dpml":
+  if not config.description.reduces:
     settings["k"] = None  # no PCA
   return settings
 
@@ -228,7 +232,9 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   from the persistent cache, plus one run; ``seconds``: median of
   ``timing_repeats`` further runs). ``shard`` splits the participant axis
   over the local devices; ``participant_chunk`` maps that many
-  participants at a time (:func:`federated.feddpdr.run`). Prints a
+  participants at a time. The library's :func:`federated.feddpdr.execute`
+  calibrates, trains, evaluates and sums up (:func:`timed_execute`); this
+  adds the partition, the timing and the record. Prints a
   progress line after the partition and after training.
 
   Returns:
@@ -256,31 +262,51 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
       f"partitioned {len(sizes)} participants "
       f"({time.perf_counter() - start:.1f} s"
       f"{f'; {len(parts.groups)} buckets' if bucketed else ''})")
-  num_classes = len(prepared.classes)
-  plan = feddpdr.prepare(parts.sizes, d=prepared.x_train.shape[1],
-                         num_classes=num_classes, config=config)
-  feddpdr.check_data(parts, prepared.x_test, prepared.y_test,
-                     num_classes=num_classes)
-  with jax.enable_x64(True):
-    args = feddpdr.train_arguments(jax.random.fold_in(key, 1), parts, plan,
-                                   seeds=seeds, mesh=mesh)
-    train = training_program(args, config=config, num_classes=num_classes,
-                             mesh=mesh, chunk=chunk)
-    out, timing = timed_training(
-        lambda: train(*args),
-        timing_repeats, participants=len(sizes), seeds=seeds)
-    acc, per = feddpdr.evaluate(out, prepared.x_test, prepared.y_test,
-                                config=config, num_classes=num_classes,
-                                chunk=chunk)
-    result = feddpdr.summarise(plan, out, acc, per, config=config)
-  if feddpdr.program(config).mechanism == "feddpdr":
-    result["captured_variance"] = captured_variance(parts, out.global_basis,
-                                                    k=config.k)
+  outcome, timing = timed_execute(
+      jax.random.fold_in(key, 1), parts, prepared, config=config,
+      seeds=seeds, timing_repeats=timing_repeats, mesh=mesh, chunk=chunk)
+  result = outcome.summary
+  if config.description.federated:
+    result["captured_variance"] = captured_variance(
+        parts, outcome.output.global_basis, k=config.k)
   return make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
                      config=config, result=result, timing=timing,
                      devices=1 if mesh is None else int(mesh.size),
-                     chunk=chunk, extra=extra, bucketed=bucketed,
+                     chunk=outcome.chunk, extra=extra, bucketed=bucketed,
                      options=compiler_options(mesh))
+
+
+def timed_execute(key: jax.Array, participants, prepared: Prepared, *,
+                  config: feddpdr.Config, seeds: int, timing_repeats: int = 1,
+                  mesh=None, chunk: int | None = None, sizes=None):
+  """:func:`federated.feddpdr.execute` on ``prepared``'s test set, its
+  training compiled by :func:`training_program` and timed by
+  :func:`timed_training`.
+
+  ``sizes``: every participant's rows where ``participants`` is only this
+  process's block (a mesh over several processes).
+
+  Returns:
+    ``(outcome, timing)``: the library's :class:`federated.feddpdr.Outcome`
+    and :func:`timed_training`'s timing dict.
+  """
+  timing = {}
+  count = len(participants.sizes if sizes is None else sizes)
+
+  def train_with(job: feddpdr.TrainingJob) -> feddpdr.TrainOutput:
+    train = training_program(job.args, config=job.program,
+                             num_classes=job.num_classes, mesh=job.mesh,
+                             chunk=job.chunk)
+    out, measured = timed_training(lambda: train(*job.args), timing_repeats,
+                                   participants=count, seeds=seeds)
+    timing.update(measured)
+    return out
+
+  outcome = feddpdr.execute(
+      key, participants, prepared.x_test, prepared.y_test,
+      num_classes=len(prepared.classes), config=config, seeds=seeds,
+      mesh=mesh, participant_chunk=chunk, sizes=sizes, train_with=train_with)
+  return outcome, timing
 
 
 def compiler_options(mesh=None) -> dict:
@@ -409,7 +435,7 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "mechanism": config.mechanism,
       "epsilon": config.epsilon if config.private else None,
       "delta": config.delta if config.private else None,
-      "k": config.k if config.mechanism != "dpml" else None,
+      "k": config.k if config.description.reduces else None,
       "participants": len(sizes),
       "sizes": list(sizes),
       "accuracy": result.pop("accuracy"),
@@ -640,46 +666,24 @@ def memory_chunk(base: feddpdr.Config, *, sizes, d: int, num_classes: int,
                  chunk: int | None, processes: int = 1) -> int | None:
   """The participant chunk of the main table's training, memory-checked.
 
-  With ``chunk`` given (``--participant_chunk``), the estimate
-  (:func:`federated.feddpdr.memory_estimate`) at that chunk must fit the
-  budget; otherwise the largest chunk that fits is chosen for every run of
-  the table (:func:`federated.feddpdr.choose_chunk`; None: all at once).
-  A participant count split over ``processes`` is estimated per process.
-  Prints the choice when it is not "all at once". ``budget`` None (no
-  figure for the available memory): ``chunk`` as given.
+  :func:`federated.feddpdr.plan_chunk` over the table's runs
+  (:func:`table_configs`; messages name the flags): ``chunk``
+  (``--participant_chunk``) checked against the budget, or else the
+  largest chunk that fits every run (None: all at once). Prints the
+  choice when it is not "all at once".
 
   Raises:
     ValueError: one line naming the estimate, the budget and the flags.
   """
-  if budget is None:
-    return chunk
-  count = -(-len(sizes) // max(1, processes))
-  n_max = int(max(sizes))
   configs = table_configs(base, [base.epsilon], baseline=baseline)
-  gib = 2**30
-  if chunk is not None:
-    worst = max(feddpdr.memory_estimate(
-        count, n_max, d, config=c, num_classes=num_classes, seeds=seeds,
-        chunk=chunk) for c in configs)
-    if worst > budget:
-      raise ValueError(
-          f"--participant_chunk={chunk} needs an estimated "
-          f"{worst / gib:.2f} GiB, above the memory budget of "
-          f"{budget / gib:.2f} GiB; give a smaller --participant_chunk, "
-          f"leave it out to have one chosen, or raise --memory_budget.")
-    return chunk
-  chosen, estimate = None, 0
-  for config in configs:
-    c, e = feddpdr.choose_chunk(count, n_max, d, config=config,
-                                num_classes=num_classes, seeds=seeds,
-                                budget=budget)
-    if c is not None and (chosen is None or c < chosen):
-      chosen = c
-    estimate = max(estimate, e)
-  if chosen is not None:
+  chosen, estimate = feddpdr.plan_chunk(
+      configs, sizes=sizes, d=d, num_classes=num_classes, seeds=seeds,
+      budget=budget, chunk=chunk, processes=processes, prefix="--")
+  if chosen is not None and chunk is None:
+    count = -(-len(sizes) // max(1, processes))
     common.progress(
         f"participant chunk {chosen} of {count} (estimated "
-        f"{estimate / gib:.1f} GiB of a {budget / gib:.1f} GiB memory "
+        f"{estimate / 2**30:.1f} GiB of a {budget / 2**30:.1f} GiB memory "
         f"budget; --participant_chunk or --memory_budget to change)")
   return chosen
 

@@ -269,6 +269,70 @@ def test_processes_give_the_one_device_run(tmp_path, processes, devices):
   layouts.assert_same_runs(got, want, parts, x_test, mechanism="feddpdr")
 
 
+# The library's one orchestration over two processes: each holds its
+# block of participants, execute builds the global arrays, trains, gathers
+# every participant's model (DPDR-DPML is scored on each) and sums up.
+_EXECUTE_SCRIPT = """
+    from federated import distributed
+    distributed.initialize(ADDRESS, NUM, PID)
+    import jax
+    import numpy as np
+    from federated import feddpdr
+    from tests.federated import layouts
+    parts, x_test, y_test = layouts.problem(4)
+    mesh = distributed.global_mesh(4)
+    start, stop = distributed.local_block(mesh, 4)
+    local = parts._replace(x=parts.x[start:stop], y=parts.y[start:stop],
+                           mask=parts.mask[start:stop],
+                           sizes=parts.sizes[start:stop])
+    jobs = []
+    def train_with(job):
+      jobs.append(job)
+      return job()
+    got = feddpdr.execute(
+        jax.random.key(2), local, x_test, y_test,
+        num_classes=layouts.NUM_CLASSES, config=layouts.config("dpdr_dpml"),
+        seeds=2, mesh=mesh, sizes=parts.sizes, train_with=train_with)
+    assert len(jobs) == 1 and jobs[0].mesh is mesh
+    assert isinstance(got.output.bases, np.ndarray)  # gathered to the host
+    if PID == 0:
+      np.savez(OUT, sigma=got.plan.sigma,
+               per=np.asarray(got.summary["accuracy_per_participant"]),
+               epsilon=got.summary["privacy"]["epsilon"])
+"""
+
+
+@pytest.mark.slow
+def test_execute_over_processes_is_the_one_process_run(tmp_path):
+  got = _launch(_EXECUTE_SCRIPT, processes=2, devices=1, tmp_path=tmp_path)
+  parts, x_test, y_test = layouts.problem(4)
+  config = layouts.config("dpdr_dpml")
+  want = feddpdr.execute(jax.random.key(2), parts, x_test, y_test,
+                         num_classes=layouts.NUM_CLASSES, config=config,
+                         seeds=2)
+  np.testing.assert_array_equal(got["sigma"], want.plan.sigma)
+  assert float(got["epsilon"]) == want.summary["privacy"]["epsilon"]
+  per = np.asarray(want.summary["accuracy_per_participant"])
+  assert got["per"].shape == per.shape == (2, 4)
+  # Rounding may move a test prediction or two of a local model (the
+  # layouts module's premise checks are about the bases, not the scores).
+  np.testing.assert_allclose(got["per"], per, atol=0.05)
+  with pytest.raises(ValueError, match="sizes not given"):
+    feddpdr.execute(jax.random.key(2), parts, x_test, y_test,
+                    num_classes=layouts.NUM_CLASSES, config=config,
+                    mesh=_TwoProcessMesh())
+
+
+class _TwoProcessMesh:
+  """Looks like a mesh over two processes (only its devices are read)."""
+
+  class _Device:
+    def __init__(self, process_index):
+      self.process_index = process_index
+
+  devices = np.asarray([_Device(0), _Device(1)], dtype=object)
+
+
 def test_initialize_refuses_bad_settings():
   # Every check runs before jax.distributed is touched.
   with pytest.raises(ValueError, match="process_id=2 must be an integer in"):
@@ -283,6 +347,11 @@ def test_initialize_refuses_bad_settings():
     distributed.initialize("127.0.0.1:99999", 2, 0)
   with pytest.raises(ValueError, match="process_id not given"):
     distributed.initialize("127.0.0.1:1234", 2)
+  # A command line's flags, named as flags.
+  with pytest.raises(ValueError, match="^--process_id=2 must be"):
+    distributed.check_settings("127.0.0.1:1234", 2, 2, prefix="--")
+  with pytest.raises(ValueError, match="^--coordinator_address="):
+    distributed.check_settings("nohost", 2, 0, prefix="--")
 
 
 def test_participant_blocks():

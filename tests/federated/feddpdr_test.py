@@ -279,6 +279,103 @@ def test_config_rejects_an_unknown_topk():
     feddpdr.Config(topk="lanczos").check(d=30)
 
 
+def test_config_is_static_plus_the_budget():
+  static = [f.name for f in dataclasses.fields(feddpdr.Static)]
+  config = [f.name for f in dataclasses.fields(feddpdr.Config)]
+  assert config[:len(static)] == static
+  assert set(config[len(static):]) == {
+      "epsilon", "delta", "calibration", "budget_per_classifier",
+      "pca_fraction", "neighbouring"}
+  # The program's key is a plain Static: no budget reaches the jit cache.
+  assert type(feddpdr.Config(epsilon=3.0).static) is feddpdr.Static
+  assert type(feddpdr.program(feddpdr.Config())) is feddpdr.Static
+
+
+def test_every_mechanism_is_described_once():
+  assert tuple(feddpdr.DESCRIPTIONS) == feddpdr.MECHANISMS
+  for name, mech in feddpdr.DESCRIPTIONS.items():
+    assert mech.name == name and feddpdr.describe(name) is mech
+    program = feddpdr.describe(mech.program)
+    # A mechanism runs a private program that reduces and aggregates as
+    # it does; only the noise (its plan) may differ.
+    assert program.program == program.name and program.private
+    assert (program.reduces, program.federated) == (mech.reduces,
+                                                   mech.federated)
+  assert [m for m, d in feddpdr.DESCRIPTIONS.items() if not d.private] == [
+      "nonpriv"]
+  with pytest.raises(ValueError, match="--sweep_mechanisms must be one of"):
+    feddpdr.describe("fedavg", "--sweep_mechanisms")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(epsilon=0.0), "^--epsilon must be > 0"),
+    (dict(epsilon=2e6), "^--epsilon=2e\\+06 is beyond"),
+    (dict(k=40), "^--k=40 exceeds the data dimension d=30; choose --k <= 30"),
+    (dict(calibration="classic", epsilon=2.0), "^--calibration=classic is "
+     "proven only for ε₁ < 1, and --epsilon=2 gives ε₁ = 1"),
+    (dict(neighbouring="swap"), "^--neighbouring must be one of"),
+    (dict(mechanism="fedavg"), "^--mechanism must be one of"),
+])
+def test_settings_are_checked_once_with_the_callers_names(change, message):
+  # The launch script hands its flags to these checks (prefix "--").
+  config = dataclasses.replace(feddpdr.Config(k=5), **change)
+  with pytest.raises(ValueError, match=message):
+    feddpdr.check_settings([config], d=30, prefix="--")
+  with pytest.raises(ValueError, match=message.replace("--", "")):
+    config.check(d=30)
+
+
+def test_settings_that_pass():
+  # dpml never projects (k above d is unused); classic calibration holds
+  # for ε₁ < 1 and is not asked of mechanisms without DP-PCA; the old
+  # spelling of the relation is accepted.
+  feddpdr.check_settings([
+      feddpdr.Config(mechanism="dpml", k=40),
+      feddpdr.Config(mechanism="dpml", calibration="classic", epsilon=8.0),
+      feddpdr.Config(calibration="classic", epsilon=1.9),
+      feddpdr.Config(neighbouring="replace"),
+      feddpdr.Config(neighbouring="add_remove")], d=30, seeds=2,
+      participant_chunk=3)
+  assert feddpdr.Config().neighbouring == "replace_one"
+  for bad, message in ((dict(seeds=0), "^--seeds"),
+                       (dict(participant_chunk=0), "^--participant_chunk")):
+    with pytest.raises(ValueError, match=message):
+      feddpdr.check_settings([feddpdr.Config()], prefix="--", **bad)
+
+
+def test_execute_hands_its_training_call_to_the_harness():
+  # execute is the one orchestration: a harness's train_with gets the very
+  # call execute would make, and what it returns is what gets evaluated.
+  x, labels = _blobs(200, 6, 3, 4)
+  parts = partition.partition(jax.random.key(0), x[:150], labels[:150],
+                              sizes=(70, 80))
+  config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=4.0, k=2, lam=1.0)
+  kw = dict(num_classes=3, config=config, seeds=2)
+  jobs = []
+
+  def train_with(job):
+    jobs.append(job)
+    return job()
+
+  got = feddpdr.execute(jax.random.key(1), parts, x[150:], labels[150:],
+                        train_with=train_with, participant_chunk=1, **kw)
+  (job,) = jobs
+  assert job.program == feddpdr.program(config) and job.chunk == 1
+  assert job.num_classes == 3 and job.mesh is None
+  assert got.chunk == 1
+  assert got.summary == feddpdr.run(jax.random.key(1), parts, x[150:],
+                                    labels[150:], participant_chunk=1, **kw)
+  assert len(got.summary["accuracy_per_participant"]) == 2
+  # A memory budget too small even for one participant is refused before
+  # any training; one that fits all at once leaves the chunk alone.
+  with pytest.raises(ValueError, match="even one at a time"):
+    feddpdr.execute(jax.random.key(1), parts, x[150:], labels[150:],
+                    memory_budget=1000, train_with=train_with, **kw)
+  assert len(jobs) == 1
+  assert feddpdr.execute(jax.random.key(1), parts, x[150:], labels[150:],
+                         memory_budget=2**40, **kw).chunk is None
+
+
 def test_participant_keys_do_not_depend_on_the_number_of_participants():
   key = jax.random.key(9)
   pca3, fit3 = feddpdr.participant_keys(key, 3)

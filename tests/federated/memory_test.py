@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dpcore import memory
 from federated import feddpdr
 
 D, N_MAX, K, CLASSES, SEEDS = 16, 8, 2, 3, 1
@@ -104,9 +105,10 @@ def test_the_chosen_chunk_is_the_largest_that_fits():
   # even one participant at a time does not.
   assert feddpdr.choose_chunk(1000, 60, 784, budget=whole, **kw) == (
       None, whole)
-  with pytest.raises(ValueError, match=r"GiB even one participant.*"
+  with pytest.raises(memory.MemoryBudgetError,
+                     match=r"1000 participants .*GiB even one at a time.*"
                      r"--memory_budget"):
-    feddpdr.choose_chunk(1000, 60, 784, budget=one - 1, **kw)
+    feddpdr.choose_chunk(1000, 60, 784, budget=one - 1, prefix="--", **kw)
   # The estimate grows with the chunk, the seeds and d², not with nothing.
   assert feddpdr.memory_estimate(1000, 60, 784, chunk=10, **kw) < (
       feddpdr.memory_estimate(1000, 60, 784, chunk=20, **kw))
@@ -132,3 +134,32 @@ def test_the_estimate_is_above_xlas_own_accounting(mechanism, chunk, seeds):
                                      num_classes=classes, seeds=seeds,
                                      chunk=chunk)
   assert xla <= estimate <= 4 * xla, (xla, estimate)
+
+
+def test_one_chunk_for_several_runs_fits_them_all():
+  # The baseline's program and a DPML run differ in what a participant
+  # holds: the chunk chosen for both is the smaller of their own choices,
+  # and a given chunk is checked against the larger estimate.
+  dpml = feddpdr.Config(mechanism="dpml", k=20, epsilon=1.0)
+  kw = dict(sizes=[60] * 1000, d=784, num_classes=10, seeds=3)
+  budget = 16 * 2**30  # both need a chunk: 58 and 45 GiB at once
+  one = [feddpdr.choose_chunk(1000, 60, 784, config=c, num_classes=10,
+                              seeds=3, budget=budget) for c in (CONFIG, dpml)]
+  chunk, estimate = feddpdr.plan_chunk([CONFIG, dpml], budget=budget, **kw)
+  assert one[0][0] != one[1][0]
+  assert chunk == min(c for c, _ in one)
+  assert estimate == max(e for _, e in one)
+  # Split over two processes, each holds (and estimates) 500.
+  assert feddpdr.plan_chunk([CONFIG], budget=budget, processes=2, **kw) == (
+      feddpdr.choose_chunk(500, 60, 784, config=CONFIG, num_classes=10,
+                           seeds=3, budget=budget))
+  assert feddpdr.plan_chunk([CONFIG], budget=None, chunk=7, **kw) == (7,
+                                                                      None)
+  assert feddpdr.plan_chunk([CONFIG], budget=budget, chunk=10, **kw) == (
+      10, feddpdr.memory_estimate(1000, 60, 784, config=CONFIG,
+                                  num_classes=10, seeds=3, chunk=10))
+  with pytest.raises(memory.MemoryBudgetError,
+                     match=r"^participant_chunk=1000 needs .*GiB"):
+    feddpdr.plan_chunk([CONFIG, dpml], budget=budget, chunk=1000, **kw)
+  with pytest.raises(ValueError, match="--participant_chunk"):
+    feddpdr.plan_chunk([CONFIG], budget=budget, chunk=0, prefix="--", **kw)

@@ -43,7 +43,8 @@ BEFORE_LOAD = {
     "epsilon_text": (["--epsilon=abc"], "--epsilon"),
     "epsilon_empty": (["--epsilon="], "--epsilon"),
     "epsilon_inf": (["--epsilon=inf"], "--epsilon"),
-    "epsilon_huge": (["--epsilon=1e300"], "--epsilon=1e300"),
+    # The library's check (dpcore.calibration.check_calibrated_epsilon).
+    "epsilon_huge": (["--epsilon=1e300"], "--epsilon=1e+300"),
     "epsilon_two_in_sweep": (["--sweep=fig3", "--epsilon=0.1,1"],
                              "--epsilon"),
     "delta_zero": (["--delta=0"], "--delta"),
@@ -89,6 +90,13 @@ BEFORE_LOAD = {
     "shard": (["--shard_participants=maybe"], "shard_participants"),
     "data_dir": (["--data_dir=/nonexistent/feddpdr"], "--data_dir"),
     "dataset": (["--dataset=nosuch"], "nosuch"),
+    # Checked by federated.distributed.check_settings, before joining.
+    "coordinator_address": (["--coordinator_address=nohost",
+                             "--num_processes=2", "--process_id=0"],
+                            "--coordinator_address"),
+    "process_id": (["--coordinator_address=127.0.0.1:1", "--num_processes=2",
+                    "--process_id=2"], "--process_id=2"),
+    "process_flags_partial": (["--num_processes=2"], "--coordinator_address"),
 }
 
 
