@@ -7,6 +7,8 @@ Two halves, so that the steps run are the steps accounted:
   :func:`dpcore.dpsgd.num_steps`), C, σ and the padded batch size B. Its
   :meth:`DPSGDPlan.record` writes the ledger entries of exactly that run
   (T Poisson-subsampled Gaussian steps and the padding's truncation event).
+  :func:`nonprivate_plan` describes the same batches without clipping or
+  noise (a reference run; it has no guarantee and refuses to be recorded).
 * :func:`train` runs the plan: one ``lax.scan`` over T steps, each drawing
   a Poisson batch (O(B) geometric gaps when B ≪ N), forming the clipped
   sum of per-example gradients of ``loss(params, example)`` — without
@@ -42,6 +44,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -49,7 +52,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpcore import accounting, clipping, dpsgd, ghost, validation
+from dpcore import accounting, clipping, dpsgd, ghost, options, validation
+
+RELATION = options.Relation.ADD_REMOVE
+"""DP-SGD's relation: Poisson subsampling's amplification is proven for
+one row added or removed."""
 
 PyTree = Any
 ClippedSumFn = Callable[[PyTree, PyTree, jax.Array, float], PyTree]
@@ -74,6 +81,8 @@ class DPSGDPlan:
     sampler_departure: a bound on the total variation between the run's
       sampled batches and exact Poisson sampling
       (:func:`dpcore.dpsgd.sampler_departure`; 0 for ``"bernoulli"``).
+    private: False only for :func:`nonprivate_plan`'s plans: no clipping
+      (C = ∞), no noise, no guarantee.
   """
   num_examples: int
   sampling_rate: float
@@ -84,6 +93,7 @@ class DPSGDPlan:
   truncation_probability: float
   sampler: str = "bernoulli"
   sampler_departure: float = 0.0
+  private: bool = True
 
   @property
   def expected_batch_size(self) -> float:
@@ -104,7 +114,16 @@ class DPSGDPlan:
       padding_label: the truncation entry's label.
       sampler_label: the label of the sampler's departure from exact
         Poisson sampling (recorded only when it is above 0).
+
+    Raises:
+      ValueError: the plan has no guarantee (:func:`nonprivate_plan`, or
+        σ = 0).
     """
+    if not self.private:
+      raise ValueError(
+          "this plan is non-private (trainer.nonprivate_plan: no clipping, "
+          "no noise): it has no DP guarantee to record; report "
+          "accounting.no_guarantee_record(accounting.NON_PRIVATE) instead.")
     if self.noise_multiplier <= 0:
       raise ValueError(
           "this plan has noise_multiplier=0 (no noise): it has no DP "
@@ -113,7 +132,7 @@ class DPSGDPlan:
     ledger.record_subsampled_gaussian(
         noise_multiplier=self.noise_multiplier,
         sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
-        label=label)
+        label=label, relation=RELATION)
     ledger.record_truncation(self.truncation_probability,
                              label=padding_label)
     if self.sampler_departure > 0:
@@ -174,6 +193,42 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
                    departure)
 
 
+def nonprivate_plan(num_examples: int, *, sampling_rate: float,
+                    steps: int | None = None, epochs: float | None = None,
+                    max_batch: int | None = None,
+                    overflow_probability: float = 1e-9,
+                    sampler: str = "auto") -> DPSGDPlan:
+  """A plan for plain minibatch SGD over DP-SGD's Poisson batches.
+
+  The batches (q, T, B, sampler) are those :func:`make_plan` gives for the
+  same arguments, so a private and a non-private run of one key see the
+  same rows; :func:`train` then sums the unclipped gradients (C = ∞),
+  adds no noise and divides by qN. The plan says so (``private=False``)
+  and :meth:`DPSGDPlan.record` refuses it.
+
+  Args:
+    num_examples: N.
+    sampling_rate: q in (0, 1].
+    steps: T; or
+    epochs: E (exactly one of the two).
+    max_batch: B (default as in :func:`make_plan`).
+    overflow_probability: target P(truncation) for the default B.
+    sampler: as in :func:`make_plan`.
+
+  Returns:
+    A :class:`DPSGDPlan` with ``private=False``, ``clip_norm=inf`` and
+    ``noise_multiplier=0``.
+
+  Privacy: none; a run of it reports
+  ``accounting.no_guarantee_record(accounting.NON_PRIVATE)``.
+  """
+  plan = make_plan(num_examples, sampling_rate=sampling_rate, clip_norm=1.0,
+                   noise_multiplier=0.0, steps=steps, epochs=epochs,
+                   max_batch=max_batch,
+                   overflow_probability=overflow_probability, sampler=sampler)
+  return dataclasses.replace(plan, clip_norm=math.inf, private=False)
+
+
 class TrainKeys(NamedTuple):
   """The two random streams of a run: batch sampling and gradient noise.
 
@@ -195,7 +250,8 @@ class TrainResult(NamedTuple):
   """Output of :func:`train`.
 
   Attributes:
-    params: the trained parameters (released under the plan's guarantee).
+    params: the trained parameters (released under the plan's guarantee;
+      none for a :func:`nonprivate_plan`).
     overflow_steps: steps whose Poisson batch exceeded B (rows dropped);
       the chance of any is bounded by the plan's truncation probability.
   """
@@ -230,8 +286,22 @@ def _check_data(data, num_examples):
           f"{jnp.shape(leaf)}.")
 
 
-def _resolve_clipped_sum(loss, clipped_sum) -> ClippedSumFn:
-  if clipped_sum is None and isinstance(loss, ghost.LayeredLoss):
+def _unclipped_sum(loss: Callable[[PyTree, PyTree], jax.Array]
+                   ) -> ClippedSumFn:
+  """Σᵢ maskᵢ · ∇ℓᵢ, one gradient of the masked sum (a non-private plan)."""
+  per_example_loss = jax.vmap(loss, in_axes=(None, 0))
+
+  def unclipped_sum(params, batch, mask, clip_norm):
+    del clip_norm  # ∞ in a non-private plan: nothing is clipped
+    return jax.grad(
+        lambda p: jnp.sum(mask * per_example_loss(p, batch)))(params)
+
+  return unclipped_sum
+
+
+def _resolve_clipped_sum(loss, clipped_sum, plan) -> ClippedSumFn:
+  if clipped_sum is None and plan.private and isinstance(
+      loss, ghost.LayeredLoss):
     return loss.clipped_sum
   if clipped_sum is None:
     if loss is None:
@@ -239,6 +309,8 @@ def _resolve_clipped_sum(loss, clipped_sum) -> ClippedSumFn:
     if not callable(loss):
       raise TypeError(
           f"loss must be a function loss(params, example), got {loss!r}.")
+    if not plan.private:
+      return _unclipped_sum(loss)
     return per_example_clipped_sum(loss)
   if not callable(clipped_sum):
     raise TypeError(f"clipped_sum must be a function, got {clipped_sum!r}.")
@@ -268,7 +340,7 @@ def clipped_batch_sum(sampling_key: jax.Array, plan: DPSGDPlan, step,
     raise ValueError(f"plan must come from make_plan, got {type(plan)}.")
   data = jax.tree.map(jnp.asarray, data)
   _check_data(data, plan.num_examples)
-  clipped_sum = _resolve_clipped_sum(loss, clipped_sum)
+  clipped_sum = _resolve_clipped_sum(loss, clipped_sum, plan)
   return _clipped_batch_sum(sampling_key, plan, step, clipped_sum, params,
                             data)
 
@@ -283,6 +355,17 @@ def _clipped_batch_sum(sampling_key, plan, step, clipped_sum, params, data):
   return total, batch.size > plan.max_batch
 
 
+def _divide(divisor: float) -> optax.GradientTransformation:
+  """The non-private plan's aggregation: the sum over qN, no noise."""
+
+  def update_fn(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda g: g / divisor, updates), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(),
+                                      update_fn)
+
+
 def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
           loss: Callable[[PyTree, PyTree], jax.Array] | None,
           params: PyTree, data: PyTree,
@@ -294,12 +377,16 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
 
   Step t: a Poisson batch at rate q padded to B rows; the clipped sum
   Σ_batch clip_C(∇ℓᵢ); plus N(0, σ²C²I); divided by qN; one step of
-  ``optimizer``; then ``post_update`` (e.g. a projection).
+  ``optimizer``; then ``post_update`` (e.g. a projection). A plan from
+  :func:`nonprivate_plan` runs the same steps on the same batches with the
+  plain sum Σ_batch ∇ℓᵢ (C = ∞; by default the gradient of the masked sum
+  of ``loss``) and no noise: plain minibatch SGD, for reference.
 
   Args:
     key: a PRNG key (split by :func:`split_keys`) or explicit
       :class:`TrainKeys`.
-    plan: from :func:`make_plan`; its steps, q, C, σ and B are what run.
+    plan: from :func:`make_plan` (or :func:`nonprivate_plan`); its steps,
+      q, C, σ and B are what run.
     loss: per-example loss ``loss(params, example)``, ``example`` one row
       of ``data`` (same pytree, leading axis removed). A
       :class:`dpcore.ghost.LayeredLoss` (``ghost.layered(fn)``) takes the
@@ -317,7 +404,8 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
       bound every example's contribution by C in joint L2 norm: the
       guarantee rests on it. Default: the layered loss's
       :meth:`~dpcore.ghost.LayeredLoss.clipped_sum`, else
-      :func:`per_example_clipped_sum` (``vmap(grad)``).
+      :func:`per_example_clipped_sum` (``vmap(grad)``). Under a
+      non-private plan C = ∞: the masked sum of unclipped gradients.
     post_update: optional ``params -> params`` after every step
       (post-processing).
     unroll: steps per trip of the ``lax.scan`` loop (a speed setting: the
@@ -336,7 +424,8 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
   Poisson-subsampled Gaussian mechanism (sensitivity C, noise σC) and T
   of them compose as ``plan.record`` states; the padding to B departs
   from it with probability ≤ ``plan.truncation_probability``, also
-  recorded. ``params`` and ``optimizer`` must not depend on the data.
+  recorded. ``params`` and ``optimizer`` must not depend on the data. A
+  :func:`nonprivate_plan` run has no guarantee.
   """
   if not isinstance(plan, DPSGDPlan):
     raise ValueError(f"plan must come from make_plan, got {type(plan)}.")
@@ -348,16 +437,19 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
     keys = split_keys(validation.check_key(key))
   data = jax.tree.map(jnp.asarray, data)
   _check_data(data, plan.num_examples)
-  clipped_sum = _resolve_clipped_sum(loss, clipped_sum)
+  clipped_sum = _resolve_clipped_sum(loss, clipped_sum, plan)
   unroll = validation.check_positive_int(unroll, "unroll")
   if not hasattr(optimizer, "update"):
     raise TypeError(
         f"optimizer must be an optax GradientTransformation, got "
         f"{optimizer!r}; e.g. optax.sgd(0.1).")
-  aggregate = dpsgd.dp_aggregate(
-      keys.noise, clip_norm=plan.clip_norm,
-      noise_multiplier=plan.noise_multiplier,
-      expected_batch_size=plan.expected_batch_size, presummed=True)
+  if plan.private:
+    aggregate = dpsgd.dp_aggregate(
+        keys.noise, clip_norm=plan.clip_norm,
+        noise_multiplier=plan.noise_multiplier,
+        expected_batch_size=plan.expected_batch_size, presummed=True)
+  else:
+    aggregate = _divide(plan.expected_batch_size)
   tx = optax.chain(aggregate, optimizer)
 
   def step(carry, t):

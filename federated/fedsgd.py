@@ -47,7 +47,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +60,7 @@ from dpcore import (
   dpsgd,
   ghost,
   noise,
+  options,
   trainer,
   validation,
 )
@@ -67,11 +68,14 @@ from dpcore import (
 PyTree = Any
 
 __all__ = [
-    "FedSGDPlan", "FedSGDResult", "TRUST_MODELS", "accuracy", "make_plan",
+    "FedSGDPlan", "RELATION", "TRUST_MODELS", "accuracy", "make_plan",
     "softmax_loss", "softmax_params", "train",
 ]
 
-TRUST_MODELS = ("server", "local", "participant")
+TRUST_MODELS = options.FEDSGD_TRUST_MODELS
+RELATION = options.Relation.ADD_REMOVE
+"""The relation of every trust model: one row added or removed (for
+``"participant"``, one participant's rows)."""
 
 _ASSUMPTIONS = {
     "server": ("secure aggregation: the server sees only the sum of the "
@@ -157,7 +161,7 @@ class FedSGDPlan:
       ledger.record_subsampled_gaussian(
           noise_multiplier=self.noise_multiplier,
           sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
-          label=label)
+          label=label, relation=RELATION)
       return
     # The row-level run is DP-SGD's own record (one path): the participants'
     # σ, and their padding and sampler events summed over participants.
@@ -202,8 +206,7 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     overflow_probability: the padded batch B of a participant is chosen so
       that P(any participant's batch exceeds it in any step) ≤ this.
   """
-  if not isinstance(trust, str) or trust not in TRUST_MODELS:
-    raise ValueError(f"trust must be one of {TRUST_MODELS}, got {trust!r}.")
+  options.check_one_of(trust, TRUST_MODELS, "trust")
   sizes = np.asarray(sizes)
   if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(
       sizes.dtype, np.integer) or np.any(sizes < 1):
@@ -227,17 +230,6 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     departure = min(1.0, count * row_plan.sampler_departure)
   return FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
                     row_plan, truncation, departure)
-
-
-class FedSGDResult(NamedTuple):
-  """Output of :func:`train`.
-
-  Attributes:
-    params: the trained model (released under the plan's guarantee).
-    overflow_steps: (participant) steps whose batch exceeded B, summed.
-  """
-  params: PyTree
-  overflow_steps: jax.Array
 
 
 def softmax_params(d: int, num_classes: int) -> dict:
@@ -298,7 +290,7 @@ def _noise_like(key, tree, stddev):
 def train(key: jax.Array, plan: FedSGDPlan,
           loss: Callable[[PyTree, PyTree], jax.Array], params: PyTree,
           x, y, mask, optimizer: optax.GradientTransformation, *,
-          chunk: int | None = None) -> FedSGDResult:
+          chunk: int | None = None) -> trainer.TrainResult:
   """Runs the plan's T federated steps as one ``lax.scan`` (jit-able).
 
   Args:
@@ -315,6 +307,11 @@ def train(key: jax.Array, plan: FedSGDPlan,
     optimizer: the server's optax optimiser, applied to the noisy mean.
     chunk: participants per vmapped block (memory), None for all at once;
       the result does not depend on it beyond float rounding.
+
+  Returns:
+    A :class:`dpcore.trainer.TrainResult`: the model (released under the
+    plan's guarantee) and the (participant) steps whose batch exceeded B,
+    summed.
 
   Privacy: see the module docstring and :meth:`FedSGDPlan.record`. The
   row mask is bounded to [0, 1] and multiplies the batch mask, so a
@@ -388,4 +385,4 @@ def train(key: jax.Array, plan: FedSGDPlan,
   carry = (params, optimizer.init(params), jnp.zeros((), jnp.int32))
   (params, _, overflow), _ = jax.lax.scan(step, carry,
                                           jnp.arange(plan.steps))
-  return FedSGDResult(params, overflow)
+  return trainer.TrainResult(params, overflow)

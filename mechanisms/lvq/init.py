@@ -13,8 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import calibration, clipping, noise, validation
+from dpcore import calibration, clipping, noise, options, validation
 from dpcore.accounting import PrivacyLedger
+
+RELATION = options.Relation.ADD_REMOVE
+"""The private inits' relation: one row added or removed (counts, sums)."""
 
 BOX_TOLERANCE = 1e-5
 
@@ -214,7 +217,8 @@ def record_gaussian_init(ledger: PrivacyLedger, *, noise_multiplier: float,
   """Records :func:`gaussian_private_prototypes` (stand-alone δ ``delta``)."""
   sens = float(np.sqrt(1.0 + validation.check_positive_int(dim, "dim")))
   ledger.record_gaussian(sigma=noise_multiplier * sens, sensitivity=sens,
-                         delta=delta, label="init_gaussian_counts_sums")
+                         delta=delta, label="init_gaussian_counts_sums",
+                         relation=RELATION)
 
 
 def record_private_init(ledger: PrivacyLedger, *, epsilon: float, dim: int
@@ -225,7 +229,7 @@ def record_private_init(ledger: PrivacyLedger, *, epsilon: float, dim: int
   half = epsilon / 2.0
   ledger.record_laplace(
       scale=calibration.laplace_scale(epsilon=half, sensitivity=1.0),
-      sensitivity=1.0, label="init_class_counts")
+      sensitivity=1.0, label="init_class_counts", relation=RELATION)
   ledger.record_laplace(
       scale=calibration.laplace_scale(epsilon=half, sensitivity=float(dim)),
-      sensitivity=float(dim), label="init_class_sums")
+      sensitivity=float(dim), label="init_class_sums", relation=RELATION)

@@ -38,18 +38,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dpcore import validation
+from dpcore import options, validation
 
-PHIS = ("identity", "sigmoid")
+PHIS = options.LVQ_PHIS
 
 
 def phi(mu: jax.Array, kind: str) -> jax.Array:
   """The monotone transfer Φ applied to μ ∈ [−1, 1]."""
+  options.check_one_of(kind, PHIS, "phi")
   if kind == "identity":
     return mu
-  if kind == "sigmoid":
-    return jax.nn.sigmoid(mu)
-  raise ValueError(f"phi must be one of {PHIS}, got {kind!r}.")
+  return jax.nn.sigmoid(mu)
 
 
 def is_gmlvq(params) -> bool:

@@ -1,29 +1,41 @@
 """Training G(M)LVQ: DP-SGD (private), plain SGD and L-BFGS (non-private).
 
-All trainers are pure functions ``train(key, x, y, ...)`` that run a
-``lax.scan`` over steps, so they jit and vmap over folds and repeats. The
-host-side :func:`privacy_plan` turns (ε, δ, q, E) into the noise multiplier
-and the :class:`~dpcore.accounting.PrivacyLedger` of one trained model.
+All trainers are pure functions ``train(key, x, y, ...)`` returning a
+:class:`dpcore.trainer.TrainResult`; they run a ``lax.scan`` over steps, so
+they jit and vmap over folds and repeats. DP-SGD and plain SGD are both
+:func:`dpcore.trainer.train`, on a :func:`dpcore.trainer.make_plan` and a
+:func:`dpcore.trainer.nonprivate_plan` of the same batches. The host-side
+:func:`make_plan` turns (ε, δ, q, E) into a :class:`DPLVQPlan`: the private
+initialisation's facts and the :class:`dpcore.trainer.DPSGDPlan` of the
+steps, whose :meth:`DPLVQPlan.record` writes both into a ledger.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from dpcore import accounting, calibration, dpsgd, trainer, validation
+from dpcore import (
+    accounting,
+    calibration,
+    dpsgd,
+    options,
+    trainer,
+    validation,
+)
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import model as lvq
 
-MODELS = ("glvq", "gmlvq")
-TRAINERS = ("dpsgd", "sgd", "bfgs")
-SIGMA_RULES = ("accountant", "paper")
-INIT_MECHANISMS = ("laplace", "gaussian")
+MODELS = options.LVQ_MODELS
+TRAINERS = options.LVQ_TRAINERS
+SIGMA_RULES = options.LVQ_SIGMA_RULES
+INIT_MECHANISMS = options.LVQ_INIT_MECHANISMS
+RELATION = options.Relation.ADD_REMOVE
+"""DP-LVQ's relation: the private init's and DP-SGD's (add/remove a row)."""
 # One coin per row, as the reproduction was run and recorded: the private
 # and the non-private trainers then see the same batches for one key.
 SAMPLER = "bernoulli"
@@ -46,13 +58,14 @@ class TrainConfig:
     epochs: E; the number of steps is T = round(E / q).
     sampling_rate: q.
     clip_norm: C.
-    noise_multiplier: σ (DP-SGD only).
+    noise_multiplier: σ (DP-SGD only; ``DPLVQPlan.noise_multiplier``).
     learning_rate: SGD step size on the averaged gradient.
     epsilon_init: ε₁ of the private initialisation (DP-SGD only).
     init_mechanism: ``"laplace"`` (paper) or ``"gaussian"`` (see
       :func:`lvq_init.gaussian_private_prototypes`).
     init_noise_multiplier: σ_init of the Gaussian initialisation.
-    max_batch: padded Poisson batch size (from :func:`dpsgd.max_batch_size`).
+    max_batch: padded Poisson batch size (from :func:`dpsgd.max_batch_size`;
+      for DP-SGD the plan's, ``DPLVQPlan.dpsgd.max_batch``).
     bfgs_iterations: L-BFGS iterations.
     ghost_clipping: closed-form per-example norms (True) or vmap(grad).
   """
@@ -87,6 +100,12 @@ class TrainConfig:
         clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
         max_batch=self.max_batch, sampler=SAMPLER)
 
+  def sgd_plan(self, num_examples: int) -> trainer.DPSGDPlan:
+    """The non-private plan of plain SGD: the same batches, no clip/noise."""
+    return trainer.nonprivate_plan(
+        num_examples, sampling_rate=self.sampling_rate, epochs=self.epochs,
+        max_batch=self.max_batch, sampler=SAMPLER)
+
   def validate(self) -> TrainConfig:
     if self.model not in MODELS:
       raise ValueError(f"model must be one of {MODELS}, got {self.model!r}.")
@@ -116,34 +135,67 @@ class TrainConfig:
     return self
 
 
-class TrainResult(NamedTuple):
-  """Output of a trainer: the params and diagnostics.
+@dataclasses.dataclass(frozen=True)
+class DPLVQPlan:
+  """The public facts of one private G(M)LVQ model (see :func:`make_plan`).
 
   Attributes:
-    params: trained model pytree.
-    overflow_steps: DP-SGD/SGD steps whose Poisson batch exceeded
-      ``max_batch`` (rows dropped; should be 0 — see dpsgd.max_batch_size).
-    final_cost: mean Φ(μ) on the training set at the end.
+    epsilon: the target total ε (initialisation + DP-SGD).
+    delta: δ of the target.
+    dim: d, the features (the Laplace init's sensitivity).
+    init_mechanism: ``"laplace"`` or ``"gaussian"``.
+    epsilon_init: ε₁ of the initialisation.
+    init_noise_multiplier: σ_init of the Gaussian initialisation (0 for
+      Laplace).
+    epsilon_sgd_target: ε₂ = ε − ε₁, the DP-SGD part's target.
+    sgd_delta: δ of the DP-SGD part (δ with the Laplace init, δ/2 with the
+      Gaussian one).
+    sigma_rule: ``"accountant"`` or ``"paper"``.
+    dpsgd: the :class:`dpcore.trainer.DPSGDPlan` of the steps (N, q, T, C,
+      σ, B, the one-coin-per-row sampler); :meth:`TrainConfig.dpsgd_plan`
+      of a config with this σ, C and B is the same plan.
   """
-  params: dict
-  overflow_steps: jax.Array
-  final_cost: jax.Array
-
-
-class PrivacyPlan(NamedTuple):
-  """Noise and accounting of one private model."""
-  noise_multiplier: float
+  epsilon: float
+  delta: float
+  dim: int
+  init_mechanism: str
   epsilon_init: float
+  init_noise_multiplier: float
   epsilon_sgd_target: float
-  steps: int
-  ledger: accounting.PrivacyLedger
-  init_noise_multiplier: float = 0.0
-  sigma_rule: str = "accountant"
+  sgd_delta: float
+  sigma_rule: str
+  dpsgd: trainer.DPSGDPlan
 
-  def report(self, delta: float) -> dict:
-    """The run's privacy record (``accounting.PRIVACY_FIELDS``).
+  @property
+  def noise_multiplier(self) -> float:
+    """σ of the DP-SGD steps."""
+    return self.dpsgd.noise_multiplier
 
-    The guarantee is the ledger's at ``delta``; the target ε₁ + ε₂ goes in
+  @property
+  def steps(self) -> int:
+    """T, the DP-SGD steps."""
+    return self.dpsgd.steps
+
+  def record(self, ledger: accounting.PrivacyLedger) -> None:
+    """Records the model's releases: the initialisation, then DP-SGD.
+
+    The DP-SGD part is :meth:`dpcore.trainer.DPSGDPlan.record` (label
+    ``"dpsgd"``): the T subsampled Gaussian steps and, always, the padding
+    to B rows' truncation event.
+    """
+    if self.init_mechanism == "laplace":
+      lvq_init.record_private_init(ledger, epsilon=self.epsilon_init,
+                                   dim=self.dim)
+    else:
+      lvq_init.record_gaussian_init(
+          ledger, noise_multiplier=self.init_noise_multiplier, dim=self.dim,
+          delta=self.delta / 2.0)
+    self.dpsgd.record(ledger, delta=self.sgd_delta, label="dpsgd")
+
+  def report(self) -> dict:
+    """The model's privacy record (``accounting.PRIVACY_FIELDS``) at δ.
+
+    The guarantee is the ledger's; the target ε₁ + ε₂ goes in
     ``epsilon_nominal`` beside it (with the paper's σ rule that target is
     not what the noise gives; the guarantee is).
     """
@@ -152,25 +204,31 @@ class PrivacyPlan(NamedTuple):
               "the guarantee is the ledger's ε")
     else:
       note = "target ε₁ + ε₂ the DP-SGD noise was calibrated to (RDP)"
-    return self.ledger.report(
-        delta, nominal_epsilon=self.epsilon_init + self.epsilon_sgd_target,
+    ledger = accounting.PrivacyLedger()
+    self.record(ledger)
+    return ledger.report(
+        self.delta, nominal_epsilon=self.epsilon_init + self.epsilon_sgd_target,
         nominal_note=note)
 
 
-def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
-                 epochs: int, dim: int, init_fraction: float = 0.2,
-                 sigma_rule: str = "accountant",
-                 init_mechanism: str = "laplace",
-                 num_examples: int | None = None,
-                 max_batch: int | None = None) -> PrivacyPlan:
-  """Splits ε into ε₁ (init) + ε₂ (DP-SGD), picks σ, and records both.
+def make_plan(num_examples: int, *, epsilon: float, delta: float,
+              sampling_rate: float, epochs: int, clip_norm: float, dim: int,
+              max_batch: int | None = None, init_fraction: float = 0.2,
+              sigma_rule: str = "accountant",
+              init_mechanism: str = "laplace") -> DPLVQPlan:
+  """Splits ε into ε₁ (init) + ε₂ (DP-SGD) and picks σ for N rows.
 
   Args:
+    num_examples: N, the training rows of one model.
     epsilon: total target ε.
     delta: δ.
     sampling_rate: q.
     epochs: E (T = round(E/q) steps).
+    clip_norm: C, the per-example clip of the DP-SGD steps.
     dim: d (sensitivity of the class sums).
+    max_batch: B, the padded Poisson batch (default
+      :func:`dpcore.dpsgd.max_batch_size` at P(truncation) ≤ 1e-9). The
+      truncation probability of the B chosen is always recorded.
     init_fraction: ε₁/ε (paper: 0.2).
     sigma_rule: ``"accountant"``: the smallest σ whose DP-SGD is
       (ε₂, δ)-DP by the RDP accountant; ``"paper"``: σ = 2q√(T log(1/δ))/ε₂
@@ -181,8 +239,19 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
       (ε₂, δ/2)), so basic composition alone gives (ε, δ).
 
   Returns:
-    A :class:`PrivacyPlan` whose ledger holds the Laplace init and the
-    subsampled Gaussian steps; ``ledger.guarantee(delta)`` is the guarantee.
+    A :class:`DPLVQPlan`; ``plan.record(ledger)`` writes the init, the
+    steps and the padding, and ``ledger.guarantee(delta)`` is the
+    guarantee.
+
+  Raises:
+    ValueError: an argument out of range, named with its fix.
+
+  Privacy: add/remove one row of the N training rows (rows in
+  [−1, 1]^d, enforced by the init's clip). The init is ε₁-DP (Laplace on
+  counts, sensitivity 1, and sums, sensitivity d) or (ε₁, δ/2)-DP
+  (Gaussian); the steps are T Poisson-subsampled Gaussians (sensitivity C,
+  noise σC), padded to B with the truncation probability recorded; the
+  ledger composes them to the (ε, δ) it reports.
   """
   epsilon = validation.check_epsilon(epsilon)
   delta = validation.check_delta(delta)
@@ -197,6 +266,9 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
   if init_mechanism not in INIT_MECHANISMS:
     raise ValueError(f"init_mechanism must be one of {INIT_MECHANISMS}, "
                      f"got {init_mechanism!r}.")
+  num_examples = validation.check_positive_int(num_examples, "num_examples")
+  clip_norm = validation.check_positive(clip_norm, "clip (clip_norm)")
+  dim = validation.check_positive_int(dim, "dim")
   steps = dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
   eps_init = init_fraction * epsilon
   eps_sgd = epsilon - eps_init
@@ -209,32 +281,17 @@ def privacy_plan(*, epsilon: float, delta: float, sampling_rate: float,
     sigma = dpsgd.paper_noise_multiplier(
         epsilon=eps_sgd, delta=delta_sgd, sampling_rate=sampling_rate,
         steps=steps)
-  ledger = accounting.PrivacyLedger()
   init_sigma = 0.0
-  if init_mechanism == "laplace":
-    lvq_init.record_private_init(ledger, epsilon=eps_init, dim=dim)
-  else:
+  if init_mechanism == "gaussian":
     init_sigma = calibration.gaussian_sigma_analytic(
         epsilon=eps_init, delta=delta / 2.0, sensitivity=1.0)
-    lvq_init.record_gaussian_init(ledger, noise_multiplier=init_sigma,
-                                  dim=dim, delta=delta / 2.0)
-  if (num_examples is None) != (max_batch is None):
-    raise ValueError("pass num_examples and max_batch together (or neither).")
-  if max_batch is not None:
-    # The trainer's own plan records the steps it runs and the padding. C
-    # does not enter the accounting (σ is relative to C): any C > 0 will do.
-    run = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
-                            epochs=epochs, clip_norm=1.0,
-                            noise_multiplier=sigma, max_batch=max_batch,
-                            sampler=SAMPLER)
-    assert run.steps == steps
-    run.record(ledger, delta=delta_sgd, label="dpsgd")
-  else:
-    ledger.record_subsampled_gaussian(
-        noise_multiplier=sigma, sampling_rate=sampling_rate, steps=steps,
-        delta=delta_sgd, label="dpsgd")
-  return PrivacyPlan(sigma, eps_init, eps_sgd, steps, ledger, init_sigma,
-                     sigma_rule)
+  run = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
+                          epochs=epochs, clip_norm=clip_norm,
+                          noise_multiplier=sigma, max_batch=max_batch,
+                          sampler=SAMPLER)
+  assert run.steps == steps
+  return DPLVQPlan(epsilon, delta, dim, init_mechanism, eps_init, init_sigma,
+                   eps_sgd, delta_sgd, sigma_rule, run)
 
 
 def init_params(key, x, y, config: TrainConfig, *, private: bool):
@@ -269,14 +326,35 @@ def _mean_cost(params, x, y, labels, config):
       x.shape[0])
 
 
+def mean_cost(params: dict, x, y, config: TrainConfig) -> jax.Array:
+  """Mean Φ(μ) of ``params`` on (x, y): a trained model's final cost.
+
+  Args:
+    params: a trained model (``TrainResult.params``).
+    x: (N, d) rows, e.g. the training rows.
+    y: (N,) class indices.
+    config: the :class:`TrainConfig` it was trained with (k, prototypes
+      per class, Φ).
+
+  Returns:
+    A scalar. It reads ``x`` and ``y``: on training rows it is not a
+    private release (a diagnostic for the non-private side).
+  """
+  labels = lvq_init.prototype_labels(config.num_classes,
+                                     config.prototypes_per_class)
+  return _mean_cost(params, x, y, labels, config)
+
+
 def train_sgd(key: jax.Array, x, y, config: TrainConfig, *,
-              private: bool) -> TrainResult:
+              private: bool) -> trainer.TrainResult:
   """DP-SGD (``private``) or plain SGD over Poisson batches, as lax.scan.
 
-  Both draw the same batches from the same key. Plain SGD steps along
-  Σ_batch ∇ℓᵢ / (qN); DP-SGD along (Σ_batch clip_C(∇ℓᵢ) + N(0, σ²C²I)) /
-  (qN), via the generic :func:`dpcore.trainer.train` (closed-form clipped
-  sums when ``config.ghost_clipping``), after a private init.
+  Both are :func:`dpcore.trainer.train` and draw the same batches from the
+  same key. DP-SGD runs ``config.dpsgd_plan(N)``: steps along
+  (Σ_batch clip_C(∇ℓᵢ) + N(0, σ²C²I)) / (qN) (closed-form clipped sums
+  when ``config.ghost_clipping``), after a private init. Plain SGD runs
+  ``config.sgd_plan(N)``, a :func:`dpcore.trainer.nonprivate_plan`: steps
+  along Σ_batch ∇ℓᵢ / (qN) from the exact init.
 
   Args:
     key: PRNG key.
@@ -285,77 +363,56 @@ def train_sgd(key: jax.Array, x, y, config: TrainConfig, *,
     config: a validated :class:`TrainConfig`.
     private: DP-SGD with private init, or plain SGD with exact init.
 
-  Privacy: with ``private``, ε₁-DP init (Laplace) followed by T steps of the
-  Poisson-sampled Gaussian mechanism with noise multiplier σ and
-  sensitivity C (add/remove-one); account with :func:`privacy_plan`.
-  Without it: none.
+  Returns:
+    A :class:`dpcore.trainer.TrainResult` (:func:`mean_cost` gives the
+    final cost).
+
+  Privacy: with ``private``, ε₁-DP init (Laplace; or the Gaussian init)
+  followed by T steps of the Poisson-sampled Gaussian mechanism with noise
+  multiplier σ and sensitivity C (add/remove-one), padded to B rows; the
+  :class:`DPLVQPlan` of :func:`make_plan` records all three. Without it:
+  none.
   """
   labels = lvq_init.prototype_labels(config.num_classes,
                                      config.prototypes_per_class)
   init_key, sample_key, noise_key = jax.random.split(key, 3)
   params = init_params(init_key, x, y, config, private=private)
-  if private:
-    params, overflow = _train_dpsgd(
-        trainer.TrainKeys(sample_key, noise_key), params, x, y, labels,
-        config)
-  else:
-    params, overflow = _train_plain(sample_key, params, x, y, labels, config)
-  return TrainResult(params, overflow,
-                     _mean_cost(params, x, y, labels, config))
+  n = x.shape[0]
+  plan = config.dpsgd_plan(n) if private else config.sgd_plan(n)
+  return _run(trainer.TrainKeys(sample_key, noise_key), plan, params, x, y,
+              labels, config)
 
 
-def _train_dpsgd(keys, params, x, y, labels, config):
-  """DP-SGD through :func:`dpcore.trainer.train`."""
+def _run(keys, plan, params, x, y, labels, config):
+  """:func:`dpcore.trainer.train` with G(M)LVQ's loss and gradient sums."""
   phi_kind = config.phi_kind
 
   def loss(p, example):
     xi, yi = example
     return lvq.example_loss(p, xi, yi, labels, phi_kind=phi_kind)
 
-  clipped_sum = None
-  if config.ghost_clipping:
-    def clipped_sum(p, batch, mask, clip_norm):
+  batch_sum = None
+  if not plan.private:
+    def batch_sum(p, batch, mask, clip_norm):
+      del clip_norm  # ∞: plain SGD clips nothing
+      xb, yb = batch
+      return jax.grad(lvq.cost)(p, xb, yb, labels, phi_kind=phi_kind,
+                                weights=mask)
+  elif config.ghost_clipping:
+    def batch_sum(p, batch, mask, clip_norm):
       xb, yb = batch
       total, _ = lvq_clip.clipped_gradient_sum(
           p, xb, yb, labels, clip_norm=clip_norm, mask=mask,
           phi_kind=phi_kind)
       return total
 
-  result = trainer.train(
-      keys, config.dpsgd_plan(x.shape[0]), loss, params, (x, y),
-      optax.sgd(config.learning_rate), clipped_sum=clipped_sum,
-      post_update=lambda p: _post(p, config))
-  return result.params, result.overflow_steps
+  return trainer.train(
+      keys, plan, loss, params, (x, y), optax.sgd(config.learning_rate),
+      clipped_sum=batch_sum, post_update=lambda p: _post(p, config))
 
 
-def _train_plain(sample_key, params, x, y, labels, config):
-  """Non-private SGD over the same Poisson batches (no clip, no noise)."""
-  n = x.shape[0]
-  expected = config.sampling_rate * n
-  tx = optax.sgd(config.learning_rate)
-
-  def step(carry, t):
-    params, opt_state, overflow = carry
-    batch = dpsgd.poisson_batch(
-        jax.random.fold_in(sample_key, t), n,
-        sampling_rate=config.sampling_rate, max_batch=config.max_batch,
-        method=SAMPLER)
-    xb, yb = x[batch.indices], y[batch.indices]
-    grads = jax.grad(lvq.cost)(params, xb, yb, labels,
-                               phi_kind=config.phi_kind, weights=batch.mask)
-    grads = jax.tree.map(lambda g: g / expected, grads)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    params = _post(optax.apply_updates(params, updates), config)
-    overflow = overflow + (batch.size > config.max_batch)
-    return (params, opt_state, overflow), None
-
-  carry = (params, tx.init(params), jnp.zeros((), jnp.int32))
-  (params, _, overflow), _ = jax.lax.scan(
-      step, carry, jnp.arange(config.steps()))
-  return params, overflow
-
-
-def train_bfgs(key: jax.Array, x, y, config: TrainConfig) -> TrainResult:
+def train_bfgs(key: jax.Array, x, y,
+               config: TrainConfig) -> trainer.TrainResult:
   """Non-private full-batch L-BFGS (optax.lbfgs, zoom line search).
 
   Starts from the exact class means and Ω = I; minimises the mean Φ(μ).
@@ -381,12 +438,12 @@ def train_bfgs(key: jax.Array, x, y, config: TrainConfig) -> TrainResult:
 
   (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None,
                                 length=config.bfgs_iterations)
-  params = _post(params, config)
-  return TrainResult(params, jnp.zeros((), jnp.int32),
-                     _mean_cost(params, x, y, labels, config))
+  return trainer.TrainResult(_post(params, config),
+                             jnp.zeros((), jnp.int32))
 
 
-def train(key: jax.Array, x, y, config: TrainConfig) -> TrainResult:
+def train(key: jax.Array, x, y,
+          config: TrainConfig) -> trainer.TrainResult:
   """Dispatches on ``config.trainer`` (jit/vmap-friendly).
 
   Validates ``config`` (:meth:`TrainConfig.validate`) and the inputs as

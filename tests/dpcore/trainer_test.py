@@ -185,6 +185,38 @@ def test_canary_moves_the_update_by_at_most_clip_over_expected_batch():
   assert gap < lr * 100.0 / plan.expected_batch_size / 10
 
 
+def test_a_non_private_plan_neither_clips_nor_noises_nor_records():
+  # The same canary under trainer.nonprivate_plan moves the update by the
+  # whole lr·100/(qN) (no clip); zero data leave w at exactly 0 (no noise).
+  n, lr = 20, 1.0
+  rows = jax.random.uniform(jax.random.key(3), (n, 3), minval=-0.1,
+                            maxval=0.1)
+  canary = jnp.array([60.0, 80.0, 0.0])
+  plan = trainer.nonprivate_plan(n, sampling_rate=1.0, steps=1)
+  private = trainer.make_plan(n, sampling_rate=1.0, steps=1, clip_norm=0.5,
+                              noise_multiplier=1.0)
+  assert private.private and not plan.private
+  assert plan.clip_norm == math.inf and plan.noise_multiplier == 0.0
+  assert (plan.steps, plan.max_batch, plan.sampler) == (
+      private.steps, private.max_batch, private.sampler)
+  key = jax.random.key(4)
+
+  def run(data, loss=_linear_loss):
+    return trainer.train(key, plan, loss, jnp.zeros(3), data,
+                         optax.sgd(lr)).params
+
+  gap = float(jnp.linalg.norm(run(rows.at[0].set(canary))
+                              - run(rows.at[0].set(0.0))))
+  assert gap == pytest.approx(lr * 100.0 / plan.expected_batch_size,
+                              rel=1e-5)
+  zero = jnp.zeros((n, 3))
+  np.testing.assert_array_equal(run(zero, lambda w, x: jnp.sum(w * x)), 0.0)
+  ledger = accounting.PrivacyLedger()
+  with pytest.raises(ValueError, match="non-private"):
+    plan.record(ledger, delta=DELTA)
+  assert not ledger.entries
+
+
 def test_noise_has_the_planned_scale():
   # Zero gradients: after one step w = −lr·N(0, σ²C²I)/(qN) exactly.
   n, q, sigma, clip_norm, lr, dim = 100, 0.1, 2.0, 0.5, 1.0, 20_000

@@ -6,11 +6,12 @@ import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from dp_accounting import rdp
 from scipy import stats
 
-from dpcore import accounting, dpsgd
+from dpcore import accounting, dpsgd, trainer
 from launch.experiments import lvq_eval
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
@@ -197,21 +198,60 @@ def test_dp_trainer_without_noise_equals_plain_sgd():
       key, x, y, dataclasses.replace(cfg, noise_multiplier=1.0), private=True)
   assert not np.allclose(noisy.params["omega"], plain.params["omega"],
                          atol=1e-3)
+  assert isinstance(plain, trainer.TrainResult)
+  assert isinstance(dp, trainer.TrainResult)
+
+
+def test_plain_sgd_is_the_trainer_on_a_non_private_plan():
+  # One scan: plain SGD is dpcore.trainer.train on trainer.nonprivate_plan,
+  # the same batches as DP-SGD's plan, and it cannot be recorded.
+  _, x, y, _ = _problem(8)
+  labels = lvq_init.prototype_labels(K, 1)
+  cfg = lvq_train.TrainConfig(model="gmlvq", trainer="sgd", num_classes=K,
+                              epochs=2, sampling_rate=0.25, max_batch=20)
+  private, plain = cfg.dpsgd_plan(N), cfg.sgd_plan(N)
+  assert private.private and not plain.private
+  assert plain.clip_norm == np.inf and plain.noise_multiplier == 0.0
+  for field in ("num_examples", "sampling_rate", "steps", "max_batch",
+                "truncation_probability", "sampler"):
+    assert getattr(plain, field) == getattr(private, field)
+  with pytest.raises(ValueError, match="non-private"):
+    plain.record(accounting.PrivacyLedger(), delta=1e-5)
+  key = jax.random.key(9)
+  got = lvq_train.train(key, x, y, cfg)
+  # The same run by hand through the generic trainer with its default
+  # unclipped sum (the gradient of the masked sum of per-example losses).
+  init_key, sample_key, noise_key = jax.random.split(key, 3)
+  start = lvq_train.init_params(init_key, x, y, cfg, private=False)
+
+  def loss(p, example):
+    return lvq.example_loss(p, example[0], example[1], labels)
+
+  want = trainer.train(trainer.TrainKeys(sample_key, noise_key), plain, loss,
+                       start, (x, y), optax.sgd(cfg.learning_rate))
+  for k in start:
+    np.testing.assert_allclose(got.params[k], want.params[k], atol=1e-6)
+  assert not np.allclose(got.params["omega"], start["omega"], atol=1e-3)
+  assert float(lvq_train.mean_cost(got.params, x, y, cfg)) < float(
+      lvq_train.mean_cost(start, x, y, cfg))
 
 
 @pytest.mark.parametrize("rule", ["accountant", "paper"])
 def test_reported_epsilon_matches_dp_accounting(rule):
-  plan = lvq_train.privacy_plan(epsilon=1.5, delta=1e-5, sampling_rate=0.01,
-                                epochs=50, dim=19, sigma_rule=rule)
+  plan = lvq_train.make_plan(1848, epsilon=1.5, delta=1e-5,
+                             sampling_rate=0.01, epochs=50, clip_norm=0.5,
+                             dim=19, sigma_rule=rule)
   assert plan.steps == 5000
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   acc = rdp.RdpAccountant()
   acc.compose(dp_accounting.SelfComposedDpEvent(
       dp_accounting.PoissonSampledDpEvent(
           0.01, dp_accounting.GaussianDpEvent(plan.noise_multiplier)), 5000))
   direct = acc.get_epsilon(1e-5)
-  sgd_entry = plan.ledger.entries[-1]
+  (sgd_entry,) = [e for e in ledger.entries if e.label == "dpsgd"]
   assert sgd_entry.epsilon == pytest.approx(direct, rel=1e-9)
-  g = plan.ledger.guarantee(1e-5)
+  g = ledger.guarantee(1e-5)
   assert g.basic_epsilon == pytest.approx(0.3 + direct)
   assert g.epsilon <= g.basic_epsilon + 1e-12
   if rule == "accountant":
@@ -221,38 +261,55 @@ def test_reported_epsilon_matches_dp_accounting(rule):
     assert direct < 1.2
 
 
+def _ledger(plan):
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  return ledger
+
+
 def test_padded_poisson_batches_are_paid_for():
-  # The padded batch drops rows with probability P ≤ 1e-9; the plan records
-  # it, and the reported δ still holds with (1 + e^ε)·P inside it.
-  kw = dict(epsilon=1.5, delta=1e-5, sampling_rate=0.01, epochs=50, dim=19)
+  # The padded batch drops rows with probability P ≤ 1e-9; the plan always
+  # records it (no argument skips it), and the reported δ still holds with
+  # (1 + e^ε)·P inside it.
+  kw = dict(epsilon=1.5, delta=1e-5, sampling_rate=0.01, epochs=50,
+            clip_norm=0.5, dim=19)
   b = dpsgd.max_batch_size(1848, sampling_rate=0.01, steps=5000)
-  plain = lvq_train.privacy_plan(**kw).ledger.guarantee(1e-5)
-  plan = lvq_train.privacy_plan(**kw, num_examples=1848, max_batch=b)
-  (trunc,) = [e for e in plan.ledger.entries if e.kind == "truncation"]
+  plan = lvq_train.make_plan(1848, **kw, max_batch=b)
+  assert lvq_train.make_plan(1848, **kw) == plan  # the default B is b
+  ledger = _ledger(plan)
+  (trunc,) = [e for e in ledger.entries if e.kind == "truncation"]
   p = trunc.params["probability"]
-  assert 0.0 < p <= 1e-9
-  g = plan.ledger.guarantee(1e-5)
+  assert 0.0 < p <= 1e-9 and p == plan.dpsgd.truncation_probability
+  # The same releases without the padding's event, for comparison.
+  unpadded = accounting.PrivacyLedger()
+  lvq_init.record_private_init(unpadded, epsilon=plan.epsilon_init, dim=19)
+  unpadded.record_subsampled_gaussian(
+      noise_multiplier=plan.noise_multiplier, sampling_rate=0.01,
+      steps=5000, delta=1e-5, label="dpsgd", relation=lvq_train.RELATION)
+  plain = unpadded.guarantee(1e-5)
+  g = ledger.guarantee(1e-5)
   assert g.delta == 1e-5 and g.truncation_probability == p
-  assert plain.epsilon <= g.epsilon <= plain.epsilon * (1 + 1e-3)
+  assert plain.epsilon < g.epsilon <= plain.epsilon * (1 + 1e-3)
   # A batch cap far too small makes P ≈ 1: no meaningful δ is left.
-  tiny = lvq_train.privacy_plan(**kw, num_examples=1848, max_batch=5)
-  assert tiny.ledger.guarantee(1e-5).delta == 1.0
-  with pytest.raises(ValueError, match="together"):
-    lvq_train.privacy_plan(**kw, max_batch=b)
+  tiny = lvq_train.make_plan(1848, **kw, max_batch=5)
+  assert _ledger(tiny).guarantee(1e-5).delta == 1.0
 
 
 @pytest.mark.parametrize("epochs, q", [(50, 0.01), (3, 0.07), (1, 0.3)])
 def test_trainer_and_plan_count_the_same_steps(epochs, q):
   # One rule (dpsgd.num_steps) for the steps run and the steps accounted.
   n = 500
-  cfg = lvq_train.TrainConfig(epochs=epochs, sampling_rate=q, max_batch=n)
-  plan = lvq_train.privacy_plan(epsilon=1.0, delta=1e-5, sampling_rate=q,
-                                epochs=epochs, dim=4, num_examples=n,
-                                max_batch=n)
-  (entry,) = [e for e in plan.ledger.entries if e.label == "dpsgd"]
+  plan = lvq_train.make_plan(n, epsilon=1.0, delta=1e-5, sampling_rate=q,
+                             epochs=epochs, clip_norm=0.5, dim=4,
+                             max_batch=n)
+  cfg = lvq_train.TrainConfig(epochs=epochs, sampling_rate=q, max_batch=n,
+                              clip_norm=0.5,
+                              noise_multiplier=plan.noise_multiplier)
+  (entry,) = [e for e in _ledger(plan).entries if e.label == "dpsgd"]
   steps = dpsgd.num_steps(epochs=epochs, sampling_rate=q)
   assert cfg.steps() == plan.steps == entry.params["steps"] == steps
-  assert cfg.dpsgd_plan(n).steps == steps
+  # The plan recorded is the plan the trainer runs.
+  assert cfg.dpsgd_plan(n) == plan.dpsgd
   assert accounting.dpsgd_epsilon(
       noise_multiplier=plan.noise_multiplier, sampling_rate=q,
       epochs=epochs, delta=1e-5) == entry.epsilon
@@ -260,12 +317,12 @@ def test_trainer_and_plan_count_the_same_steps(epochs, q):
 
 @pytest.mark.parametrize("rule", ["accountant", "paper"])
 def test_privacy_report_has_the_schema(rule):
-  plan = lvq_train.privacy_plan(epsilon=1.5, delta=1e-5, sampling_rate=0.01,
-                                epochs=5, dim=19, sigma_rule=rule,
-                                num_examples=1848, max_batch=60)
-  rec = plan.report(1e-5)
+  plan = lvq_train.make_plan(1848, epsilon=1.5, delta=1e-5,
+                             sampling_rate=0.01, epochs=5, clip_norm=0.5,
+                             dim=19, sigma_rule=rule, max_batch=60)
+  rec = plan.report()
   assert tuple(rec) == accounting.PRIVACY_FIELDS
-  assert rec["epsilon"] == plan.ledger.guarantee(1e-5).epsilon
+  assert rec["epsilon"] == _ledger(plan).guarantee(1e-5).epsilon
   assert rec["epsilon_nominal"] == pytest.approx(1.5)
   assert rec["delta"] == 1e-5 and rec["no_guarantee"] is None
   assert [e["label"] for e in rec["entries"]][-2:] == [
@@ -287,16 +344,14 @@ def test_cv_splits_partition_rows():
 
 def test_bad_inputs_give_clear_errors():
   params, x, y, labels = _problem(6)
+  kw = dict(delta=1e-5, epochs=1, clip_norm=0.5, dim=2)
   with pytest.raises(ValueError, match="epsilon"):
-    lvq_train.privacy_plan(epsilon=0.0, delta=1e-5, sampling_rate=0.01,
-                           epochs=1, dim=2)
+    lvq_train.make_plan(100, epsilon=0.0, sampling_rate=0.01, **kw)
   with pytest.raises(ValueError, match="epsilon"):
-    lvq_train.privacy_plan(epsilon=-1.0, delta=1e-5, sampling_rate=0.01,
-                           epochs=1, dim=2)
+    lvq_train.make_plan(100, epsilon=-1.0, sampling_rate=0.01, **kw)
   for q in (0.0, 1.2, -0.5):
     with pytest.raises(ValueError, match="q"):
-      lvq_train.privacy_plan(epsilon=1.0, delta=1e-5, sampling_rate=q,
-                             epochs=1, dim=2)
+      lvq_train.make_plan(100, epsilon=1.0, sampling_rate=q, **kw)
     with pytest.raises(ValueError, match="q"):
       lvq_train.TrainConfig(sampling_rate=q).validate()
   for clip in (0.0, -1.0):
@@ -330,14 +385,17 @@ def test_gaussian_init_noise_scale_and_plan():
   z = np.asarray(draws[:, 1, 2])
   assert stats.kstest(z, stats.norm(0, scale).cdf).pvalue > 1e-3
   assert stats.kstest(z, stats.norm(0, 0.8 * scale).cdf).pvalue < 1e-6
-  plan = lvq_train.privacy_plan(epsilon=1.0, delta=1e-5, sampling_rate=0.01,
-                                epochs=5, dim=d, init_mechanism="gaussian")
-  init, sgd = plan.ledger.entries
+  plan = lvq_train.make_plan(1000, epsilon=1.0, delta=1e-5,
+                             sampling_rate=0.01, epochs=5, clip_norm=0.5,
+                             dim=d, init_mechanism="gaussian")
+  ledger = _ledger(plan)
+  init, sgd, padding = ledger.entries
   assert init.kind == "gaussian" and init.delta == pytest.approx(5e-6)
   assert init.epsilon == pytest.approx(0.2, rel=1e-6)
   assert sgd.delta == pytest.approx(5e-6)
   assert sgd.epsilon == pytest.approx(0.8, rel=1e-3)
-  g = plan.ledger.guarantee(1e-5)
+  assert padding.kind == "truncation"
+  g = ledger.guarantee(1e-5)
   assert g.basic_delta == pytest.approx(1e-5)
   assert g.epsilon <= 1.0 + 1e-6
 
