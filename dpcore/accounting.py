@@ -18,11 +18,21 @@ by basic composition (method ``"rdp+basic"`` / ``"pld+basic"``).
 The reported ``epsilon`` is the smallest of the valid ones at the reported
 ``delta``. Nothing here is jitted: events in, (ε, δ) out.
 
+Every step is recorded under the neighbouring relation its guarantee is
+stated for (``relation=``, a :class:`dpcore.options.Relation`; the
+mechanisms' ``record`` functions pass theirs). A ledger holds steps of ONE
+relation: recording a step under another is refused (a ``ValueError``),
+because composing an add/remove guarantee with a replace-one guarantee
+gives neither. No conversion is made: record the step by a mechanism
+calibrated for the ledger's relation, or keep separate ledgers. The
+relation is reported with the guarantee (``"relation"``).
+
 >>> ledger = PrivacyLedger()
->>> ledger.record_exponential(1.0, count=400, label="selections")
+>>> ledger.record_exponential(1.0, count=400, label="selections",
+...                           relation="replace_one")
 >>> g = ledger.guarantee(delta=1e-5)
->>> round(g.basic_epsilon), round(g.epsilon, 1)
-(400, 96.1)
+>>> round(g.basic_epsilon), round(g.epsilon, 1), g.relation.value
+(400, 96.1, 'replace_one')
 """
 
 from __future__ import annotations
@@ -36,7 +46,10 @@ import dp_accounting
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
-from dpcore import calibration, validation
+from dpcore import calibration, options, validation
+
+# A relation argument: a dpcore.options.Relation or its spelling.
+_Rel = options.Relation | str
 
 
 class BudgetExceededError(RuntimeError):
@@ -57,6 +70,9 @@ class LedgerEntry:
     dp_event: exact description for RDP/PLD accounting, or ``None`` where
       only the (ε, δ) pair is known.
     params: the parameters the entry was recorded with.
+    relation: the neighbouring relation the entry's guarantee is stated
+      under (:class:`dpcore.options.Relation`); ``None`` for truncation
+      events, whose probability bound holds on every data set.
   """
   label: str
   kind: str
@@ -64,6 +80,7 @@ class LedgerEntry:
   delta: float
   dp_event: dp_accounting.DpEvent | None
   params: dict
+  relation: options.Relation | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +99,8 @@ class Guarantee:
     truncation_probability: P, the total probability of the recorded
       truncation events (see :meth:`PrivacyLedger.record_truncation`);
       ``delta`` already includes their (1 + e^ε)·P.
+    relation: the neighbouring relation the guarantee holds under
+      (``None`` for an empty ledger).
   """
   epsilon: float
   delta: float
@@ -91,6 +110,7 @@ class Guarantee:
   rdp_epsilon: float | None
   pld_epsilon: float | None
   truncation_probability: float = 0.0
+  relation: options.Relation | None = None
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -176,10 +196,13 @@ class PrivacyLedger:
     budget_delta: δ at which the budget is judged (required with a budget
       unless every step is pure).
     use_pld: also try PLD composition (slower, tighter for Gaussian steps).
+    relation: optional neighbouring relation every step must be recorded
+      under; by default the first step's relation fixes it.
   """
 
   def __init__(self, *, budget_epsilon: float | None = None,
-               budget_delta: float | None = None, use_pld: bool = True):
+               budget_delta: float | None = None, use_pld: bool = True,
+               relation: options.Relation | str | None = None):
     if budget_epsilon is not None:
       budget_epsilon = validation.check_epsilon(budget_epsilon,
                                                 "budget_epsilon")
@@ -188,13 +211,31 @@ class PrivacyLedger:
     self.budget_epsilon = budget_epsilon
     self.budget_delta = budget_delta
     self.use_pld = use_pld
+    self._relation = (None if relation is None else
+                      options.parse_relation(relation, "relation"))
     self._entries: list[LedgerEntry] = []
 
   @property
   def entries(self) -> tuple[LedgerEntry, ...]:
     return tuple(self._entries)
 
+  @property
+  def relation(self) -> options.Relation | None:
+    """The neighbouring relation of every step (None: nothing fixed yet)."""
+    return self._relation
+
   # -- recording -------------------------------------------------------------
+
+  def _check_relation(self, label: str, relation) -> options.Relation:
+    """``relation`` parsed, refused if it is not the ledger's relation."""
+    relation = options.parse_relation(relation, "relation")
+    if self._relation is not None and relation != self._relation:
+      raise ValueError(
+          f"recording {label!r} under relation={relation.value} in a ledger "
+          f"of {self._relation.value} steps: guarantees of different "
+          f"neighbouring relations do not compose; record it by a mechanism "
+          f"calibrated for {self._relation.value}, or use another ledger.")
+    return relation
 
   def _record(self, entry: LedgerEntry) -> None:
     if self.budget_epsilon is not None:
@@ -213,23 +254,30 @@ class PrivacyLedger:
             f"ε={self.budget_epsilon:.6g}, δ={self.budget_delta}; lower "
             f"this step's ε or raise the budget.")
     self._entries.append(entry)
+    if entry.relation is not None:
+      self._relation = entry.relation
 
-  def record_pure(self, epsilon: float, *, label: str, count: int = 1
-                  ) -> None:
+  def record_pure(self, epsilon: float, *, label: str, relation: _Rel,
+                  count: int = 1) -> None:
     """A pure ε-DP step (e.g. objective perturbation), ``count`` times.
 
     For RDP it is described as (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4).
+    ``relation`` (every ``record_*`` method takes it): the neighbouring
+    relation the step's guarantee is stated under, a
+    :class:`dpcore.options.Relation` or its spelling.
     """
+    relation = self._check_relation(label, relation)
     epsilon = validation.check_epsilon(epsilon)
     count = validation.check_positive_int(count, "count")
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.ZCDpEvent(epsilon**2 / 2.0), count)
     self._record(LedgerEntry(label, "pure", count * epsilon, 0.0, event,
-                             {"epsilon": epsilon, "count": count}))
+                             {"epsilon": epsilon, "count": count}, relation))
 
   def record_laplace(self, *, scale: float, sensitivity: float, label: str,
-                     count: int = 1) -> None:
+                     relation: _Rel, count: int = 1) -> None:
     """Laplace(scale) noise on a query of L1 sensitivity Δ: ε = Δ/scale."""
+    relation = self._check_relation(label, relation)
     scale = validation.check_positive(scale, "scale")
     sensitivity = validation.check_positive(sensitivity, "sensitivity")
     count = validation.check_positive_int(count, "count")
@@ -237,16 +285,19 @@ class PrivacyLedger:
         dp_accounting.LaplaceDpEvent(scale / sensitivity), count)
     self._record(LedgerEntry(
         label, "laplace", count * sensitivity / scale, 0.0, event,
-        {"scale": scale, "sensitivity": sensitivity, "count": count}))
+        {"scale": scale, "sensitivity": sensitivity, "count": count},
+        relation))
 
   def record_gaussian(self, *, sigma: float, sensitivity: float,
-                      delta: float, label: str, count: int = 1) -> None:
+                      delta: float, label: str, relation: _Rel,
+                      count: int = 1) -> None:
     """Gaussian noise σ on a query of L2 sensitivity Δ, ``count`` times.
 
     The stand-alone ε (for basic composition) is the exact one of the
     ``count``-fold composition at ``delta`` (a Gaussian composed k times is
     a Gaussian of σ/√k).
     """
+    relation = self._check_relation(label, relation)
     sigma = validation.check_positive(sigma, "sigma")
     sensitivity = validation.check_positive(sensitivity, "sensitivity")
     delta = validation.check_delta(delta)
@@ -257,11 +308,12 @@ class PrivacyLedger:
         dp_accounting.GaussianDpEvent(sigma / sensitivity), count)
     self._record(LedgerEntry(
         label, "gaussian", eps, delta, event,
-        {"sigma": sigma, "sensitivity": sensitivity, "count": count}))
+        {"sigma": sigma, "sensitivity": sensitivity, "count": count},
+        relation))
 
   def record_discrete_gaussian(self, *, sigma: float, sensitivity: float,
-                               delta: float, label: str, count: int = 1
-                               ) -> None:
+                               delta: float, label: str, relation: _Rel,
+                               count: int = 1) -> None:
     """Discrete Gaussian noise σ on an integer query, ``count`` times.
 
     In grid units: σ and the L2 sensitivity Δ of the integer-valued
@@ -271,6 +323,7 @@ class PrivacyLedger:
     basic composition is the RDP accountant's conversion of count·ρ at
     ``delta``.
     """
+    relation = self._check_relation(label, relation)
     sigma = validation.check_positive(sigma, "sigma")
     sensitivity = validation.check_positive(sensitivity, "sensitivity")
     delta = validation.check_delta(delta)
@@ -281,16 +334,18 @@ class PrivacyLedger:
     self._record(LedgerEntry(
         label, "discrete_gaussian", eps, delta, event,
         {"sigma": sigma, "sensitivity": sensitivity, "rho": rho,
-         "count": count}))
+         "count": count}, relation))
 
   def record_discrete_laplace(self, *, scale: float, sensitivity: float,
-                              label: str, count: int = 1) -> None:
+                              label: str, relation: _Rel, count: int = 1
+                              ) -> None:
     """Discrete Laplace noise (scale t) on an integer query, ``count`` times.
 
     In grid units: pure ε = Δ₁/t per release for L1 sensitivity Δ₁
     (Canonne, Kamath & Steinke 2020), described for RDP as ε²/2-zCDP like
     :meth:`record_pure`.
     """
+    relation = self._check_relation(label, relation)
     scale = validation.check_positive(scale, "scale")
     sensitivity = validation.check_positive(sensitivity, "sensitivity")
     count = validation.check_positive_int(count, "count")
@@ -299,30 +354,36 @@ class PrivacyLedger:
         dp_accounting.ZCDpEvent(epsilon**2 / 2.0), count)
     self._record(LedgerEntry(
         label, "discrete_laplace", count * epsilon, 0.0, event,
-        {"scale": scale, "sensitivity": sensitivity, "count": count}))
+        {"scale": scale, "sensitivity": sensitivity, "count": count},
+        relation))
 
   def record_approx(self, epsilon: float, delta: float, *, label: str,
-                    params: dict | None = None) -> None:
+                    relation: _Rel, params: dict | None = None) -> None:
     """A step known only by its (ε, δ) guarantee (basic composition only).
 
     ``params``: JSON-ready facts about the step kept with the entry (e.g.
     a tuning's winner and trial count); ``epsilon``/``delta`` are set from
     the arguments.
     """
+    relation = self._check_relation(label, relation)
     epsilon = validation.check_epsilon(epsilon)
     delta = validation.check_delta(delta)
     self._record(LedgerEntry(label, "approx", epsilon, delta, None,
                              {**(params or {}), "epsilon": epsilon,
-                              "delta": delta}))
+                              "delta": delta}, relation))
 
   def record_subsampled_gaussian(self, *, noise_multiplier: float,
                                  sampling_rate: float, steps: int,
-                                 delta: float, label: str) -> None:
+                                 delta: float, label: str, relation: _Rel
+                                 ) -> None:
     """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps.
 
     The stand-alone ε for basic composition is the RDP accountant's at
-    ``delta``.
+    ``delta``. Poisson subsampling's amplification is proven under
+    add/remove (the accountant's event); pass
+    ``relation="add_remove"`` unless a proof for another relation holds.
     """
+    relation = self._check_relation(label, relation)
     eps = dpsgd_epsilon(noise_multiplier=noise_multiplier,
                         sampling_rate=sampling_rate, steps=steps,
                         delta=delta)  # validates every argument
@@ -333,21 +394,23 @@ class PrivacyLedger:
     self._record(LedgerEntry(
         label, "subsampled_gaussian", eps, delta, event,
         {"noise_multiplier": noise_multiplier,
-         "sampling_rate": sampling_rate, "steps": steps}))
+         "sampling_rate": sampling_rate, "steps": steps}, relation))
 
-  def record_exponential(self, epsilon: float, *, label: str,
+  def record_exponential(self, epsilon: float, *, label: str, relation: _Rel,
                          count: int = 1) -> None:
     """``count`` ε-DP exponential-mechanism selections.
 
     Each is also ε²/8-zCDP (bounded-range argument, Cesar & Rogers 2021),
     which the RDP accountant composes.
     """
+    relation = self._check_relation(label, relation)
     epsilon = validation.check_epsilon(epsilon)
     count = validation.check_positive_int(count, "count")
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.ZCDpEvent(epsilon**2 / 8.0), count)
     self._record(LedgerEntry(label, "exponential", count * epsilon, 0.0,
-                             event, {"epsilon": epsilon, "count": count}))
+                             event, {"epsilon": epsilon, "count": count},
+                             relation))
 
   def record_truncation(self, probability: float, *, label: str) -> None:
     """A departure from the recorded mechanisms with probability ≤ P.
@@ -357,7 +420,8 @@ class PrivacyLedger:
     padded to a fixed size, whose rows beyond it are dropped. The real run
     and the ideal one can then be coupled to differ with probability ≤ P,
     so an (ε, δ′) guarantee of the ideal run gives (ε, δ′ + (1 + e^ε)·P)
-    for the real one; :meth:`guarantee` reports that δ.
+    for the real one; :meth:`guarantee` reports that δ. The bound holds
+    on every data set, so the entry has no relation of its own.
     """
     probability = validation.check_in_range(
         probability, "probability", 0.0, 1.0, low_inclusive=True,
@@ -390,7 +454,7 @@ class PrivacyLedger:
 
 
 PRIVACY_FIELDS = (
-    "epsilon", "delta", "method", "epsilon_basic", "delta_basic",
+    "epsilon", "delta", "relation", "method", "epsilon_basic", "delta_basic",
     "epsilon_rdp", "epsilon_pld", "truncation_probability",
     "epsilon_nominal", "nominal_note", "no_guarantee", "entries")
 """The fields of every privacy record, in order (see :func:`privacy_record`).
@@ -398,6 +462,8 @@ PRIVACY_FIELDS = (
 * ``epsilon``, ``delta``: the guarantee that holds for everything the run
   released (the ledger's tightest composition), or ``None`` when no
   guarantee is claimed (``no_guarantee`` says why);
+* ``relation``: the neighbouring relation of every recorded step
+  (:data:`dpcore.options.RELATIONS`; ``None`` when nothing was recorded);
 * ``method``: how ``epsilon`` was obtained (``basic``, ``rdp``, ``pld``,
   ``…+basic``, ``none`` for an empty ledger, ``no_guarantee``);
 * ``epsilon_basic``/``delta_basic``: Σεᵢ, Σδᵢ of the steps' own guarantees;
@@ -408,15 +474,37 @@ PRIVACY_FIELDS = (
   guarantee and never instead of it; ``nominal_note`` says what it counts;
 * ``no_guarantee``: ``None``, or the reason no ε is claimed;
 * ``entries``: every recorded step: ``label``, ``kind``, ``epsilon`` and
-  ``delta`` (its own, over all its repetitions) and ``params`` (what it was
-  recorded with, e.g. σ, the per-step ε, ``count``).
+  ``delta`` (its own, over all its repetitions), ``relation`` and
+  ``params`` (what it was recorded with, e.g. σ, the per-step ε,
+  ``count``).
 """
 
 
 def _entry_dict(e: LedgerEntry) -> dict:
   """One entry: its own (ε, δ) for all its repetitions, and its params."""
   return {"label": e.label, "kind": e.kind, "epsilon": e.epsilon,
-          "delta": e.delta, "params": dict(e.params)}
+          "delta": e.delta, "relation": _spelling(e.relation),
+          "params": dict(e.params)}
+
+
+def _spelling(relation) -> str | None:
+  return None if relation is None else relation.value
+
+
+def _entries_relation(entries) -> options.Relation | None:
+  """The one relation of ``entries`` or guarantees (None if none has one).
+
+  Raises:
+    ValueError: entries of different relations (a ledger refuses them when
+      they are recorded; entries gathered by hand are checked here).
+  """
+  relations = {e.relation for e in entries if e.relation is not None}
+  if len(relations) > 1:
+    raise ValueError(
+        f"entries of different neighbouring relations "
+        f"({', '.join(sorted(r.value for r in relations))}) do not compose; "
+        f"keep each relation in its own ledger.")
+  return relations.pop() if relations else None
 
 
 def privacy_record(guarantee: Guarantee, entries=(), *,
@@ -424,8 +512,12 @@ def privacy_record(guarantee: Guarantee, entries=(), *,
                    nominal_note: str | None = None) -> dict:
   """The one JSON-ready privacy record (fields :data:`PRIVACY_FIELDS`)."""
   g = guarantee
+  entries = tuple(entries)
+  relation = _entries_relation((*entries, g))
   return {
-      "epsilon": g.epsilon, "delta": g.delta, "method": g.method,
+      "epsilon": g.epsilon, "delta": g.delta,
+      "relation": _spelling(relation),
+      "method": g.method,
       "epsilon_basic": g.basic_epsilon, "delta_basic": g.basic_delta,
       "epsilon_rdp": g.rdp_epsilon, "epsilon_pld": g.pld_epsilon,
       "truncation_probability": g.truncation_probability,
@@ -446,8 +538,11 @@ def no_guarantee_record(reason: str, *, nominal_epsilon: float | None = None,
   """
   if not reason:
     raise ValueError("a record without a guarantee must say why (reason).")
+  entries = tuple(entries)
   return {
-      "epsilon": None, "delta": None, "method": "no_guarantee",
+      "epsilon": None, "delta": None,
+      "relation": _spelling(_entries_relation(entries)),
+      "method": "no_guarantee",
       "epsilon_basic": None, "delta_basic": None, "epsilon_rdp": None,
       "epsilon_pld": None, "truncation_probability": None,
       "epsilon_nominal": nominal_epsilon, "nominal_note": nominal_note,
@@ -479,6 +574,13 @@ def _compose(entries, delta, use_pld) -> Guarantee:
   δ′ + (1 + e^ε)·P stays within δ. Otherwise (P too large for δ) the
   guarantee at δ/2 is reported with its larger total δ.
   """
+  relation = _entries_relation(entries)
+  return dataclasses.replace(_compose_all(entries, delta, use_pld),
+                             relation=relation)
+
+
+def _compose_all(entries, delta, use_pld) -> Guarantee:
+  """:func:`_compose` without the relation."""
   slack = math.fsum(e.params["probability"] for e in entries
                     if e.kind == "truncation")
   ideal = [e for e in entries if e.kind != "truncation"]

@@ -72,9 +72,9 @@ import numpy as np
 from dp_accounting import rdp as dp_rdp
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_math
 
-from dpcore import accounting, noise, validation
+from dpcore import accounting, noise, options, validation
 
-DISTRIBUTIONS = ("poisson", "geometric", "logarithmic", "negative_binomial")
+DISTRIBUTIONS = options.TUNING_DISTRIBUTIONS
 """Laws of the number of trials K (``negative_binomial`` needs η)."""
 
 DEFAULT_ORDERS = tuple(float(a) for a in dp_rdp.RdpAccountant().orders)
@@ -257,17 +257,23 @@ class TrialPrivacy:
       the trial departs from its accounted mechanism (see
       :meth:`dpcore.accounting.PrivacyLedger.record_truncation`).
     description: what the trial is, for the record.
+    relation: the neighbouring relation the curve holds under
+      (:class:`dpcore.options.Relation`); None where it holds under
+      either (:func:`score_privacy`'s count).
   """
   orders: tuple[float, ...]
   rdp: tuple[float, ...]
   pure_epsilon: float | None = None
   truncation_probability: float = 0.0
   description: str = ""
+  relation: options.Relation | None = None
 
   def as_dict(self) -> dict:
     return {"pure_epsilon": self.pure_epsilon,
             "truncation_probability": self.truncation_probability,
-            "description": self.description}
+            "description": self.description,
+            "relation": None if self.relation is None else
+                        self.relation.value}
 
   def epsilon(self, delta: float) -> float:
     """The trial's own ε at δ (RDP conversion, or its pure ε if smaller)."""
@@ -332,28 +338,51 @@ def trial_privacy(ledger: accounting.PrivacyLedger, *,
                     if e.kind == "truncation")
   return TrialPrivacy(orders, _curve([e.dp_event for e in entries], orders),
                       pure, min(1.0, slack),
-                      description or "+".join(e.label for e in entries))
+                      description or "+".join(e.label for e in entries),
+                      ledger.relation)
 
 
 def pure_trial(epsilon: float, *, orders: Sequence[float] = DEFAULT_ORDERS,
-               description: str = "") -> TrialPrivacy:
-  """An ε-DP trial (RDP: Laplace-like, min(ε, λε²/2) via ε²/2-zCDP)."""
+               description: str = "", relation=None) -> TrialPrivacy:
+  """An ε-DP trial (RDP: Laplace-like, min(ε, λε²/2) via ε²/2-zCDP).
+
+  ``relation``: the neighbouring relation the ε holds under (None: either).
+  """
   epsilon = validation.check_epsilon(epsilon)
   orders = _check_orders(orders)
+  if relation is not None:
+    relation = options.parse_relation(relation, "relation")
   event = dp_accounting.ZCDpEvent(epsilon**2 / 2.0)
   rdp = tuple(min(epsilon, r) for r in _curve([event], orders))
   return TrialPrivacy(orders, rdp, epsilon, 0.0,
-                      description or f"pure {epsilon:g}-DP trial")
+                      description or f"pure {epsilon:g}-DP trial", relation)
 
 
 def score_privacy(epsilon: float, *,
                   orders: Sequence[float] = DEFAULT_ORDERS) -> TrialPrivacy:
-  """The privacy of :func:`noisy_accuracy` at ``epsilon`` (one release)."""
+  """The privacy of :func:`noisy_accuracy` at ``epsilon`` (one release).
+
+  The count changes by at most 1 under either relation, so the curve
+  holds under both (``relation`` None).
+  """
   epsilon = validation.check_epsilon(epsilon)
   ledger = accounting.PrivacyLedger(use_pld=False)
   ledger.record_laplace(scale=1.0 / epsilon, sensitivity=1.0,
-                        label="noisy_validation_count")
-  return trial_privacy(ledger, orders=orders)
+                        label="noisy_validation_count",
+                        relation=options.Relation.ADD_REMOVE)
+  return dataclasses.replace(trial_privacy(ledger, orders=orders),
+                             relation=None)
+
+
+def _one_relation(trials) -> options.Relation | None:
+  """The relation trials combined hold under; refuses two different ones."""
+  relations = {t.relation for t in trials if t.relation is not None}
+  if len(relations) > 1:
+    raise ValueError(
+        f"the trials are stated under different neighbouring relations "
+        f"({', '.join(sorted(r.value for r in relations))}); calibrate "
+        f"every part for one relation.")
+  return relations.pop() if relations else None
 
 
 def _same_orders(trials) -> tuple[float, ...]:
@@ -379,7 +408,8 @@ def any_of(*trials: TrialPrivacy, description: str = "") -> TrialPrivacy:
   return TrialPrivacy(orders, rdp, pure,
                       max(t.truncation_probability for t in trials),
                       description or "any of: " + "; ".join(
-                          t.description for t in trials))
+                          t.description for t in trials),
+                      _one_relation(trials))
 
 
 def disjoint(*parts: TrialPrivacy, description: str = "") -> TrialPrivacy:
@@ -399,7 +429,8 @@ def disjoint(*parts: TrialPrivacy, description: str = "") -> TrialPrivacy:
   slack = min(1.0, math.fsum(t.truncation_probability for t in parts))
   return TrialPrivacy(orders, rdp, pure, slack,
                       description or "disjoint rows: " + " | ".join(
-                          t.description for t in parts))
+                          t.description for t in parts),
+                      _one_relation(parts))
 
 
 # -- the tuned algorithm's privacy --------------------------------------------
@@ -611,11 +642,22 @@ def record(ledger: accounting.PrivacyLedger, guarantee: TuningGuarantee, *,
   :meth:`~dpcore.accounting.PrivacyLedger.record_approx` at its (ε, δ):
   it composes with the run's other steps by basic composition (the
   ledger's ``…+basic``). Give the tuning the share of the run's δ it was
-  computed at.
+  computed at. The entry's relation is the trials' (a trial that holds
+  under either relation takes the ledger's).
+
+  Raises:
+    ValueError: not a guarantee, or neither the trials nor the ledger
+      state a neighbouring relation.
   """
   if not isinstance(guarantee, TuningGuarantee):
     raise ValueError("guarantee must be a tuning.TuningGuarantee "
                      "(tuning.tuned_guarantee).")
+  relation = guarantee.trial.relation or ledger.relation
+  if relation is None:
+    raise ValueError(
+        "the tuning's trials hold under either neighbouring relation and "
+        "the ledger has none yet; pass PrivacyLedger(relation=...) to say "
+        "which one the run's guarantee is stated under.")
   c = guarantee.count
   ledger.record_approx(
       guarantee.epsilon, guarantee.delta,
@@ -623,7 +665,7 @@ def record(ledger: accounting.PrivacyLedger, guarantee: TuningGuarantee, *,
                         label=label),
       params={"winner": winner, "trials": int(trials),
               "expected_trials": c.expected,
-              "distribution": c.distribution})
+              "distribution": c.distribution}, relation=relation)
 
 
 def select(key: jax.Array, candidates: Sequence, trial: Callable, *,

@@ -46,10 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from dpcore import linalg, validation
+from dpcore import linalg, options, validation
 from federated import sharding
 
-TOPK = ("eigh", "subspace")
+TOPK = options.TOPK_METHODS
 """How :func:`subspace_aggregate` finds the top k (post-processing)."""
 
 
@@ -87,8 +87,7 @@ def size_weights(sizes):
 
 def check_topk(topk: str) -> str:
   """``topk`` checked against :data:`TOPK`."""
-  if topk not in TOPK:
-    raise ValueError(f"topk must be one of {TOPK}, got {topk!r}.")
+  options.check_one_of(topk, TOPK, "topk")
   return topk
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from dpcore import options
 from launch import common
 
 _DATASETS = flags.DEFINE_list(
@@ -46,10 +47,8 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
 _CLASSES = flags.DEFINE_string(
     "classes", "3,8", "POS,NEG: the two classes kept of a multi-class set.")
 _SCALING = flags.DEFINE_enum(
-    "scaling", "auto_minmax",
-    ["auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
-     "unit_ball"], "Feature scaling, as launch.dpwss (fitted on the "
-    "training rows).")
+    "scaling", "auto_minmax", options.SCALINGS, "Feature scaling, as "
+    "launch.dpwss (fitted on the training rows).")
 _METHODS = flags.DEFINE_list(
     "methods", ["libsvm", "wss2", "dpwss_paper",
                 "linear_output_perturbation", "rff_dpsgd",

@@ -2,7 +2,9 @@
 
 Its own module so that the spec collections (:mod:`.audits`,
 :mod:`.dpwss_audits`, :mod:`.rff_audits`, :mod:`.tuning_audits`) import
-it without importing one another.
+it without importing one another. :func:`claimed_epsilon` reads the ε a
+spec audits and checks that the library claims it under the spec's
+neighbouring relation.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from dpcore import options
+
 
 @dataclasses.dataclass(frozen=True)
 class AuditSpec:
@@ -18,7 +22,8 @@ class AuditSpec:
 
   Attributes:
     name: short identifier, e.g. ``"gaussian"``.
-    relation: ``"add_remove"`` or ``"replace_one"``.
+    relation: the neighbouring relation of ``data_0`` and ``data_1``, a
+      :class:`dpcore.options.Relation` (a spelling is parsed).
     settings: JSON-ready settings shown in the table.
     mechanism: ``(key, data) -> output`` (jittable in ``data``).
     data_0: one data set.
@@ -33,7 +38,7 @@ class AuditSpec:
       solvers need float64, such as objective perturbation).
   """
   name: str
-  relation: str
+  relation: options.Relation
   settings: dict
   mechanism: Callable
   data_0: Any
@@ -45,3 +50,37 @@ class AuditSpec:
   default_trials: int = 100_000
   broken: bool = False
   x64: bool = False
+
+  def __post_init__(self):
+    object.__setattr__(self, "relation",
+                       options.parse_relation(self.relation, "relation"))
+
+
+def claimed_epsilon(claim, relation, delta: float | None = None) -> float:
+  """The ε the library claims, refused if claimed under another relation.
+
+  Args:
+    claim: a :class:`dpcore.accounting.PrivacyLedger` holding the audited
+      mechanism's entries (its ε is read at ``delta``), or a privacy
+      record (its ``"epsilon"``).
+    relation: the relation the audit's neighbours are built for.
+    delta: the δ to read a ledger's ε at (None: the ledger's default).
+
+  Returns:
+    The claimed ε.
+
+  Raises:
+    ValueError: the claim is stated under another relation (the audit
+      would test a guarantee the library does not make).
+  """
+  relation = options.parse_relation(relation, "relation")
+  if isinstance(claim, dict):
+    claimed, epsilon = claim["relation"], claim["epsilon"]
+  else:
+    claimed, epsilon = claim.relation, claim.guarantee(delta).epsilon
+  if claimed != relation:
+    raise ValueError(
+        f"the audit's neighbours are {relation.value} but the library "
+        f"claims its ε under {claimed}; build the neighbours for the "
+        f"relation the mechanism records.")
+  return epsilon

@@ -36,7 +36,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from launch.experiments.audit_spec import AuditSpec
+from launch.experiments.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.svm import dpwss, kernels, smo, wss
 
 DELTA = 1e-5
@@ -114,8 +114,8 @@ def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
   x, y_0, y_1, canary = canary_data(position)
   reported = None
   if selection == "private":
-    reported = dpwss.privacy_report(
-        epsilon, max_iter, selection="private", delta=DELTA)["epsilon"]
+    reported = claimed_epsilon(dpwss.privacy_report(
+        epsilon, max_iter, selection="private", delta=DELTA), "replace_one")
   return AuditSpec(
       name=name, relation="replace_one",
       settings={"selection": selection, "epsilon_per_selection": epsilon,

@@ -268,13 +268,11 @@ def run_method(method, data, *, epsilon, delta, seeds, dataset) -> dict:
   if learner is None:
     output_perturbation.record(ledger, epsilon=epsilon,
                                label="linear_output_perturbation")
-    relation = "replace_one"
   else:
     random_features.record(ledger, learner)
-    relation = random_features.NEIGHBOURING[
-        "dpsgd" if method == "rff_dpsgd" else "output_perturbation"]
   return {"accuracy": accuracies, "privacy": ledger.report(delta),
-          "neighbouring": relation, "model_is_private": True, **extra}
+          "neighbouring": ledger.relation.value, "model_is_private": True,
+          **extra}
 
 
 def run_one(*, dataset, data, method, epsilon, delta, seeds, test_fraction,

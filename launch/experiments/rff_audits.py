@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import accounting
-from launch.experiments.audit_spec import AuditSpec
+from launch.experiments.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.erm import output_perturbation
 from mechanisms.svm import random_features
 
@@ -100,7 +100,7 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
                 "canary_feature_norm": float(jnp.linalg.norm(phi))},
       mechanism=mechanism, data_0=y_0, data_1=y_1, statistic=statistic,
       delta=audit_delta,
-      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       default_trials=20_000 if broken else 200_000, broken=broken)
 
 
@@ -147,7 +147,7 @@ def output_perturbation_spec(*, epsilon: float | None = None
                 "feature_bound": math.sqrt(2.0),
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1))},
       mechanism=mechanism, data_0=w_0, data_1=w_1, statistic=statistic,
-      delta=0.0, reported_epsilon=ledger.guarantee().epsilon,
+      delta=0.0, reported_epsilon=claimed_epsilon(ledger, "replace_one"),
       default_trials=500_000)
 
 

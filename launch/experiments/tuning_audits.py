@@ -39,7 +39,7 @@ OFFSETS = (0.0, 0.5, -0.5)
 def _trial_privacy(epsilon: float) -> tuning.TrialPrivacy:
   ledger = accounting.PrivacyLedger(use_pld=False)
   ledger.record_laplace(scale=1.0 / epsilon, sensitivity=1.0,
-                        label="canary_count")
+                        label="canary_count", relation="add_remove")
   return tuning.trial_privacy(ledger)
 
 

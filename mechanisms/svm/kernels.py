@@ -30,9 +30,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from dpcore import validation
+from dpcore import options, validation
 
-KERNELS = ("linear", "poly", "rbf", "sigmoid")
+KERNELS = options.KERNELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +52,7 @@ class KernelSpec:
   degree: int = 3
 
   def __post_init__(self):
-    if self.kind not in KERNELS:
-      raise ValueError(
-          f"kernel must be one of {KERNELS}, got {self.kind!r}.")
+    options.check_one_of(self.kind, KERNELS, "kernel")
     if self.gamma is not None:
       validation.check_positive(self.gamma, "gamma")
     validation.check_positive_int(self.degree, "degree")

@@ -34,7 +34,8 @@ def test_empty_ledger():
 
 def test_record_laplace_matches_dp_accounting():
   ledger = PrivacyLedger()
-  ledger.record_laplace(scale=4.0, sensitivity=2.0, label="counts", count=5)
+  ledger.record_laplace(scale=4.0, sensitivity=2.0, label="counts", count=5,
+                        relation="add_remove")
   g = ledger.guarantee(DELTA)
   event = dp_accounting.SelfComposedDpEvent(
       dp_accounting.LaplaceDpEvent(2.0), 5)  # scale / sensitivity
@@ -51,7 +52,7 @@ def test_record_laplace_matches_dp_accounting():
 def test_record_gaussian_matches_dp_accounting():
   ledger = PrivacyLedger()
   ledger.record_gaussian(sigma=6.0, sensitivity=2.0, delta=DELTA,
-                         label="pca", count=4)
+                         label="pca", count=4, relation="add_remove")
   g = ledger.guarantee(DELTA)
   event = dp_accounting.SelfComposedDpEvent(
       dp_accounting.GaussianDpEvent(3.0), 4)
@@ -68,7 +69,8 @@ def test_record_gaussian_matches_dp_accounting():
 
 def test_single_gaussian_against_pld_of_gaussian_mechanism():
   ledger = PrivacyLedger()
-  ledger.record_gaussian(sigma=5.0, sensitivity=2.0, delta=DELTA, label="q")
+  ledger.record_gaussian(sigma=5.0, sensitivity=2.0, delta=DELTA, label="q",
+                         relation="add_remove")
   pld = dp_pld.privacy_loss_distribution.from_gaussian_mechanism(
       5.0, sensitivity=2.0)
   g = ledger.guarantee(DELTA)
@@ -81,7 +83,8 @@ def test_single_gaussian_against_pld_of_gaussian_mechanism():
 def test_record_subsampled_gaussian_matches_rdp():
   ledger = PrivacyLedger(use_pld=False)
   ledger.record_subsampled_gaussian(noise_multiplier=1.1, sampling_rate=0.01,
-                                    steps=1000, delta=DELTA, label="sgd")
+                                    steps=1000, delta=DELTA, label="sgd",
+                                    relation="add_remove")
   event = dp_accounting.SelfComposedDpEvent(
       dp_accounting.PoissonSampledDpEvent(
           0.01, dp_accounting.GaussianDpEvent(1.1)), 1000)
@@ -96,8 +99,9 @@ def test_record_subsampled_gaussian_matches_rdp():
 
 def test_record_pure_and_exponential_zcdp():
   ledger = PrivacyLedger()
-  ledger.record_pure(0.5, label="objective", count=3)
-  ledger.record_exponential(0.2, label="select", count=10)
+  ledger.record_pure(0.5, label="objective", count=3, relation="add_remove")
+  ledger.record_exponential(0.2, label="select", count=10,
+                            relation="add_remove")
   g = ledger.guarantee(DELTA)
   assert g.basic_epsilon == pytest.approx(3 * 0.5 + 10 * 0.2)
   assert g.basic_delta == 0.0
@@ -111,7 +115,8 @@ def test_exponential_400_selections():
   # 400 selections at ε = 1: basic 400, zCDP ρ = 50 → ε ≈ 96.1 at 1e-5
   # (below the textbook conversion ρ + 2√(ρ ln 1/δ) ≈ 98.0).
   ledger = PrivacyLedger()
-  ledger.record_exponential(1.0, label="selections", count=400)
+  ledger.record_exponential(1.0, label="selections", count=400,
+                            relation="add_remove")
   g = ledger.guarantee(DELTA)
   assert g.basic_epsilon == 400.0
   assert g.epsilon == pytest.approx(96.1, abs=0.05)
@@ -121,11 +126,13 @@ def test_exponential_400_selections():
 
 def test_mixed_composition_matches_direct():
   ledger = PrivacyLedger()
-  ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap")
+  ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap",
+                        relation="add_remove")
   ledger.record_gaussian(sigma=4.0, sensitivity=1.0, delta=1e-6, label="g",
-                         count=2)
+                         count=2, relation="add_remove")
   ledger.record_subsampled_gaussian(noise_multiplier=1.0, sampling_rate=0.02,
-                                    steps=100, delta=1e-6, label="sgd")
+                                    steps=100, delta=1e-6, label="sgd",
+                                    relation="add_remove")
   events = [e.dp_event for e in ledger.entries]
   g = ledger.guarantee(DELTA)
   assert g.rdp_epsilon == pytest.approx(_rdp(*events), rel=1e-9)
@@ -136,7 +143,7 @@ def test_mixed_composition_matches_direct():
   assert g.epsilon == min(g.basic_epsilon, g.rdp_epsilon, g.pld_epsilon)
   assert g.delta == DELTA and g.method in ("rdp", "pld")
   # Adding a pure step takes PLD out (zCDP) but RDP still composes all.
-  ledger.record_pure(0.1, label="pure")
+  ledger.record_pure(0.1, label="pure", relation="add_remove")
   g2 = ledger.guarantee(DELTA)
   assert g2.pld_epsilon is None
   assert g2.rdp_epsilon == pytest.approx(
@@ -145,15 +152,15 @@ def test_mixed_composition_matches_direct():
 
 def test_approx_steps_are_added_by_basic_composition():
   ledger = PrivacyLedger()
-  ledger.record_approx(0.3, 1e-6, label="a")
-  ledger.record_approx(0.2, 2e-6, label="b")
+  ledger.record_approx(0.3, 1e-6, label="a", relation="add_remove")
+  ledger.record_approx(0.2, 2e-6, label="b", relation="add_remove")
   g = ledger.guarantee(DELTA)
   assert (g.epsilon, g.method) == (pytest.approx(0.5), "basic")
   assert g.delta == pytest.approx(3e-6)
   assert g.rdp_epsilon is None and g.pld_epsilon is None
   # Mixed with a Gaussian: the Gaussian is composed exactly at the δ left.
   ledger.record_gaussian(sigma=3.0, sensitivity=1.0, delta=1e-6, label="g",
-                         count=3)
+                         count=3, relation="add_remove")
   g = ledger.guarantee(DELTA)
   gauss = dp_accounting.SelfComposedDpEvent(
       dp_accounting.GaussianDpEvent(3.0), 3)
@@ -169,30 +176,34 @@ def test_approx_steps_are_added_by_basic_composition():
 
 def test_delta_below_basic_delta():
   ledger = PrivacyLedger()
-  ledger.record_gaussian(sigma=3.0, sensitivity=1.0, delta=1e-5, label="g")
+  ledger.record_gaussian(sigma=3.0, sensitivity=1.0, delta=1e-5, label="g",
+                         relation="add_remove")
   g = ledger.guarantee(1e-7)  # basic composition cannot give this δ
   assert g.delta == 1e-7 and g.method in ("rdp", "pld")
   assert g.epsilon > accounting.gaussian_epsilon(noise_multiplier=3.0,
                                                  delta=1e-5)
   # An (ε, δ) step whose δ exceeds the asked δ: only basic, at its own δ.
-  ledger.record_approx(0.1, 1e-6, label="a")
+  ledger.record_approx(0.1, 1e-6, label="a", relation="add_remove")
   g = ledger.guarantee(1e-7)
   assert g.method == "basic" and g.delta == pytest.approx(1.1e-5)
 
 
 def test_budget_refusal_leaves_ledger_unchanged():
   ledger = PrivacyLedger(budget_epsilon=1.0, budget_delta=DELTA)
-  ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="first")
+  ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="first",
+                        relation="add_remove")
   before = ledger.report()
   entries = ledger.entries
   with pytest.raises(BudgetExceededError, match="second"):
-    ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="second")
+    ledger.record_laplace(scale=1 / 0.6, sensitivity=1.0, label="second",
+                          relation="add_remove")
   with pytest.raises(BudgetExceededError):
     ledger.record_gaussian(sigma=0.5, sensitivity=1.0, delta=1e-6,
-                           label="third")
+                           label="third", relation="add_remove")
   assert ledger.entries == entries
   assert ledger.report() == before
-  ledger.record_laplace(scale=1 / 0.3, sensitivity=1.0, label="fits")
+  ledger.record_laplace(scale=1 / 0.3, sensitivity=1.0, label="fits",
+                        relation="add_remove")
   assert ledger.guarantee().epsilon <= 1.0 + 1e-9
 
 
@@ -200,19 +211,20 @@ def test_budget_uses_composition_not_just_basic():
   # 400 selections at ε = 0.1: basic 40 but zCDP (ρ = 0.5) gives ≈ 4.73; a
   # budget of 6 at δ = 1e-5 must accept them all, one of 4.5 refuse them.
   ledger = PrivacyLedger(budget_epsilon=6.0, budget_delta=DELTA)
-  ledger.record_exponential(0.1, label="s", count=400)
+  ledger.record_exponential(0.1, label="s", count=400, relation="add_remove")
   assert ledger.guarantee().epsilon == pytest.approx(4.73, abs=0.01)
   with pytest.raises(BudgetExceededError):
     PrivacyLedger(budget_epsilon=4.5, budget_delta=DELTA).record_exponential(
-        0.1, label="s", count=400)
+        0.1, label="s", count=400, relation="add_remove")
 
 
 def test_budget_without_delta_refuses_approximate_steps():
   ledger = PrivacyLedger(budget_epsilon=2.0)
-  ledger.record_pure(1.0, label="pure")  # pure steps need no δ
+  ledger.record_pure(1.0, label="pure",
+                     relation="add_remove")  # pure steps need no δ
   with pytest.raises(ValueError, match="budget_delta"):
     ledger.record_gaussian(sigma=5.0, sensitivity=1.0, delta=1e-6,
-                           label="g")
+                           label="g", relation="add_remove")
   assert len(ledger.entries) == 1
 
 
@@ -229,7 +241,8 @@ def test_truncation_event_is_paid_for_in_delta():
   # step is composed at δ′ = δ − (1 + e^ε½)·P, ε½ its ε at δ/2.
   p = 2e-7
   ledger = PrivacyLedger()
-  ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA, label="g")
+  ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA, label="g",
+                         relation="add_remove")
   ideal = ledger.guarantee(DELTA)
   ledger.record_truncation(p, label="padding")
   g = ledger.guarantee(DELTA)
@@ -249,7 +262,8 @@ def test_truncation_event_is_paid_for_in_delta():
   assert g0.delta == pytest.approx(DELTA + (1 + math.exp(g0.epsilon)) * p)
   # P too large for the δ asked: the larger δ that holds is reported.
   big = PrivacyLedger()
-  big.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA, label="g")
+  big.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA, label="g",
+                      relation="add_remove")
   big.record_truncation(1e-5, label="padding")
   gb = big.guarantee(DELTA)
   assert gb.delta > DELTA
@@ -259,30 +273,37 @@ def test_truncation_event_is_paid_for_in_delta():
 
 def test_report_is_json_ready():
   ledger = PrivacyLedger()
-  ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap")
-  ledger.record_approx(0.5, 1e-6, label="approx")
+  ledger.record_laplace(scale=2.0, sensitivity=1.0, label="lap",
+                        relation="add_remove")
+  ledger.record_approx(0.5, 1e-6, label="approx", relation="add_remove")
   s = json.loads(json.dumps(ledger.report(DELTA)))
   assert [e["label"] for e in s["entries"]] == ["lap", "approx"]
   assert s["epsilon"] == ledger.guarantee(DELTA).epsilon
 
 
 @pytest.mark.parametrize("call,name", [
-    (lambda led: led.record_pure(0.0, label="x"), "epsilon"),
-    (lambda led: led.record_pure(1.0, label="x", count=0), "count"),
-    (lambda led: led.record_laplace(scale=-1.0, sensitivity=1.0, label="x"),
+    (lambda led: led.record_pure(0.0, label="x",
+                                 relation="add_remove"), "epsilon"),
+    (lambda led: led.record_pure(1.0, label="x", count=0,
+                                 relation="add_remove"), "count"),
+    (lambda led: led.record_laplace(scale=-1.0, sensitivity=1.0, label="x",
+                                    relation="add_remove"),
      "scale"),
     (lambda led: led.record_gaussian(sigma=1.0, sensitivity=1.0, delta=0.0,
-                                 label="x"), "delta"),
+                                 label="x", relation="add_remove"), "delta"),
     (lambda led: led.record_gaussian(sigma=math.nan, sensitivity=1.0,
-                                 delta=1e-5, label="x"), "sigma"),
-    (lambda led: led.record_approx(1.0, 1.5, label="x"), "delta"),
+                                 delta=1e-5, label="x",
+                                     relation="add_remove"), "sigma"),
+    (lambda led: led.record_approx(1.0, 1.5, label="x",
+                                   relation="add_remove"), "delta"),
     (lambda led: led.record_subsampled_gaussian(
         noise_multiplier=1.0, sampling_rate=0.0, steps=1, delta=1e-5,
-        label="x"), "sampling_rate"),
+        label="x", relation="add_remove"), "sampling_rate"),
     (lambda led: led.record_subsampled_gaussian(
         noise_multiplier=1.0, sampling_rate=0.1, steps=1.5, delta=1e-5,
-        label="x"), "steps"),
-    (lambda led: led.record_exponential(math.inf, label="x"), "epsilon"),
+        label="x", relation="add_remove"), "steps"),
+    (lambda led: led.record_exponential(math.inf, label="x",
+                                        relation="add_remove"), "epsilon"),
     (lambda led: led.record_truncation(1.5, label="x"), "probability"),
     (lambda led: led.record_truncation(-1e-9, label="x"), "probability"),
     (lambda led: led.guarantee(delta=2.0), "delta"),
@@ -312,7 +333,7 @@ def test_bad_module_function_arguments_are_named():
 def test_every_record_has_the_same_fields_in_order():
   ledger = PrivacyLedger()
   ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=DELTA,
-                         label="g")
+                         label="g", relation="add_remove")
   rec = ledger.report(DELTA, nominal_epsilon=0.5, nominal_note="paper")
   none = accounting.no_guarantee_record(accounting.NON_PRIVATE)
   assert tuple(rec) == accounting.PRIVACY_FIELDS == tuple(none)
@@ -356,7 +377,7 @@ def test_zcdp_epsilon_is_the_one_conversion():
   eps = accounting.zcdp_epsilon(rho=0.5, delta=1e-5, count=3)
   ledger = PrivacyLedger()
   ledger.record_discrete_gaussian(sigma=1.0, sensitivity=1.0, delta=1e-5,
-                                  count=3, label="q")
+                                  count=3, label="q", relation="add_remove")
   assert ledger.entries[0].epsilon == eps
   # k-fold composition of ρ-zCDP is kρ-zCDP.
   assert eps == pytest.approx(
@@ -406,3 +427,124 @@ def test_accountant_calls_print_no_convergence_warnings():
   finally:
     absl_logger.removeHandler(handler)
     absl_logger.setLevel(level)
+
+
+# -- the neighbouring relation -------------------------------------------------
+
+
+def _record_each(ledger, relation):
+  """One entry of every recording method, all under ``relation``."""
+  ledger.record_pure(0.1, label="pure", relation=relation)
+  ledger.record_laplace(scale=10.0, sensitivity=1.0, label="lap",
+                        relation=relation)
+  ledger.record_gaussian(sigma=20.0, sensitivity=1.0, delta=1e-7,
+                         label="gauss", relation=relation)
+  ledger.record_discrete_gaussian(sigma=40.0, sensitivity=2.0, delta=1e-7,
+                                  label="dgauss", relation=relation)
+  ledger.record_discrete_laplace(scale=20.0, sensitivity=2.0, label="dlap",
+                                 relation=relation)
+  ledger.record_approx(0.1, 1e-7, label="approx", relation=relation)
+  ledger.record_subsampled_gaussian(noise_multiplier=5.0, sampling_rate=0.01,
+                                    steps=10, delta=1e-7, label="sgd",
+                                    relation=relation)
+  ledger.record_exponential(0.1, label="exp", relation=relation)
+  ledger.record_truncation(1e-12, label="pad")
+
+
+@pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
+def test_every_entry_and_the_record_carry_the_relation(relation):
+  ledger = PrivacyLedger()
+  assert ledger.relation is None
+  _record_each(ledger, relation)
+  assert ledger.relation == relation
+  assert [e.relation for e in ledger.entries] == [relation] * 8 + [None]
+  rec = ledger.report(DELTA)
+  assert rec["relation"] == relation == ledger.guarantee(DELTA).relation
+  assert [e["relation"] for e in rec["entries"]] == [relation] * 8 + [None]
+  # Plain strings in the JSON record, as spelled in dpcore.options.
+  assert json.loads(json.dumps(rec))["relation"] == relation
+  assert type(rec["relation"]) is str
+
+
+def test_the_relation_changes_no_epsilon():
+  # The same steps under either relation: the same numbers, bit for bit.
+  a, b = PrivacyLedger(), PrivacyLedger()
+  _record_each(a, "add_remove")
+  _record_each(b, "replace_one")
+  ra, rb = a.report(DELTA), b.report(DELTA)
+  for field in accounting.PRIVACY_FIELDS:
+    if field not in ("relation", "entries"):
+      assert ra[field] == rb[field], field
+
+
+@pytest.mark.parametrize("method", [
+    "record_pure", "record_laplace", "record_gaussian",
+    "record_discrete_gaussian", "record_discrete_laplace", "record_approx",
+    "record_subsampled_gaussian", "record_exponential"])
+def test_a_second_relation_is_refused_by_every_method(method):
+  ledger = PrivacyLedger()
+  ledger.record_pure(0.5, label="fit", relation="replace_one")
+  kwargs = {
+      "record_pure": dict(epsilon=0.1),
+      "record_laplace": dict(scale=1.0, sensitivity=1.0),
+      "record_gaussian": dict(sigma=2.0, sensitivity=1.0, delta=1e-6),
+      "record_discrete_gaussian": dict(sigma=2.0, sensitivity=1.0,
+                                       delta=1e-6),
+      "record_discrete_laplace": dict(scale=2.0, sensitivity=1.0),
+      "record_approx": dict(epsilon=0.1, delta=1e-6),
+      "record_subsampled_gaussian": dict(noise_multiplier=1.0,
+                                         sampling_rate=0.1, steps=3,
+                                         delta=1e-6),
+      "record_exponential": dict(epsilon=0.1),
+  }[method]
+  with pytest.raises(ValueError, match=r"recording 'step' under "
+                     r"relation=add_remove in a ledger of replace_one "
+                     r"steps") as info:
+    getattr(ledger, method)(label="step", relation="add_remove", **kwargs)
+  assert "\n" not in str(info.value)  # one line
+  assert len(ledger.entries) == 1  # nothing was recorded
+  assert ledger.report(DELTA)["relation"] == "replace_one"
+
+
+def test_a_ledger_fixed_to_a_relation_refuses_its_first_other_step():
+  ledger = PrivacyLedger(relation="add_remove")
+  assert ledger.relation == "add_remove"
+  with pytest.raises(ValueError, match="ledger of add_remove steps"):
+    ledger.record_exponential(1.0, label="sel", relation="replace_one")
+  assert ledger.entries == ()
+  with pytest.raises(ValueError, match="relation must be one of "
+                     "add_remove, replace_one"):
+    PrivacyLedger(relation="swap")
+
+
+def test_the_relation_is_required_and_checked():
+  ledger = PrivacyLedger()
+  with pytest.raises(TypeError, match="relation"):
+    ledger.record_pure(0.1, label="x")  # pylint: disable=missing-kwoa
+  with pytest.raises(ValueError, match="relation must be one of add_remove, "
+                     "replace_one .*got 'add-remove'"):
+    ledger.record_pure(0.1, label="x", relation="add-remove")
+  # The old spelling goes through options.parse_relation, mapped.
+  ledger.record_pure(0.1, label="x", relation="replace")
+  assert ledger.entries[0].relation == "replace_one"
+
+
+def test_a_refused_relation_is_checked_before_the_budget():
+  ledger = PrivacyLedger(budget_epsilon=1.0)
+  ledger.record_pure(0.9, label="a", relation="add_remove")
+  with pytest.raises(ValueError, match="relation"):
+    ledger.record_pure(5.0, label="b", relation="replace_one")
+  with pytest.raises(BudgetExceededError):
+    ledger.record_pure(5.0, label="b", relation="add_remove")
+
+
+def test_entries_gathered_by_hand_of_two_relations_are_refused():
+  a, b = PrivacyLedger(), PrivacyLedger()
+  a.record_pure(0.1, label="a", relation="add_remove")
+  b.record_pure(0.1, label="b", relation="replace_one")
+  with pytest.raises(ValueError, match="do not compose"):
+    accounting.privacy_record(a.guarantee(), a.entries + b.entries)
+  none = accounting.no_guarantee_record("paper", entries=b.entries)
+  assert none["relation"] == "replace_one"
+  assert accounting.no_guarantee_record("x")["relation"] is None
+  assert PrivacyLedger().report()["relation"] is None

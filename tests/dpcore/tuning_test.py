@@ -19,13 +19,14 @@ ORDERS = list(tuning.DEFAULT_ORDERS)
 def _gaussian_trial(sigma, orders=tuning.DEFAULT_ORDERS):
   ledger = accounting.PrivacyLedger()
   ledger.record_gaussian(sigma=sigma, sensitivity=1.0, delta=1e-5,
-                         label="g")
+                         label="g", relation="add_remove")
   return tuning.trial_privacy(ledger, orders=orders)
 
 
 def _laplace_trial(epsilon, orders=tuning.DEFAULT_ORDERS):
   ledger = accounting.PrivacyLedger()
-  ledger.record_laplace(scale=1.0 / epsilon, sensitivity=1.0, label="l")
+  ledger.record_laplace(scale=1.0 / epsilon, sensitivity=1.0, label="l",
+                        relation="add_remove")
   return tuning.trial_privacy(ledger, orders=orders)
 
 
@@ -176,7 +177,8 @@ def _trial_fn(key, candidate):
 def test_select_releases_the_best_trial_and_records_one_entry():
   count = tuning.trial_count("geometric", 20.0)
   privacy = tuning.score_privacy(5.0)
-  ledger = accounting.PrivacyLedger()
+  # A count's score holds under either relation: the ledger says which.
+  ledger = accounting.PrivacyLedger(relation="replace_one")
   cands = [0.2, 0.9, 0.5]
   r = tuning.select(jax.random.key(3), cands, _trial_fn, count=count,
                     privacy=privacy, delta=1e-6, ledger=ledger)
@@ -187,6 +189,7 @@ def test_select_releases_the_best_trial_and_records_one_entry():
     assert r.winner == 1
   (entry,) = ledger.entries
   assert entry.epsilon == r.guarantee.epsilon and entry.delta == 1e-6
+  assert entry.relation == "replace_one"
   assert f"{r.trials} trials ran" in entry.label
   report = ledger.report(1e-6)
   assert report["epsilon"] == pytest.approx(r.guarantee.epsilon)
@@ -247,14 +250,15 @@ def test_trial_without_a_guarantee_is_refused():
   with pytest.raises(ValueError, match="no private step"):
     tuning.trial_privacy(accounting.PrivacyLedger())
   ledger = accounting.PrivacyLedger()
-  ledger.record_approx(1.0, 1e-6, label="opaque")
+  ledger.record_approx(1.0, 1e-6, label="opaque", relation="add_remove")
   with pytest.raises(ValueError, match="known only by"):
     tuning.trial_privacy(ledger)
 
 
 def test_departures_are_charged_e_k_times():
   ledger = accounting.PrivacyLedger()
-  ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=1e-6, label="g")
+  ledger.record_gaussian(sigma=2.0, sensitivity=1.0, delta=1e-6, label="g",
+                         relation="add_remove")
   ledger.record_truncation(1e-11, label="pad")
   trial = tuning.trial_privacy(ledger)
   assert trial.truncation_probability == 1e-11
@@ -347,7 +351,35 @@ def test_specs_are_named_and_flagged():
 def test_compute_epsilon_is_the_ledgers_conversion():
   trial = _gaussian_trial(1.5)
   ledger = accounting.PrivacyLedger(use_pld=False)
-  ledger.record_gaussian(sigma=1.5, sensitivity=1.0, delta=1e-5, label="g")
+  ledger.record_gaussian(sigma=1.5, sensitivity=1.0, delta=1e-5, label="g",
+                         relation="add_remove")
   want = ledger.guarantee(1e-5).rdp_epsilon
   got, _ = rdp_math.compute_epsilon(trial.orders, trial.rdp, 1e-5)
   assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_trials_carry_their_relation_and_refuse_to_mix():
+  train = _gaussian_trial(2.0)
+  assert train.relation == "add_remove"
+  score = tuning.score_privacy(1.0)
+  assert score.relation is None  # a count: either relation
+  trial = tuning.any_of(tuning.disjoint(train, score), train)
+  assert trial.relation == "add_remove"
+  assert trial.as_dict()["relation"] == "add_remove"
+  fit = tuning.pure_trial(0.5, relation="replace_one")
+  with pytest.raises(ValueError, match="different neighbouring relations"):
+    tuning.any_of(train, fit)
+  with pytest.raises(ValueError, match="different neighbouring relations"):
+    tuning.disjoint(fit, train)
+  guarantee = tuning.tuned_guarantee(trial, tuning.trial_count(
+      "geometric", 5.0), delta=1e-6)
+  ledger = accounting.PrivacyLedger()
+  tuning.record(ledger, guarantee, winner=0, trials=3)
+  assert ledger.relation == "add_remove"
+  with pytest.raises(ValueError, match="ledger of replace_one steps"):
+    tuning.record(accounting.PrivacyLedger(relation="replace_one"),
+                  guarantee, winner=0, trials=3)
+  either = tuning.tuned_guarantee(score, tuning.trial_count(
+      "geometric", 5.0), delta=1e-6)
+  with pytest.raises(ValueError, match="PrivacyLedger\\(relation=...\\)"):
+    tuning.record(accounting.PrivacyLedger(), either, winner=0, trials=3)
