@@ -20,7 +20,7 @@ import time
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping, linalg
+from dpcore import accounting, clipping, linalg, options
 from federated import feddpdr, partition, sharding
 from launch import common, programs
 from launch.data import loaders as data_lib
@@ -490,11 +490,8 @@ class FedSGDRecipe:
 
   def check(self) -> FedSGDRecipe:
     """One-line ValueErrors naming the flag, before any work."""
-    from federated import fedsgd  # noqa: PLC0415
-    if self.trust not in fedsgd.TRUST_MODELS:
-      raise ValueError(f"--fedsgd_trust must be one of "
-                       f"{', '.join(fedsgd.TRUST_MODELS)}, got "
-                       f"{self.trust!r}.")
+    options.check_one_of(self.trust, options.FEDSGD_TRUST_MODELS,
+                         "--fedsgd_trust")
     if not 0.0 <= self.sampling_rate <= 1.0:
       raise ValueError(f"--fedsgd_sampling_rate must be in [0, 1] (0: "
                        f"min(0.05, 256/N)), got {self.sampling_rate}.")
