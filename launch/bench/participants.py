@@ -101,8 +101,8 @@ def _loop_functions():
 
   @partial(jax.jit, static_argnames=("static",))
   def basis(key, i, x, mask, sigma, *, static):
-    return dp_pca.dp_pca(keys(key, i)[0], x, mask, k=static.k, sigma=sigma,
-                         topk=static.topk).components
+    return dp_pca.noisy_basis(keys(key, i)[0], x, mask, k=static.k,
+                              sigma=sigma, topk=static.topk).components
 
   @partial(jax.jit, static_argnames=("static", "num_classes"))
   def fit(key, i, x, labels, mask, n, p, theta, global_basis, *, static,
@@ -236,7 +236,7 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
   key = jax.random.key(seed)
   parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
                               prepared.y_train, sizes=(rows,) * participants)
-  plan = feddpdr.prepare(parts.sizes, d=d, num_classes=num_classes,
+  plan = feddpdr.make_plan(parts.sizes, d=d, num_classes=num_classes,
                          config=config)
   feddpdr.check_data(parts, prepared.x_test, prepared.y_test,
                      num_classes=num_classes)

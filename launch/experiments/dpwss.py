@@ -266,8 +266,8 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
 
   The record's ``"privacy"`` has exactly the fields of
   :data:`dpcore.accounting.PRIVACY_FIELDS`; DPWSS-specific figures are in
-  ``"dpwss"`` (:func:`mechanisms.svm.dpwss.selection_report` plus what the
-  privacy covers).
+  ``"dpwss"`` (:meth:`mechanisms.svm.dpwss.DPWSSPlan.selection_report`
+  plus what the privacy covers).
 
   ``memory_budget`` (bytes; None: unchecked) sizes the training before it
   starts (:func:`repeats_chunk`): the repeats run in chunks that fit, or
@@ -280,9 +280,15 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
                 repeats=repeats, total_epsilon=total_epsilon,
                 scaling=scaling if prepared is None else prepared[4],
                 evaluate=evaluate, dtype=dtype)
-  if total_epsilon is not None and wss == "dpwss":
-    epsilon = dpwss.epsilon_per_iteration(total_epsilon, max_iter=max_iter,
-                                          delta=delta, selection=selection)
+  plan = None
+  if wss == "dpwss":
+    plan_args = dict(sigma=sigma, delta=delta, selection=selection,
+                     max_iter=max_iter)
+    if total_epsilon is not None:  # split over the draws of max_iter
+      plan = dpwss.make_plan(epsilon=total_epsilon, **plan_args)
+      epsilon = plan.selection_epsilon
+    else:
+      plan = dpwss.make_plan(selection_epsilon=epsilon, **plan_args)
   if release != "none":
     release_epsilon = float(release_epsilon)
   if prepared is None:
@@ -311,10 +317,10 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
         lambda: smo_train.wss2_train(x, y, **common_args))
     models = [model]
   else:
+    release_args = {k: v for k, v in common_args.items() if k != "max_iter"}
     run, compile_s, seconds = common.timed(
-        lambda: dpwss.dpwss_train(train_key, x, y, epsilon=epsilon,
-                                  sigma=sigma, repeats=repeats,
-                                  selection=selection, **common_args))
+        lambda: dpwss.release(train_key, plan, x, y, repeats=repeats,
+                              **release_args))
     models = list(run.models)
   per_repeat = []
   for m in models:
@@ -349,15 +355,14 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
   ledger = accounting.PrivacyLedger()
   release_rec = None
   if release != "none":
-    output_perturbation.record(ledger, epsilon=release_epsilon)
-    release_rec = _release(release_key, x, y, x_eval, y_eval, c=c,
-                           epsilon=release_epsilon, repeats=repeats)
+    release_plan = output_perturbation.make_plan(epsilon=release_epsilon,
+                                                 c=c)
+    release_plan.record(ledger)
+    release_rec = _release(release_key, release_plan, x, y, x_eval, y_eval,
+                           repeats=repeats)
   if wss == "dpwss":
-    record["privacy"] = dpwss.privacy_report(
-        epsilon, max(iterations), selection=selection, delta=delta,
-        ledger=ledger)
-    record["dpwss"] = dpwss.selection_report(
-        epsilon, max(iterations), selection=selection, delta=delta)
+    record["privacy"] = plan.report(ledger)
+    record["dpwss"] = run.selection_report()
   elif release != "none":
     record["privacy"] = ledger.report(delta)
     record["dpwss"] = None
@@ -425,20 +430,21 @@ def release_rows(x) -> np.ndarray:
                                          max_norm=1.0), np.float64)
 
 
-def _release(key, x, y, x_eval, y_eval, *, c, epsilon, repeats) -> dict:
+def _release(key, plan, x, y, x_eval, y_eval, *, repeats) -> dict:
   """Output-perturbed linear models (one noise draw per repeat).
 
-  Its ledger entry is :func:`mechanisms.erm.output_perturbation.record`.
+  Its ledger entry is ``plan.record``
+  (:class:`mechanisms.erm.output_perturbation.OutputPerturbationPlan`).
   """
-  releases = output_perturbation.private_linear_svms(
-      jax.random.split(key, repeats), x, y, c=c, epsilon=epsilon)
+  releases = output_perturbation.release(
+      jax.random.split(key, repeats), plan, x, y)
   per = [_report(y_eval, rel.decision_function(x_eval)) for rel in releases]
   # Its guarantee is in the record's one "privacy" (the run's ledger);
   # here only what the release is and how it scored.
   return {"scope": "the released (w, b) alone, fitted on the data "
                    "independently of the SMO run",
-          "sensitivity": output_perturbation.sensitivity(c),
-          "noise_scale": output_perturbation.sensitivity(c) / epsilon,
+          "sensitivity": plan.sensitivity,
+          "noise_scale": plan.scale,
           "bias": "constant feature appended: x~ = [x, 1]/sqrt(2)",
           **_mean_metrics(per), "per_repeat": per}
 
@@ -498,15 +504,15 @@ def repeats_chunk(shape, *, repeats, max_iter, dtype, memory_budget,
   num, dim = shape
   if max_iter is None:
     max_iter = dpwss.pair_buffer_iterations(num)
-  plan = dpwss.plan_repeats(num, dim, repeats=repeats, max_iter=max_iter,
-                            dtype=dtype, memory_budget=memory_budget,
-                            fix="--memory_budget")
-  if plan.chunk is not None and progress is not None:
-    progress(f"repeat chunk {plan.chunk} of {repeats} (estimated "
-             f"{memory.gib(plan.estimate)} of a "
+  layout = dpwss.plan_repeats(num, dim, repeats=repeats, max_iter=max_iter,
+                              dtype=dtype, memory_budget=memory_budget,
+                              fix="--memory_budget")
+  if layout.chunk is not None and progress is not None:
+    progress(f"repeat chunk {layout.chunk} of {repeats} (estimated "
+             f"{memory.gib(layout.estimate)} of a "
              f"{memory.gib(memory_budget)} memory budget; --memory_budget "
              f"or --repeats to change)")
-  return plan.chunk
+  return layout.chunk
 
 
 def run_table(*, datasets, out, table_md=None, progress=common.progress,

@@ -1,8 +1,8 @@
 """Audits of DPWSS's selection transcript, for :mod:`launch.experiments.audits`.
 
-Two modes of :func:`mechanisms.svm.dpwss.dpwss_train`, audited on small
-problems where one row (the canary) changes between D and D′
-(replace-one, l public):
+Two modes of :mod:`mechanisms.svm.dpwss` (``make_plan(selection=…)``),
+audited on small problems where one row (the canary) changes between D and
+D′ (replace-one, l public):
 
 * The paper's selection (``reported_epsilon=None``: the library makes no
   claim for it; ``nominal_epsilon`` is the paper's figure for the run).
@@ -25,7 +25,8 @@ problems where one row (the canary) changes between D and D′
   figure: the loss is unbounded, so the bound grows with the trials.
 * The private selection (:class:`mechanisms.svm.wss.PrivateWSS`): the same
   canaries, T iterations, ``reported_epsilon`` from the ledger's
-  composition of the 2T draws; the audit must come out below it.
+  composition of the 2T draws (the plan's ``record``); the audit must come
+  out below it.
 
 Mechanisms run the library's solver (:func:`mechanisms.svm.smo.solve`) in
 float32, vmapped over keys by :func:`dpcore.auditing.audit`.
@@ -114,8 +115,10 @@ def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
   x, y_0, y_1, canary = canary_data(position)
   reported = None
   if selection == "private":
-    reported = claimed_epsilon(dpwss.privacy_report(
-        epsilon, max_iter, selection="private", delta=DELTA), "replace_one")
+    plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=sigma,
+                           delta=DELTA, selection="private",
+                           max_iter=max_iter)
+    reported = claimed_epsilon(plan.report(), "replace_one")
   return AuditSpec(
       name=name, relation="replace_one",
       settings={"selection": selection, "epsilon_per_selection": epsilon,

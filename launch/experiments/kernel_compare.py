@@ -223,14 +223,12 @@ def run_method(method, data, *, epsilon, delta, seeds, dataset) -> dict:
         "model_is_private": False}
   if method == "dpwss_paper":
     _, key = _keys(0, dataset, method)
-    run = dpwss.dpwss_train(key, x, y, epsilon=epsilon,
-                            sigma=recipe["sigma"], kernel=_rbf(data),
-                            c=recipe["c"], eps=recipe["eps"], repeats=seeds)
+    plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=recipe["sigma"],
+                           delta=delta, selection="paper")
+    run = dpwss.release(key, plan, x, y, kernel=_rbf(data), c=recipe["c"],
+                        eps=recipe["eps"], repeats=seeds)
     accuracies = [_accuracy(y_test, m.predict(x_test)) for m in run.models]
-    iterations = int(run.iterations.max())
-    return {"accuracy": accuracies,
-            "privacy": dpwss.privacy_report(epsilon, iterations,
-                                            selection="paper", delta=delta),
+    return {"accuracy": accuracies, "privacy": plan.report(),
             "neighbouring": None, "model_is_private": False,
             "iterations": [int(i) for i in run.iterations]}
   accuracies = []
@@ -238,38 +236,36 @@ def run_method(method, data, *, epsilon, delta, seeds, dataset) -> dict:
     feature_key, key = _keys(seed, dataset, method)
     if method == "linear_output_perturbation":
       rows = dpwss_experiment.release_rows(x)
-      (release,) = output_perturbation.private_linear_svms(
-          key[None], rows, y, c=recipe["c"], epsilon=epsilon)
+      plan = output_perturbation.make_plan(epsilon=epsilon, c=recipe["c"])
+      release = output_perturbation.release(key, plan, rows, y)
       scores = release.decision_function(
           dpwss_experiment.release_rows(x_test))
       predicted = np.where(scores > 0, 1.0, -1.0)
-      learner = None
     else:
       fmap = random_features.make_feature_map(
           feature_key, input_dim=x.shape[1],
           num_features=recipe["num_features"])
       if method == "rff_dpsgd":
-        learner = random_features.dpsgd_learner(
+        plan = random_features.make_dpsgd_plan(
             x.shape[0], epsilon=epsilon, delta=delta,
             sampling_rate=recipe["sampling_rate"], epochs=recipe["epochs"],
             learning_rate=recipe["learning_rate"],
             clip_norm=recipe["clip_norm"], loss=recipe["loss"],
             weight_decay=recipe["weight_decay"])
-        model = random_features.fit_dpsgd(key, learner, fmap, x, y)
-        extra = {"noise_multiplier": learner.plan.noise_multiplier,
-                 "steps": learner.plan.steps}
+        model = random_features.fit_dpsgd(key, plan, fmap, x, y)
+        extra = {"noise_multiplier": plan.noise_multiplier,
+                 "steps": plan.steps}
       else:
-        learner = random_features.output_perturbation_learner(
+        plan = random_features.make_output_perturbation_plan(
             c=recipe["c"], epsilon=epsilon)
-        model = random_features.fit_output_perturbation(key, learner, fmap,
-                                                        x, y)
+        model = random_features.release_output_perturbation(key, plan,
+                                                            fmap, x, y)
       predicted = model.predict(x_test)
     accuracies.append(_accuracy(y_test, predicted))
-  if learner is None:
-    output_perturbation.record(ledger, epsilon=epsilon,
-                               label="linear_output_perturbation")
+  if method == "linear_output_perturbation":
+    plan.record(ledger, label="linear_output_perturbation")
   else:
-    random_features.record(ledger, learner)
+    plan.record(ledger)
   return {"accuracy": accuracies, "privacy": ledger.report(delta),
           "neighbouring": ledger.relation.value, "model_is_private": True,
           **extra}

@@ -16,8 +16,8 @@ learner's accounting uses:
   (the learning rate keeps its margin in the hinge's linear part).
   Statistic: the released (w, bias) along that direction in units of
   C·lr/(qN), ~ Binomial(T, q) + N(0, Tσ²) with the canary and N(0, Tσ²)
-  without. Reported ε: the ledger's, from :func:`random_features.record`,
-  at the audit's δ.
+  without. Reported ε: the ledger's, from the plan's ``record``
+  (:meth:`random_features.RFFDPSGDPlan.record`), at the audit's δ.
 * ``rff_output_perturbation`` (replace-one, n = 1): one canary row chosen
   from the PUBLIC map so that every cos(ω_jᵀx + b_j) = 1, i.e.
   ‖φ(x_c)‖ = √2, the bound: its augmented row has norm exactly 1 and the
@@ -25,7 +25,8 @@ learner's accounting uses:
   is attained. They are computed host-side by
   :func:`random_features.exact_weights`; the audit runs the release's
   noise step (:func:`mechanisms.erm.output_perturbation.perturb` at the
-  learner's Δ₂ and ε). Statistic: ‖o − w₀‖ − ‖o − w₁‖.
+  plan's Δ₂ and ε, as :func:`random_features.release_output_perturbation`
+  draws it). Statistic: ‖o − w₀‖ − ‖o − w₁‖.
 
 ``rff_dpsgd_sigma_halved`` is the DP-SGD spec with σ halved but the
 correct ε reported (``broken=True``): the audit must find a bound above
@@ -67,14 +68,15 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
       jax.random.key(FEATURE_SEED), input_dim=cfg["input_dim"],
       num_features=cfg["num_features"])
   n, q = cfg["examples"], cfg["sampling_rate"]
-  learner = random_features.dpsgd_learner(
+  plan = random_features.make_dpsgd_plan(
       n, epsilon=cfg["target_epsilon"], delta=audit_delta, sampling_rate=q,
       epochs=cfg["epochs"], learning_rate=cfg["learning_rate"],
       clip_norm=cfg["clip_norm"])
-  ledger = random_features.record(accounting.PrivacyLedger(), learner)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   if broken:
-    learner = dataclasses.replace(learner, plan=dataclasses.replace(
-        learner.plan, noise_multiplier=learner.plan.noise_multiplier / 2))
+    plan = dataclasses.replace(plan, dpsgd=dataclasses.replace(
+        plan.dpsgd, noise_multiplier=plan.noise_multiplier / 2))
   canary = jnp.asarray([0.3, -0.2], jnp.float32)
   x = jnp.zeros((n, cfg["input_dim"]), jnp.float32).at[0].set(canary)
   y_1 = jnp.zeros((n,), jnp.float32).at[0].set(1.0)
@@ -85,7 +87,7 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
   scale = q * n / (cfg["learning_rate"] * cfg["clip_norm"])
 
   def mechanism(key, y):
-    params = random_features.release_dpsgd(key, learner, fmap, x, y)
+    params = random_features.release_dpsgd(key, plan, fmap, x, y)
     return jnp.concatenate([params["out"]["w"][:, 0], params["out"]["b"]])
 
   def statistic(flat):
@@ -94,9 +96,9 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
   return AuditSpec(
       name="rff_dpsgd_sigma_halved" if broken else "rff_dpsgd",
       relation="add_remove",
-      settings={**cfg, "steps": learner.plan.steps,
-                "noise_multiplier": learner.plan.noise_multiplier,
-                "max_batch": learner.plan.max_batch, "loss": learner.loss,
+      settings={**cfg, "steps": plan.steps,
+                "noise_multiplier": plan.noise_multiplier,
+                "max_batch": plan.dpsgd.max_batch, "loss": plan.loss,
                 "canary_feature_norm": float(jnp.linalg.norm(phi))},
       mechanism=mechanism, data_0=y_0, data_1=y_1, statistic=statistic,
       delta=audit_delta,
@@ -123,18 +125,19 @@ def output_perturbation_spec(*, epsilon: float | None = None
   fmap = random_features.make_feature_map(
       jax.random.key(FEATURE_SEED), input_dim=cfg["input_dim"],
       num_features=cfg["num_features"])
-  learner = random_features.output_perturbation_learner(
+  plan = random_features.make_output_perturbation_plan(
       c=cfg["c"], epsilon=cfg["epsilon"])
   x = attaining_row(fmap)[None]
-  w_0 = random_features.exact_weights(learner, fmap, x, np.ones(1))
-  w_1 = random_features.exact_weights(learner, fmap, x, -np.ones(1))
-  ledger = random_features.record(accounting.PrivacyLedger(), learner)
+  w_0 = random_features.exact_weights(plan, fmap, x, np.ones(1))
+  w_1 = random_features.exact_weights(plan, fmap, x, -np.ones(1))
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   w_0 = jnp.asarray(w_0, jnp.float32)
   w_1 = jnp.asarray(w_1, jnp.float32)
 
   def mechanism(key, w):
     return output_perturbation.perturb(
-        key, w, sensitivity_l2=learner.sensitivity, epsilon=learner.epsilon)
+        key, w, sensitivity_l2=plan.sensitivity, epsilon=plan.epsilon)
 
   def statistic(out):
     return jnp.linalg.norm(out - w_0) - jnp.linalg.norm(out - w_1)
@@ -142,7 +145,7 @@ def output_perturbation_spec(*, epsilon: float | None = None
   phi = np.asarray(random_features.features(fmap, x.astype(np.float32)))
   return AuditSpec(
       name="rff_output_perturbation", relation="replace_one",
-      settings={**cfg, "sensitivity": learner.sensitivity,
+      settings={**cfg, "sensitivity": plan.sensitivity,
                 "canary_feature_norm": float(np.linalg.norm(phi)),
                 "feature_bound": math.sqrt(2.0),
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1))},

@@ -6,7 +6,7 @@ regularised empirical risk,
   J(β) = (1/n) Σᵢ ℓ(yᵢ xᵢᵀβ) + (λ/2)‖β‖² + (1/n) bᵀβ + (θ/2)‖β‖²,
 
 with ``b`` drawn with density ∝ exp(−(p/2)‖b‖) and (p, θ) from
-:func:`perturbation_params`. Two smooth losses are supported: the Huber
+:func:`make_plan`. Two smooth losses are supported: the Huber
 hinge (``"huber"``, h = 0.5 as in Wang et al. 2024, curvature bound
 c = 1/(2h)) and the logistic loss (``"logistic"``, c = 1/4).
 
@@ -16,24 +16,39 @@ search, see :func:`_lbfgs` for why not optax's default zoom search) in a
 convex, so the returned β lies within ‖∇J(β)‖/(λ+θ) of the exact
 minimiser: with the default ``tol = 1e-8`` and λ = 0.01 that is ≤ 1e-6 in
 L2 norm. Run the solver in float64 (``with jax.enable_x64(True):``
-around tracing *and* calling, as :func:`fit` does); float32 cannot reach
+around tracing *and* calling, with float64 data); float32 cannot reach
 1e-8 reliably. A fit that reaches ``max_iter`` is reported through
 ``converged = False``; callers must treat it as an error, because the
-privacy proof assumes the exact minimiser. The checked entry points do:
-:func:`fit` (and ``federated.feddpdr.run``) raise :class:`ConvergenceError`.
+privacy proof assumes the exact minimiser. :func:`release` called on
+concrete values raises :class:`ConvergenceError` itself; under ``jit`` or
+``vmap`` the caller checks ``converged`` (``federated.feddpdr`` does, and
+raises the same error).
 
-Multi-class problems are one-vs-rest (:func:`one_vs_rest`): the K binary
-fits are one ``vmap`` with independent noise keys. Each fit reads all rows,
-so K fits at ε each cost K·ε under sequential composition; the caller
+The one shape (:mod:`dpcore.shape`): :func:`make_plan` validates and
+calibrates (p, θ) host-side into a frozen :class:`ObjectivePerturbationPlan`;
+``plan.record(ledger)`` enters its fits in a ledger; :func:`release` draws
+the noise and minimises::
+
+  plan = op.make_plan(epsilon=0.5, n=x.shape[0], lam=0.01)
+  with jax.enable_x64(True):
+    fit = op.release(key, plan, x64, y64)  # y in {−1, +1}
+  plan.record(ledger)
+
+Multi-class problems are one-vs-rest (a plan with ``num_classes=K``;
+:func:`one_vs_rest` is the kernel, for (n, p, θ) given directly, e.g.
+traced per participant): the K binary fits are one ``vmap`` with
+independent noise. Each fit reads all rows, so K fits at ε each cost K·ε
+under sequential composition (the plan records K entries); the caller
 chooses the per-classifier ε (e.g. ε₂/K for a total of ε₂).
+:func:`fit_nonprivate` is the noise-free fit (no release).
 
 Privacy:
   Neighbouring data sets differ in one row (replacement, n fixed: the
-  relation of Chaudhuri et al.). Requires ‖xᵢ‖ ≤ 1 for every row (enforced
-  by :func:`fit`; the pipeline clips projected rows per row), |ℓ'| ≤ 1 and
-  ℓ'' ≤ c (true for both losses), λ > 0, and the exact minimiser. Then the
-  released β is ε-DP for the ε given to :func:`perturbation_params`
-  (Chaudhuri, Monteleoni & Sarwate 2011, Theorem 9 / Algorithm 2).
+  relation of Chaudhuri et al.). Requires ‖xᵢ‖ ≤ 1 for every row (refused
+  by :func:`release` when concrete, and every row clipped inside it),
+  |ℓ'| ≤ 1 and ℓ'' ≤ c (true for both losses), λ > 0, and the exact
+  minimiser. Then the released β is ε-DP for the plan's ε (Chaudhuri,
+  Monteleoni & Sarwate 2011, Theorem 9 / Algorithm 2).
 
 References:
   Chaudhuri, Monteleoni & Sarwate, Differentially Private Empirical Risk
@@ -45,6 +60,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -53,10 +69,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpcore import clipping, validation
+from dpcore import clipping, options, validation
 from dpcore import noise as dp_noise
 
-LOSSES = ("huber", "logistic")
+LOSSES = options.ERM_LOSSES
+RELATION = options.Relation.REPLACE_ONE
+"""The neighbouring relation objective perturbation is proven under."""
 HUBER_H = 0.5
 
 
@@ -85,63 +103,110 @@ def logistic_loss(z):
 
 def curvature_bound(loss: str, *, h: float = HUBER_H) -> float:
   """c with ℓ'' ≤ c: 1/(2h) for the Huber hinge, 1/4 for logistic."""
+  options.check_one_of(loss, LOSSES, "loss")
   if loss == "huber":
     return 1.0 / (2.0 * validation.check_positive(h, "h"))
-  if loss == "logistic":
-    return 0.25
-  raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+  return 0.25
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["n", "p", "theta"],
+    meta_fields=["epsilon", "delta", "relation", "lam", "c", "loss", "h",
+                 "num_classes"])
 @dataclasses.dataclass(frozen=True)
-class PerturbationParams:
-  """Host-side parameters of one objective-perturbation fit.
+class ObjectivePerturbationPlan:
+  """The public facts of objective-perturbation fits (see :func:`make_plan`).
+
+  A pytree whose leaves are n, p and θ (the values that differ between
+  participants of different sizes): plans of one ε stack into a batch
+  that ``vmap`` maps over.
 
   Attributes:
+    epsilon: ε of each fit (pure DP).
+    delta: 0 (pure DP).
+    relation: replace-one (:data:`RELATION`), the relation of the proof.
+    n: the true number of rows (public under replace-one).
     p: the ε' of Chaudhuri et al.; the noise density is ∝ exp(−(p/2)‖b‖).
     theta: the extra ridge Δ (0 when p > 0 at the first try).
-    epsilon: the ε the fit is private for.
-    c: curvature bound of the loss.
+    lam: the regularisation λ > 0.
+    c: the curvature bound of the loss (:func:`curvature_bound`).
+    loss: ``"huber"`` or ``"logistic"``.
+    h: the Huber width.
+    num_classes: None: one binary fit on labels ±1. K ≥ 2: one-vs-rest on
+      class ids 0 … K−1 (:attr:`fits` fits).
   """
+  epsilon: float
+  delta: float
+  relation: options.Relation
+  n: int
   p: float
   theta: float
-  epsilon: float
+  lam: float
   c: float
+  loss: str = "huber"
+  h: float = HUBER_H
+  num_classes: int | None = None
+
+  @property
+  def fits(self) -> int:
+    """Fits per release: 1 for a binary plan or K = 2, else K."""
+    if self.num_classes is None or self.num_classes == 2:
+      return 1
+    return self.num_classes
+
+  def record(self, ledger, *, label: str = "objective_perturbation",
+             count: int = 1) -> None:
+    """Puts ``count`` releases (each :attr:`fits` ε-DP fits) in ``ledger``.
+
+    Replace-one neighbours; the guarantee assumes each released fit
+    converged (module docstring).
+    """
+    count = validation.check_positive_int(count, "count")
+    ledger.record_pure(self.epsilon, label=label, count=count * self.fits,
+                       relation=self.relation)
 
 
-def perturbation_params(*, epsilon: float, n: int, lam: float,
-                        c: float) -> PerturbationParams:
-  """p and θ of Algorithm 2 of Chaudhuri et al. (2011).
+def make_plan(*, epsilon: float, n: int, lam: float, loss: str = "huber",
+              h: float = HUBER_H, num_classes: int | None = None
+              ) -> ObjectivePerturbationPlan:
+  """Validates objective perturbation and calibrates p, θ (host-side).
 
-  p = ε − log(1 + 2c/(nλ) + c²/(n²λ²)); if p > 0 then θ = 0, otherwise
-  θ = c/(n(e^{ε/4} − 1)) − λ and p = ε/2.
+  Algorithm 2 of Chaudhuri et al. (2011): p = ε − log(1 + 2c/(nλ) +
+  c²/(n²λ²)); if p > 0 then θ = 0, otherwise θ = c/(n(e^{ε/4} − 1)) − λ
+  and p = ε/2.
 
   Args:
-    epsilon: privacy parameter of this fit.
-    n: the participant's true number of rows.
+    epsilon: ε > 0 of each fit.
+    n: the true number of rows.
     lam: regularisation λ > 0.
-    c: curvature bound of the loss (:func:`curvature_bound`).
+    loss: ``"huber"`` (default) or ``"logistic"``.
+    h: Huber width > 0.
+    num_classes: None (default) for one binary fit on labels ±1; K ≥ 2
+      for one-vs-rest on class ids (K fits, one when K = 2).
+
+  Returns:
+    An :class:`ObjectivePerturbationPlan`.
+
+  Raises:
+    ValueError: one line naming the argument and the fix.
   """
   epsilon = validation.check_epsilon(epsilon)
   n = validation.check_positive_int(n, "n")
   lam = validation.check_positive(lam, "lam")
-  c = validation.check_positive(c, "c")
+  c = curvature_bound(loss, h=h)  # also checks loss and h
+  if num_classes is not None:
+    num_classes = validation.check_positive_int(num_classes, "num_classes")
+    if num_classes < 2:
+      raise ValueError(f"num_classes must be >= 2 (or None for a binary "
+                       f"fit on labels ±1), got {num_classes}.")
   ratio = c / (n * lam)
   p = epsilon - math.log1p(2.0 * ratio + ratio * ratio)
-  if p > 0:
-    return PerturbationParams(p=p, theta=0.0, epsilon=epsilon, c=c)
-  theta = c / (n * math.expm1(epsilon / 4.0)) - lam
-  return PerturbationParams(p=epsilon / 2.0, theta=theta, epsilon=epsilon,
-                            c=c)
-
-
-def record(ledger, *, epsilon: float, count: int = 1,
-           label: str = "objective_perturbation") -> None:
-  """Puts ``count`` ε-DP fits (replace-one neighbours) into ``ledger``.
-
-  ``epsilon`` is the ε given to :func:`perturbation_params` for each fit;
-  the guarantee assumes each released fit converged (module docstring).
-  """
-  ledger.record_pure(epsilon, label=label, count=count)
+  theta = 0.0
+  if p <= 0:
+    theta = c / (n * math.expm1(epsilon / 4.0)) - lam
+    p = epsilon / 2.0
+  return ObjectivePerturbationPlan(epsilon, 0.0, RELATION, n, p, theta, lam,
+                                   c, loss, h, num_classes)
 
 
 def perturbation_noise(key: jax.Array, dim: int, *, p, num: int | None = None,
@@ -283,41 +348,99 @@ def minimise(x, y, mask, *, n, lam, theta, b, loss: str = "huber",
   return FitResult(final.beta, grad_norm, final.iteration, converged)
 
 
-def objective_perturbation(key: jax.Array, x, y, mask, *, n, p, theta, lam,
-                           loss: str = "huber", h: float = HUBER_H,
-                           tol: float = 1e-8, max_iter: int = 500,
-                           private: bool = True) -> FitResult:
-  """One private binary fit: draws b, then minimises J.
+def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
+            mask=None, *, tol: float = 1e-8,
+            max_iter: int = 500) -> FitResult:
+  """The plan's private fit(s): draws b, then minimises J.
 
-  A raw, jit/vmap-friendly kernel: it validates nothing and never raises.
-  The checked entry points are :func:`fit` (one data set) and
-  ``federated.feddpdr.run`` (participants); whoever calls this kernel
-  directly must validate the arguments host-side and check
-  ``converged`` before releasing ``beta``: a fit that did not converge
-  carries no privacy guarantee.
+  Pure, jittable and vmappable. Concrete arguments are checked host-side
+  (rows finite and of norm ≤ 1, the labels, n against the rows); inside,
+  rows are clipped to ‖x‖ ≤ 1 and the mask to [0, 1] (NaN → 0) all the
+  same (per row, no-ops on valid input), so every row enters the loss at
+  most once with the bound the proof needs, whatever the input. The dtype
+  follows ``x``: run in float64 (module docstring).
 
-  ``p`` and ``theta`` come from :func:`perturbation_params` (host-side) and
-  may be traced. ``private=False`` gives the non-private fit (b = 0, θ = 0).
+  Args:
+    key: PRNG key (consumed). A one-vs-rest plan draws its K noise
+      vectors together, row c for class c (:func:`one_vs_rest`).
+    plan: from :func:`make_plan`.
+    x: (n_max, k) rows with ‖x‖ ≤ 1.
+    y: (n_max,) labels: ±1 for a binary plan, class ids in [0, K) for a
+      one-vs-rest plan.
+    mask: (n_max,) 1 for real rows (Σ mask = ``plan.n``); None: all rows
+      are real (n_max = ``plan.n``).
+    tol: stop when ‖∇J‖ ≤ tol (finite, > 0).
+    max_iter: L-BFGS iteration cap.
 
   Returns:
-    A :class:`FitResult`; release ``beta`` only when ``converged``.
+    A :class:`FitResult`; with a leading axis of size :attr:`fits` for a
+    one-vs-rest plan.
+
+  Raises:
+    TypeError: ``plan`` is not an :class:`ObjectivePerturbationPlan`, or
+      ``key`` not a key.
+    ValueError: an invalid argument (named in the message).
+    ConvergenceError: on concrete values, a fit stopped at ``max_iter``
+      (or went non-finite) before ‖∇J‖ ≤ ``tol``. Under ``jit``/``vmap``
+      nothing can raise: release ``beta`` only where ``converged``.
 
   Privacy:
-    ε-DP under replacement of one row, for the ε that produced (p, θ),
-    given λ > 0 and convergence (see the module docstring). Rows are
-    clipped to ‖x‖ ≤ 1 and the mask to [0, 1] (NaN → 0) first (per row,
-    no-ops on valid input), so every row enters the loss at most once with
-    the bound the proof needs, whatever the input.
+    ε-DP per fit (plan.epsilon; :attr:`fits` fits cost that many ε) under
+    replacement of one row, given λ > 0 and convergence (module
+    docstring); :meth:`ObjectivePerturbationPlan.record` accounts it.
   """
-  dim = x.shape[-1]
-  if private:
-    x, mask = _enforce_bounds(x, mask)
-    b = perturbation_noise(key, dim, p=p, dtype=x.dtype)
-  else:
-    b = jnp.zeros(dim, x.dtype)
-    theta = 0.0
-  return minimise(x, y, mask, n=n, lam=lam, theta=theta, b=b, loss=loss,
-                  h=h, tol=tol, max_iter=max_iter)
+  if not isinstance(plan, ObjectivePerturbationPlan):
+    raise TypeError(f"plan must be an objective_perturbation."
+                    f"ObjectivePerturbationPlan from make_plan, got "
+                    f"{type(plan).__name__}.")
+  validation.check_key(key)
+  tol = validation.check_positive(tol, "tol")
+  max_iter = validation.check_positive_int(max_iter, "max_iter")
+  validation.check_rows(x, "x")
+  rows = jnp.shape(x)[0]
+  if validation.is_concrete(x):
+    validation.check_row_norms(x, "x")
+  if validation.is_concrete(y):
+    if plan.num_classes is None:
+      validation.check_labels(y, "y", binary_pm1=True, n_rows=rows)
+    else:
+      validation.check_labels(y, "y", classes=range(plan.num_classes),
+                              n_rows=rows)
+  if mask is None:
+    mask = jnp.ones(rows, jnp.result_type(x))
+    if validation.is_concrete(plan.n) and rows != plan.n:
+      raise ValueError(f"x has {rows} rows but the plan was made for "
+                       f"n={plan.n}; make the plan with n=x.shape[0].")
+  result = _release(key, plan, x, y, mask, tol=tol, max_iter=max_iter)
+  if validation.is_concrete(result) and not bool(
+      np.all(np.asarray(result.converged))):
+    raise _not_converged(result, tol=tol, max_iter=max_iter, private=True)
+  return result
+
+
+def _release(key, plan, x, y, mask, *, tol, max_iter) -> FitResult:
+  """The kernel of :func:`release` (no checks)."""
+  if plan.num_classes is not None:
+    return one_vs_rest(key, x, y, mask, num_classes=plan.num_classes,
+                       n=plan.n, p=plan.p, theta=plan.theta, lam=plan.lam,
+                       loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
+  x, mask = _enforce_bounds(x, mask)
+  b = perturbation_noise(key, x.shape[-1], p=plan.p, dtype=x.dtype)
+  return minimise(x, y, mask, n=plan.n, lam=plan.lam, theta=plan.theta,
+                  b=b, loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
+
+
+def _not_converged(result, *, tol, max_iter, private) -> ConvergenceError:
+  worst = int(np.argmax(np.asarray(result.grad_norm).reshape(-1)))
+  grad_norm = float(np.asarray(result.grad_norm).reshape(-1)[worst])
+  iterations = int(np.asarray(result.iterations).reshape(-1)[worst])
+  return ConvergenceError(
+      f"the {'private' if private else 'non-private'} fit did not "
+      f"converge: ‖∇J‖ = {grad_norm:.3g} > tol={tol:g} after "
+      f"{iterations} of max_iter={max_iter} iterations. The privacy proof "
+      f"assumes the exact minimiser, so the model is not released. Raise "
+      f"max_iter; at a very small epsilon the noise b and the extra ridge "
+      f"θ are huge and the solver may not reach tol at all.")
 
 
 def _enforce_bounds(x, mask):
@@ -332,10 +455,12 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
                 private: bool = True) -> FitResult:
   """K one-vs-rest fits as one ``vmap`` (a single fit when K = 2).
 
-  A raw kernel like :func:`objective_perturbation`: no validation, no
-  raising inside jit. ``federated.feddpdr.run`` is its checked entry
-  point; a direct caller must check every ``converged`` before releasing
-  the models.
+  The kernel a one-vs-rest plan's :func:`release` runs, for n, p and θ
+  given directly (e.g. traced, one per participant, as in
+  ``federated.feddpdr``, whose checked entry point it is): no validation,
+  no raising inside jit. A direct caller takes p, θ from a plan and must
+  check every ``converged`` before releasing the models.
+  ``private=False`` is the noise-free fit (b = 0, θ = 0, no clipping).
 
   Args:
     key: PRNG key. The K noise vectors are drawn together, row c for
@@ -346,16 +471,16 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
     mask: (n_max,) 1 for real rows.
     num_classes: K ≥ 2. For K = 2 one classifier separates class 1 (+1)
       from class 0 (−1).
-    n, p, theta, lam: as in :func:`objective_perturbation` (p, θ for the
-      per-classifier ε).
+    n, p, theta, lam: true rows, and p, θ, λ of a plan
+      (:class:`ObjectivePerturbationPlan`, for the per-classifier ε).
 
   Returns:
     FitResult with a leading axis of size K (or 1 when K = 2).
 
   Privacy:
-    Each fit is as in :func:`objective_perturbation` (ε-DP under
-    replacement of one row, given convergence); the K fits read the same
-    rows, so together they are K·ε-DP (sequential composition).
+    Each fit is as in :func:`release` (ε-DP under replacement of one
+    row, given convergence); the K fits read the same rows, so together
+    they are K·ε-DP (sequential composition).
   """
   fits = 1 if num_classes == 2 else num_classes
   targets = jnp.arange(fits) + (1 if num_classes == 2 else 0)
@@ -383,22 +508,18 @@ def decision_scores(x, betas, num_classes: int):
   return scores
 
 
-def fit(key: jax.Array, x, y, *, epsilon: float | None, lam: float,
-        loss: str = "huber", h: float = HUBER_H, tol: float = 1e-8,
-        max_iter: int = 500) -> tuple[FitResult, PerturbationParams | None]:
-  """Checked, float64, single-data-set binary fit (labels ±1).
+def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
+                   h: float = HUBER_H, tol: float = 1e-8,
+                   max_iter: int = 500) -> FitResult:
+  """The noise-free fit (b = 0, θ = 0): checked, in float64. Not private.
 
-  Validates inputs before tracing, refuses rows of norm > 1, computes
-  (p, θ), runs :func:`objective_perturbation` under float64, and raises
-  :class:`ConvergenceError` unless the fit converged (‖∇J‖ ≤ ``tol``), so
-  a returned fit is always one the guarantee covers. ``epsilon=None``
-  gives the non-private fit (held to the same convergence test).
+  Validates its inputs like :func:`release` (rows of norm ≤ 1, labels
+  ±1), minimises J under float64 and raises :class:`ConvergenceError`
+  unless ‖∇J‖ ≤ ``tol``: the baseline a private fit is compared with.
 
   Args:
-    key: PRNG key (consumed).
     x: (n, d) data, every row of L2 norm ≤ 1.
     y: (n,) labels in {−1, +1}.
-    epsilon: ε > 0 of the fit, or None for the non-private fit.
     lam: λ > 0.
     loss: ``"huber"`` or ``"logistic"``.
     h: Huber width > 0.
@@ -406,47 +527,37 @@ def fit(key: jax.Array, x, y, *, epsilon: float | None, lam: float,
     max_iter: L-BFGS iteration cap, a positive integer.
 
   Returns:
-    ``(FitResult, PerturbationParams or None)``.
+    The :class:`FitResult` (host arrays).
 
   Raises:
     ValueError: an invalid argument (named in the message).
-    ConvergenceError: the fit stopped at ``max_iter`` (or went non-finite)
-      before ‖∇J‖ ≤ ``tol``.
-
-  Privacy:
-    ε-DP under replacement of one row (module docstring); the release is
-    refused when the minimiser was not reached.
+    ConvergenceError: the fit stopped before ‖∇J‖ ≤ ``tol``.
   """
-  validation.check_key(key)
-  if loss not in LOSSES:
-    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
-  c = curvature_bound(loss, h=h)  # also checks h > 0
+  curvature_bound(loss, h=h)  # checks loss and h > 0
   tol = validation.check_positive(tol, "tol")
   max_iter = validation.check_positive_int(max_iter, "max_iter")
   x = validation.check_row_norms(x, "x")
   y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
   lam = validation.check_positive(lam, "lam")
   n = x.shape[0]
-  params = None
-  if epsilon is not None:
-    params = perturbation_params(epsilon=epsilon, n=n, lam=lam, c=c)
   with jax.enable_x64(True):
     xd = jnp.asarray(np.asarray(x, np.float64))
-    result = jax.jit(
-        objective_perturbation,
-        static_argnames=("loss", "h", "tol", "max_iter", "private"))(
-            key, xd, jnp.asarray(y, jnp.float64), jnp.ones(n, jnp.float64),
-            n=float(n), p=params.p if params else 1.0,
-            theta=params.theta if params else 0.0, lam=lam, loss=loss, h=h,
-            tol=tol, max_iter=max_iter, private=params is not None)
+    result = jax.jit(minimise, static_argnames=(
+        "loss", "h", "tol", "max_iter"))(
+            xd, jnp.asarray(y, jnp.float64), jnp.ones(n, jnp.float64),
+            n=float(n), lam=lam, theta=0.0,
+            b=jnp.zeros(xd.shape[-1], jnp.float64), loss=loss, h=h, tol=tol,
+            max_iter=max_iter)
     result = jax.device_get(result)
   if not bool(result.converged):
-    raise ConvergenceError(
-        f"the {'private' if params else 'non-private'} fit did not "
-        f"converge: ‖∇J‖ = {float(result.grad_norm):.3g} > tol={tol:g} "
-        f"after {int(result.iterations)} of max_iter={max_iter} "
-        f"iterations. The privacy proof assumes the exact minimiser, so "
-        f"the model is not released. Raise max_iter; at a very small "
-        f"epsilon the noise b and the extra ridge θ are huge and the "
-        f"solver may not reach tol at all.")
-  return result, params
+    raise _not_converged(result, tol=tol, max_iter=max_iter, private=False)
+  return result
+
+
+__all__ = [
+    "ConvergenceError", "FitResult", "HUBER_H", "LOSSES",
+    "ObjectivePerturbationPlan", "RELATION", "curvature_bound",
+    "decision_scores", "fit_nonprivate", "huber_loss", "logistic_loss",
+    "make_plan", "minimise", "objective", "one_vs_rest", "perturbation_noise",
+    "release",
+]

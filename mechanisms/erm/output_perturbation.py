@@ -23,6 +23,25 @@ exact minimiser, so ``tol`` should be small.
 
 Only the linear kernel has a finite-dimensional w to perturb; any other
 kernel is refused (its model stores training rows as support vectors).
+
+The one shape (:mod:`dpcore.shape`): :func:`make_plan` validates ε and C
+and fixes the sensitivity 2C and the noise scale 2C/ε in a frozen
+:class:`OutputPerturbationPlan`; ``plan.record(ledger, count=r)`` enters r
+releases in a ledger; :func:`release` trains and perturbs (one key, or a
+batch of r keys for r independent noise draws of the one training).
+:func:`perturb` is the noise step alone, a building block for weights of
+a known sensitivity (random-feature models, an audit's canary)::
+
+  plan = outp.make_plan(epsilon=1.0, c=0.3)
+  model = outp.release(key, plan, x, y)
+  plan.record(ledger)
+
+Privacy:
+  Neighbouring data sets differ by replacing one row (n public). With
+  every ‖x‖ ≤ 1 (refused otherwise) the exact minimiser over x̃ has L2
+  sensitivity 2C, so noise of density ∝ exp(−ε‖b‖/(2C)) makes the
+  released (w, b) ε-DP (pure; Chaudhuri et al. 2011, Theorem 6), assuming
+  the exact minimiser (``tol`` bounds the deviation).
 """
 
 from __future__ import annotations
@@ -37,9 +56,11 @@ import numpy as np
 from jax import lax
 
 from dpcore import noise as dp_noise
-from dpcore import validation
+from dpcore import options, validation
 
 BIAS_SCALE = 1.0 / math.sqrt(2.0)
+RELATION = options.Relation.REPLACE_ONE
+"""The neighbouring relation output perturbation is proven under (n public)."""
 
 
 def check_linear_kernel(kernel) -> None:
@@ -58,9 +79,69 @@ def sensitivity(c: float) -> float:
   return 2.0 * validation.check_positive(c, "c")
 
 
+@dataclasses.dataclass(frozen=True)
+class OutputPerturbationPlan:
+  """The public facts of an output-perturbed linear C-SVC (see make_plan).
+
+  Attributes:
+    epsilon: ε of each release (pure DP).
+    delta: 0 (pure DP).
+    relation: replace-one (:data:`RELATION`; n public).
+    c: C > 0 of the C-SVC.
+    sensitivity: Δ₂ = 2C of the augmented weights (:func:`sensitivity`).
+    scale: Δ₂/ε, the Gamma scale of the noise norm.
+  """
+  epsilon: float
+  delta: float
+  relation: options.Relation
+  c: float
+  sensitivity: float
+  scale: float
+
+  def record(self, ledger, *, label: str = "output_perturbation",
+             count: int = 1) -> None:
+    """Enters ``count`` releases of this plan (same data) in ``ledger``.
+
+    Each release is pure ε-DP (replace-one, ‖x‖ ≤ 1); ``count`` releases
+    computed from the same data compose.
+
+    Args:
+      ledger: a :class:`dpcore.accounting.PrivacyLedger`.
+      label: the entry's label.
+      count: releases published from the same data (e.g. the number of
+        keys given to :func:`release`).
+    """
+    ledger.record_pure(self.epsilon, label=label,
+                       count=validation.check_positive_int(count, "count"),
+                       relation=self.relation)
+
+
+def make_plan(*, epsilon: float, c: float) -> OutputPerturbationPlan:
+  """Validates an output-perturbation release and fixes its noise.
+
+  Args:
+    epsilon: ε > 0 of each release.
+    c: C > 0 of the C-SVC.
+
+  Returns:
+    An :class:`OutputPerturbationPlan` (Δ₂ = 2C, scale Δ₂/ε).
+
+  Raises:
+    ValueError: a non-positive or non-finite ε or C.
+  """
+  epsilon = validation.check_epsilon(epsilon)
+  delta2 = sensitivity(c)
+  return OutputPerturbationPlan(epsilon, 0.0, RELATION, float(c), delta2,
+                                delta2 / epsilon)
+
+
 def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,
             epsilon: float) -> jax.Array:
-  """weights + noise of density ∝ exp(−ε‖b‖/Δ₂).
+  """weights + noise of density ∝ exp(−ε‖b‖/Δ₂): the noise step alone.
+
+  A building block for weights the caller computed (a random-feature
+  model's, an audit's canary minimisers); :func:`release` is the checked
+  release of a C-SVC, with Δ₂ and ε from its plan.
 
   Privacy: ε-DP for the weights when ``sensitivity_l2`` bounds their L2
   change between neighbouring data sets (Chaudhuri et al. 2011, Thm 6).
@@ -180,80 +261,73 @@ def fit_linear(x, y, *, c: float, tol: float = 1e-8,
     return (np.asarray(state.w), int(state.epoch), float(state.gap))
 
 
-def private_linear_svm(key: jax.Array, x, y, *, c: float, epsilon: float,
-                       tol: float = 1e-8, max_epochs: int = 10_000,
-                       kernel="linear") -> LinearRelease:
+def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
+            tol: float = 1e-8, max_epochs: int = 10_000,
+            kernel="linear") -> LinearRelease | list[LinearRelease]:
   """Trains a linear C-SVC and releases (w, b) by output perturbation.
 
   Args:
-    key: PRNG key for the noise (used once).
-    x: (n, d) rows with ‖x‖ ≤ 1 (enforced; normalise per row first).
-    y: labels in {−1, +1}.
-    c: C > 0.
-    epsilon: ε of the release.
+    key: a PRNG key, or a batch (r,) of keys: r independent releases of
+      the one (deterministic) training, one noise draw per key.
+    plan: from :func:`make_plan` (its C is the C-SVC's).
+    x: (n, d) rows with ‖x‖ ≤ 1 (refused otherwise; normalise per row
+      first).
+    y: labels in {−1, +1}, both present.
     tol: projected-gradient stopping tolerance of the solver.
     max_epochs: cap on coordinate-descent epochs.
     kernel: must be linear; anything else is refused.
 
   Returns:
-    :class:`LinearRelease`.
+    A :class:`LinearRelease` for one key; a list of r for a batch.
+
+  Raises:
+    TypeError: ``plan`` is not an :class:`OutputPerturbationPlan`, or
+      ``key`` not a key (batch).
+    ValueError: a non-linear kernel, bad data or settings.
 
   Privacy: neighbouring data sets differ by replacing one row; with every
   ‖x‖ ≤ 1 the minimiser of ½‖w̃‖² + CΣhinge over x̃ = [x, 1]/√2 has L2
   sensitivity 2C, so adding noise ∝ exp(−ε‖b‖/(2C)) makes (w, b) ε-DP
   (pure), assuming the exact minimiser (``tol`` bounds the deviation).
+  Each key is one release: ``plan.record(ledger, count=r)`` for r keys.
   """
-  validation.check_key(key)
-  return private_linear_svms(key[None], x, y, c=c, epsilon=epsilon, tol=tol,
-                             max_epochs=max_epochs, kernel=kernel)[0]
-
-
-def private_linear_svms(keys: jax.Array, x, y, *, c: float, epsilon: float,
-                        tol: float = 1e-8, max_epochs: int = 10_000,
-                        kernel="linear") -> list[LinearRelease]:
-  """Independent releases, one per key, of one (deterministic) training.
-
-  Same arguments as :func:`private_linear_svm` except ``keys`` (k,).
-  Each release on its own is ε-DP; publishing k of them costs k·ε.
-  """
-  validation.check_key(keys, "keys", batch=True)
+  if not isinstance(plan, OutputPerturbationPlan):
+    raise TypeError(f"plan must be an output_perturbation."
+                    f"OutputPerturbationPlan from make_plan, got "
+                    f"{type(plan).__name__}.")
+  single = not _is_key_batch(key)
+  keys = validation.check_key(key)[None] if single else key
   check_linear_kernel(kernel)
-  epsilon = validation.check_epsilon(epsilon)
   x = validation.check_row_norms(x, "x")
   y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
-  delta2 = sensitivity(c)
-  w_aug, epochs, gap = fit_linear(x, y, c=c, tol=tol, max_epochs=max_epochs)
+  w_aug, epochs, gap = fit_linear(x, y, c=plan.c, tol=tol,
+                                  max_epochs=max_epochs)
   releases = []
-  for key in keys:
+  for one in keys:
     with jax.enable_x64(True):
-      noisy = np.asarray(perturb(key, jnp.asarray(w_aug),
-                                 sensitivity_l2=delta2, epsilon=epsilon))
+      noisy = np.asarray(perturb(one, jnp.asarray(w_aug),
+                                 sensitivity_l2=plan.sensitivity,
+                                 epsilon=plan.epsilon))
     releases.append(LinearRelease(
         w=noisy[:-1] * BIAS_SCALE, b=float(noisy[-1] * BIAS_SCALE),
-        epsilon=epsilon, sensitivity=delta2, noise_scale=delta2 / epsilon,
-        epochs=epochs, gap=gap, exact_w=w_aug[:-1] * BIAS_SCALE,
+        epsilon=plan.epsilon, sensitivity=plan.sensitivity,
+        noise_scale=plan.scale, epochs=epochs, gap=gap,
+        exact_w=w_aug[:-1] * BIAS_SCALE,
         exact_b=float(w_aug[-1] * BIAS_SCALE)))
-  return releases
+  return releases[0] if single else releases
 
 
-def record(ledger, *, epsilon: float, count: int = 1,
-           label: str = "output_perturbation"):
-  """Enters ``count`` releases of :func:`private_linear_svm` in ``ledger``.
+def _is_key_batch(key) -> bool:
+  """True for a 1-D batch of keys (:func:`dpcore.validation.check_key`)."""
+  try:
+    validation.check_key(key, batch=True)
+  except TypeError:
+    return False
+  return True
 
-  Each release is pure ε-DP (replace-one, ‖x‖ ≤ 1, see
-  :func:`private_linear_svm`); ``count`` releases computed from the same
-  data compose. The mechanism states its own cost: callers record through
-  this function, never with a hand-written entry.
 
-  Args:
-    ledger: a :class:`dpcore.accounting.PrivacyLedger`.
-    epsilon: ε of each release (as passed to the release).
-    count: releases published from the same data.
-    label: the entry's label.
-
-  Returns:
-    ``ledger`` (the entry added).
-  """
-  ledger.record_pure(validation.check_epsilon(epsilon), label=label,
-                     count=validation.check_positive_int(count, "count"))
-  return ledger
+__all__ = [
+    "BIAS_SCALE", "LinearRelease", "OutputPerturbationPlan", "RELATION",
+    "augment", "check_linear_kernel", "fit_linear", "make_plan", "perturb",
+    "release", "sensitivity",
+]

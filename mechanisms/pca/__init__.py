@@ -1,6 +1,6 @@
 """DP-PCA: the Gaussian mechanism on the clipped second-moment matrix XᵀX."""
 
 from mechanisms.pca import dp_pca
-from mechanisms.pca.dp_pca import PcaResult, pca, private_basis
+from mechanisms.pca.dp_pca import PcaPlan, PcaResult, pca
 
-__all__ = ["PcaResult", "dp_pca", "pca", "private_basis"]
+__all__ = ["PcaPlan", "PcaResult", "dp_pca", "pca"]

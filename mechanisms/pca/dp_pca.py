@@ -7,12 +7,20 @@ top-k eigenvectors of the noisy matrix, in descending eigenvalue order, are
 the private basis. M is not centred (as in the paper): centring would need
 the data mean, which is a further query.
 
-:func:`dp_pca` and :func:`pca` are pure, jit-compiled and vmappable over a
-leading participant axis: padded rows are removed by ``mask`` and σ may be
-a traced per-participant value. σ itself is computed host-side by
-:func:`pca_sigma`. :func:`private_basis` is the checked entry point for one
-data set: it validates the data and k, calibrates σ for (ε, δ) and the
-neighbouring relation, and runs :func:`dp_pca`.
+The one shape (:mod:`dpcore.shape`): :func:`make_plan` validates and
+calibrates host-side — σ for (ε, δ) and the neighbouring relation — and
+returns a frozen :class:`PcaPlan`; ``plan.record(ledger)`` enters the
+release in a ledger; :func:`release` is the release itself, pure, jittable
+and vmappable over a leading participant axis (padded rows are removed by
+``mask``)::
+
+  plan = dp_pca.make_plan(epsilon=0.5, delta=1e-5, k=5, dim=x.shape[1])
+  basis = dp_pca.release(key, plan, x)
+  plan.record(ledger)
+
+:func:`noisy_basis` is the kernel :func:`release` runs, for a σ given
+directly (e.g. a traced one per participant, as in
+:mod:`federated.feddpdr`); :func:`pca` is the non-private basis.
 
 Each eigenvector's sign is fixed by :func:`dpcore.linalg.canonical_signs`
 (largest-magnitude entry positive), so a basis whose eigenvalues are
@@ -24,24 +32,25 @@ Privacy:
   Add/remove-one-row neighbours with ‖x‖ ≤ 1: the query changes by xxᵀ,
   whose upper triangle has L2 norm ≤ ‖xxᵀ‖_F = ‖x‖² ≤ 1, for every n
   (Lemma 4.1 of Wang et al.). Under replacement of one row it changes by
-  xxᵀ − x'x'ᵀ, of norm up to √2 (orthogonal unit rows): pass
-  ``sensitivity=math.sqrt(2)`` to :func:`pca_sigma` for that relation. With
-  σ from :func:`pca_sigma` the released basis is (ε, δ)-DP (post-processing
-  of the Gaussian mechanism). :func:`noisy_second_moment` clips every row
+  xxᵀ − x'x'ᵀ, of norm up to √2 (orthogonal unit rows):
+  ``make_plan(relation="replace_one")`` calibrates for it. With the σ of
+  :func:`make_plan` the released basis is (ε, δ)-DP (post-processing of
+  the Gaussian mechanism). :func:`noisy_second_moment` clips every row
   to ‖x‖ ≤ 1 before it touches the data (:func:`clipped_rows`: per row,
   data-independent, a no-op on valid rows), so the sensitivity
-  holds whatever the caller passes; host-side, :func:`check_pca_inputs`
-  refuses rows of norm > 1 outright.
+  holds whatever the caller passes; host-side, :func:`release` refuses
+  concrete rows of norm > 1 outright (:func:`check_pca_inputs`).
 
 Exact noise (``noise="discrete"``, opt-in): the upper triangle of XᵀX is
 rounded to the grid γ (a power of two) and gets integer discrete Gaussian
-noise of σ_lattice = ⌈σ/γ⌉ grid units (:mod:`dpcore.discrete`), so the
+noise of σ_lattice = ⌈σ/γ⌉ grid units (:mod:`dpcore.lattice`), so the
 release is integer-valued (returned as integers·γ) and free of the
 floating-point leak of Mironov 2012. Rounding adds up to one grid unit per
 entry to the neighbours' difference: the lattice L2 sensitivity of the
 d(d+1)/2 released entries is Δ/γ + √(d(d+1)/2)
 (:func:`lattice_sensitivity`), and the release is
-(Δ_lattice²/2σ_lattice²)-zCDP (:func:`record` with ``noise="discrete"``).
+(Δ_lattice²/2σ_lattice²)-zCDP (:meth:`PcaPlan.record` of a plan with
+``noise="discrete"``).
 
 References:
   Canonne, Kamath & Steinke, The Discrete Gaussian for Differential
@@ -54,6 +63,8 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -62,13 +73,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import calibration as dp_calibration
-from dpcore import clipping, discrete, linalg, validation
+from dpcore import (
+    clipping,
+    discrete,
+    discrete_calibration,
+    lattice,
+    linalg,
+    options,
+    validation,
+)
 from dpcore import noise as dp_noise
 
-CALIBRATIONS = ("analytic", "classic")
-NEIGHBOURING = ("add_remove", "replace")
-NOISE = ("float", "discrete")
-TOPK = ("eigh", "subspace")
+CALIBRATIONS = options.PCA_CALIBRATIONS
+NEIGHBOURING = options.RELATION_SPELLINGS
+"""Spellings ``neighbouring`` accepts (:func:`dpcore.options.parse_relation`:
+``"replace"`` is the old spelling of ``"replace_one"``)."""
+NOISE = options.PCA_NOISES
+TOPK = options.TOPK_METHODS
 """How the top-k of the noisy matrix is found (post-processing either way)."""
 
 
@@ -78,23 +99,21 @@ class PcaResult(NamedTuple):
   eigenvalues: jax.Array
 
 
-def sensitivity(neighbouring: str) -> float:
+def sensitivity(neighbouring: options.Relation | str) -> float:
   """L2 sensitivity of the upper triangle of XᵀX, rows of norm ≤ 1.
 
   1 under add/remove neighbours (one row's xxᵀ, Frobenius norm ≤ 1; the
   upper triangle of a symmetric noise matrix is what is released), √2 under
   replace-one (xxᵀ − x′x′ᵀ, two unit rank-one terms on orthogonal rows).
+  ``neighbouring`` is parsed by :func:`dpcore.options.parse_relation`.
   """
-  if neighbouring not in NEIGHBOURING:
-    raise ValueError(
-        f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}.")
-  return 1.0 if neighbouring == "add_remove" else math.sqrt(2.0)
+  relation = options.parse_relation(neighbouring, "neighbouring")
+  return 1.0 if relation is options.Relation.ADD_REMOVE else math.sqrt(2.0)
 
 
 def check_noise(noise: str, granularity) -> float | None:
   """Host-side check of the noise option; returns γ (None for float)."""
-  if noise not in NOISE:
-    raise ValueError(f"noise must be one of {NOISE}, got {noise!r}.")
+  options.check_one_of(noise, NOISE, "noise")
   if noise == "float":
     if granularity is not None:
       raise ValueError("granularity applies only to noise='discrete'.")
@@ -102,7 +121,7 @@ def check_noise(noise: str, granularity) -> float | None:
   if granularity is None:
     raise ValueError("noise='discrete' needs a granularity, a power of two "
                      "such as 2**-10 (the grid XᵀX is rounded to).")
-  return discrete.check_granularity(granularity)
+  return lattice.check_granularity(granularity)
 
 
 def lattice_sensitivity(neighbouring: str, *, dim: int,
@@ -111,46 +130,22 @@ def lattice_sensitivity(neighbouring: str, *, dim: int,
 
   Δ/γ + √(d(d+1)/2): nearest rounding of each of the d(d+1)/2 released
   entries can add up to one grid unit to the neighbours' difference
-  (:func:`dpcore.discrete.lattice_l2_sensitivity`).
+  (:func:`dpcore.lattice.lattice_l2_sensitivity`).
   """
-  return discrete.lattice_l2_sensitivity(
+  return lattice.lattice_l2_sensitivity(
       sensitivity(neighbouring), granularity=granularity,
       dim=dim * (dim + 1) // 2)
 
 
 def lattice_sigma(sigma, *, granularity) -> int:
   """σ in grid units for the discrete mode: ⌈σ/γ⌉ (never less noise)."""
-  g = discrete.check_granularity(granularity)
+  g = lattice.check_granularity(granularity)
   if isinstance(sigma, jax.core.Tracer):
     raise ValueError("noise='discrete' needs a concrete (host-side) sigma; "
                      "a traced per-participant σ is not supported.")
   value = discrete.round_up(float(sigma) / g)
   discrete.gaussian_params(value)  # validates the range
   return int(value)
-
-
-def record(ledger, *, sigma: float, delta: float, neighbouring: str,
-           label: str = "dp_pca", count: int = 1, noise: str = "float",
-           granularity=None, dim: int | None = None) -> None:
-  """Puts ``count`` DP-PCA releases with noise σ into ``ledger``.
-
-  With ``noise="discrete"`` (``granularity`` and the data dimension
-  ``dim`` required) the lattice σ = ⌈σ/γ⌉ and the lattice sensitivity
-  (:func:`lattice_sensitivity`) are recorded as a discrete Gaussian.
-  """
-  g = check_noise(noise, granularity)
-  if g is None:
-    ledger.record_gaussian(sigma=sigma,
-                           sensitivity=sensitivity(neighbouring),
-                           delta=delta, label=label, count=count)
-    return
-  if not (isinstance(dim, int) and dim >= 1):
-    raise ValueError(f"noise='discrete' needs dim, the data dimension d "
-                     f"(an int ≥ 1), got {dim!r}.")
-  ledger.record_discrete_gaussian(
-      sigma=float(lattice_sigma(sigma, granularity=g)),
-      sensitivity=lattice_sensitivity(neighbouring, dim=dim, granularity=g),
-      delta=delta, label=label, count=count)
 
 
 def discrete_pca_sigma(*, epsilon: float, delta: float, neighbouring: str,
@@ -160,8 +155,8 @@ def discrete_pca_sigma(*, epsilon: float, delta: float, neighbouring: str,
   The smallest integer lattice σ whose zCDP (lattice sensitivity, RDP
   conversion, as the ledger computes it) gives (ε, δ), times γ.
   """
-  g = discrete.check_granularity(granularity)
-  sigma = discrete.discrete_gaussian_sigma(
+  g = lattice.check_granularity(granularity)
+  sigma = discrete_calibration.discrete_gaussian_sigma(
       epsilon=epsilon, delta=delta,
       sensitivity=lattice_sensitivity(neighbouring, dim=dim, granularity=g))
   return float(sigma) * g
@@ -180,12 +175,134 @@ def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
     sensitivity: L2 sensitivity of the upper triangle of XᵀX: 1 for
       add/remove neighbours, √2 for replacement (rows of norm ≤ 1).
   """
-  if calibration not in CALIBRATIONS:
-    raise ValueError(
-        f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
+  options.check_one_of(calibration, CALIBRATIONS, "calibration")
   return dp_calibration.gaussian_sigma(
       epsilon=epsilon, delta=delta, sensitivity=sensitivity,
       method=calibration)
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["sigma"],
+    meta_fields=["epsilon", "delta", "relation", "sensitivity", "k", "dim",
+                 "calibration", "noise", "granularity", "sigma_lattice"])
+@dataclasses.dataclass(frozen=True)
+class PcaPlan:
+  """The public facts of one DP-PCA release (see :func:`make_plan`).
+
+  A pytree whose one leaf is σ (as :class:`federated.fedsgd.FedSGDPlan`):
+  a plan passed to a jitted function is an argument, not a constant.
+
+  Attributes:
+    epsilon: ε the release is calibrated for.
+    delta: δ of the release.
+    relation: the neighbouring relation σ is calibrated for
+      (:class:`dpcore.options.Relation`).
+    sigma: σ of the noise on each upper-triangle entry of XᵀX (value
+      units; a whole number of grid steps with discrete noise).
+    sensitivity: L2 sensitivity of XᵀX's upper triangle under
+      ``relation`` (:func:`sensitivity`: 1 or √2, rows of norm ≤ 1).
+    k: components released, 1 ≤ k ≤ dim.
+    dim: the data dimension d.
+    calibration: ``"analytic"`` or ``"classic"`` (float noise; see
+      :func:`pca_sigma`).
+    noise: ``"float"`` or ``"discrete"`` (module docstring).
+    granularity: the grid γ of discrete noise, else None.
+    sigma_lattice: σ in grid units, ⌈σ/γ⌉ (discrete noise), else None.
+  """
+  epsilon: float
+  delta: float
+  relation: options.Relation
+  sigma: float
+  sensitivity: float
+  k: int
+  dim: int
+  calibration: str = "analytic"
+  noise: str = "float"
+  granularity: float | None = None
+  sigma_lattice: int | None = None
+
+  def record(self, ledger, *, label: str = "dp_pca", count: int = 1,
+             relation: options.Relation | str | None = None) -> None:
+    """Puts ``count`` releases of this plan into ``ledger``.
+
+    Float noise is a Gaussian entry (σ, :attr:`sensitivity`); discrete
+    noise a discrete Gaussian entry of σ_lattice and the lattice
+    sensitivity (:func:`lattice_sensitivity`).
+
+    Args:
+      ledger: a :class:`dpcore.accounting.PrivacyLedger`.
+      label: the entry's label.
+      count: releases of this plan from the same data.
+      relation: account the release under this relation instead of the
+        plan's: the same σ with that relation's sensitivity (a σ
+        calibrated for add/remove, composed with replace-one releases,
+        costs more than its ε). None: the plan's relation.
+    """
+    relation = (self.relation if relation is None
+                else options.parse_relation(relation))
+    count = validation.check_positive_int(count, "count")
+    if self.noise == "float":
+      ledger.record_gaussian(sigma=self.sigma,
+                             sensitivity=sensitivity(relation),
+                             delta=self.delta, label=label, count=count,
+                             relation=relation)
+      return
+    ledger.record_discrete_gaussian(
+        sigma=float(self.sigma_lattice),
+        sensitivity=lattice_sensitivity(relation, dim=self.dim,
+                                        granularity=self.granularity),
+        delta=self.delta, label=label, count=count, relation=relation)
+
+
+def make_plan(*, epsilon: float, delta: float, k: int, dim: int,
+              relation: options.Relation | str = options.Relation.ADD_REMOVE,
+              calibration: str = "analytic", noise: str = "float",
+              granularity=None) -> PcaPlan:
+  """Validates a DP-PCA release and calibrates its σ (host-side).
+
+  Args:
+    epsilon: ε > 0 of the release.
+    delta: δ in (0, 1).
+    k: components to release, 1 ≤ k ≤ dim.
+    dim: the data dimension d.
+    relation: ``"add_remove"`` (default; sensitivity 1) or
+      ``"replace_one"`` (sensitivity √2, e.g. to compose with objective
+      perturbation): a :class:`dpcore.options.Relation` or its spelling
+      (:func:`dpcore.options.parse_relation`).
+    calibration: ``"analytic"`` (Balle & Wang; default) or ``"classic"``
+      (the paper's, ε < 1 only); float noise only (:func:`pca_sigma`).
+    noise: ``"float"`` (default) or ``"discrete"`` (exact integer noise on
+      the grid ``granularity``, σ from :func:`discrete_pca_sigma`).
+    granularity: the grid γ of discrete noise, a power of two.
+
+  Returns:
+    A :class:`PcaPlan`.
+
+  Raises:
+    ValueError: one line naming the argument and the fix.
+  """
+  epsilon = validation.check_epsilon(epsilon)
+  delta = validation.check_delta(delta)
+  relation = options.parse_relation(relation)
+  dim = validation.check_positive_int(dim, "dim")
+  k = _check_k(k, dim)
+  options.check_one_of(calibration, CALIBRATIONS, "calibration")
+  g = check_noise(noise, granularity)
+  sens = sensitivity(relation)
+  if g is None:
+    sigma = pca_sigma(epsilon=epsilon, delta=delta, calibration=calibration,
+                      sensitivity=sens)
+    return PcaPlan(epsilon, delta, relation, sigma, sens, k, dim,
+                   calibration)
+  if calibration != "analytic":
+    raise ValueError(
+        f"calibration={calibration!r} applies to float noise only; "
+        f"noise='discrete' is calibrated by its zCDP (leave calibration "
+        f"at 'analytic').")
+  sigma = discrete_pca_sigma(epsilon=epsilon, delta=delta,
+                             neighbouring=relation, dim=dim, granularity=g)
+  return PcaPlan(epsilon, delta, relation, sigma, sens, k, dim, calibration,
+                 noise, g, lattice_sigma(sigma, granularity=g))
 
 
 def second_moment(x, mask):
@@ -230,11 +347,11 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
   sigma_lattice = lattice_sigma(sigma, granularity=g)
   d = m.shape[0]
   upper = np.triu_indices(d)
-  z = discrete.to_lattice(m[upper], g) + discrete.discrete_gaussian(
+  z = lattice.to_lattice(m[upper], g) + discrete.discrete_gaussian(
       key, (len(upper[0]),), sigma=sigma_lattice)
   full = jnp.zeros((d, d), jnp.int32).at[upper].set(z)
   full = full + jnp.triu(full, 1).T
-  return discrete.from_lattice(full, g, m.dtype)
+  return lattice.from_lattice(full, g, m.dtype)
 
 
 def second_moment_and_noise(key: jax.Array, x, mask, *, sigma):
@@ -258,8 +375,7 @@ def second_moment_and_noise(key: jax.Array, x, mask, *, sigma):
 
 
 def check_topk(topk: str) -> str:
-  if topk not in TOPK:
-    raise ValueError(f"topk must be one of {TOPK}, got {topk!r}.")
+  options.check_one_of(topk, TOPK, "topk")
   return topk
 
 
@@ -270,7 +386,7 @@ def top_k_by_subspace(key: jax.Array, m, k: int) -> PcaResult:
   (post-processing of an already private matrix: not privacy-relevant). On
   a 2-core CPU about 1.6–1.9× faster than ``eigh`` at d = 784, k = 20 and
   slower at d = 64, capturing the noise-free variance to within 0.4 % of
-  exact ``eigh`` on the same noisy matrix (``launch/bench_topk.py``).
+  exact ``eigh`` on the same noisy matrix (``launch/bench/topk.py``).
   """
   result = linalg.subspace_top_k(key, m, k)
   return PcaResult(result.vectors, result.values)
@@ -309,30 +425,32 @@ def _check_concrete_sigma(sigma) -> None:
   values = np.asarray(sigma, dtype=np.float64)
   if values.size == 0 or not np.all(np.isfinite(values) & (values > 0)):
     raise ValueError(
-        f"sigma must be a finite number > 0 (from pca_sigma), got "
+        f"sigma must be a finite number > 0 (a plan's, make_plan), got "
         f"{sigma!r}; a zero, negative or NaN σ releases the data's "
         f"eigenvectors without privacy. The noise-free basis is "
         f"dp_pca.pca(x, mask, k=k).")
 
 
-def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
-           granularity=None, topk: str = "eigh") -> PcaResult:
-  """Private top-k basis of the rows of ``x`` where ``mask`` is 1.
+def noisy_basis(key: jax.Array, x, mask, *, k: int, sigma,
+                noise: str = "float", granularity=None,
+                topk: str = "eigh") -> PcaResult:
+  """Top-k basis of the noisy XᵀX of the rows where ``mask`` is 1.
 
-  The jit/vmap kernel. ``k`` is checked (1 ≤ k ≤ d) when traced, and a
-  concrete ``sigma`` must be finite and > 0; a traced σ (one per
-  participant under ``vmap``, as in :mod:`federated.feddpdr`) cannot be
-  checked here and is the caller's responsibility. For a single data set,
-  :func:`private_basis` validates the data and calibrates σ itself.
+  The jit/vmap kernel :func:`release` runs, for a σ given directly: a
+  traced σ (one per participant under ``vmap``, as in
+  :mod:`federated.feddpdr`) cannot be checked here and is the caller's
+  responsibility. ``k`` is checked (1 ≤ k ≤ d) when traced, and a
+  concrete ``sigma`` must be finite and > 0. A caller with a budget uses
+  :func:`make_plan` and :func:`release`, which calibrate σ and check the
+  data.
 
   Args:
     key: PRNG key (one per participant under vmap).
     x: (n_max, d) rows with ‖x‖ ≤ 1 (rows beyond are clipped).
     mask: (n_max,) 1 for real rows, 0 for padding (bounded to [0, 1]).
     k: number of components (static), 1 ≤ k ≤ d.
-    sigma: noise standard deviation from :func:`pca_sigma`, > 0 (may be
-      traced with float noise; concrete with discrete noise, e.g. from
-      :func:`discrete_pca_sigma`).
+    sigma: noise standard deviation, > 0 (a plan's ``sigma``; may be
+      traced with float noise; concrete with discrete noise).
     noise: ``"float"`` (default) or ``"discrete"`` (exact integer noise on
       the grid ``granularity``; see the module docstring).
     granularity: the grid γ, a power of two (discrete noise only).
@@ -369,67 +487,65 @@ def dp_pca(key: jax.Array, x, mask, *, k: int, sigma, noise: str = "float",
       k)
 
 
-def private_basis(key: jax.Array, x, *, k: int, epsilon: float,
-                  delta: float, neighbouring: str = "add_remove",
-                  calibration: str = "analytic", noise: str = "float",
-                  granularity=None, topk: str = "eigh"
-                  ) -> tuple[PcaResult, float]:
-  """Checked (ε, δ)-DP top-k basis of one data set (all rows real).
+def release(key: jax.Array, plan: PcaPlan, x, mask=None, *,
+            topk: str = "eigh") -> PcaResult:
+  """The (ε, δ)-DP top-k basis of ``plan`` for the rows of ``x``.
 
-  Validates the data host-side (:func:`check_pca_inputs`: a non-empty,
-  finite (n, d) matrix with rows of norm ≤ 1, 1 ≤ k ≤ d), calibrates σ with
-  :func:`pca_sigma` for the neighbouring relation, and runs :func:`dp_pca`.
+  Pure, jittable and vmappable (σ is the plan's; under ``vmap`` over
+  participants, one key and one ``mask`` row each). A concrete ``x`` is
+  checked host-side (:func:`check_pca_inputs`: finite, rows of norm ≤ 1);
+  inside the mechanism every row is clipped to norm ≤ 1 and the mask to
+  [0, 1] all the same, so a traced ``x`` cannot break the guarantee.
 
   Args:
     key: PRNG key (consumed).
-    x: (n, d) data, every row of L2 norm ≤ 1.
-    k: number of components, 1 ≤ k ≤ d.
-    epsilon: ε > 0 of this release.
-    delta: δ in (0, 1) of this release.
-    neighbouring: ``"add_remove"`` (sensitivity 1) or ``"replace"``
-      (sensitivity √2, e.g. to compose with objective perturbation).
-    calibration: ``"analytic"`` or ``"classic"`` (see :func:`pca_sigma`;
-      float noise only).
-    noise: ``"float"`` or ``"discrete"`` (σ from
-      :func:`discrete_pca_sigma`, a whole number of grid steps).
-    granularity: the grid γ for discrete noise (a power of two).
-    topk: ``"eigh"`` or ``"subspace"`` (see :func:`dp_pca`).
+    plan: from :func:`make_plan`.
+    x: (n, d) rows with ‖x‖ ≤ 1, d = ``plan.dim`` (not floating: cast to
+      float32).
+    mask: (n,) 1 for real rows, 0 for padding; None: every row is real.
+    topk: ``"eigh"`` (default, exact) or ``"subspace"`` (block subspace
+      iteration, :func:`top_k_by_subspace`; the key is then split into a
+      noise key and a start-block key, so the noise differs from
+      ``"eigh"``'s for the same key). Post-processing either way.
 
   Returns:
-    ``(PcaResult, sigma)``: the basis and the σ to record in a ledger
-    (:func:`record` with the same ``noise`` and ``granularity``).
+    The :class:`PcaResult` (components (d, k), eigenvalues (k,)).
+
+  Raises:
+    TypeError: ``plan`` is not a :class:`PcaPlan`, or ``key`` not a key.
+    ValueError: bad data (shape, non-finite, a row of norm > 1 when
+      concrete) or a ``d`` other than ``plan.dim``.
 
   Privacy:
-    (ε, δ)-DP under ``neighbouring`` for rows of norm ≤ 1 (checked here
-    and enforced by clipping inside the mechanism).
+    (plan.epsilon, plan.delta)-DP under ``plan.relation`` for rows of norm
+    ≤ 1 (enforced), the noise :meth:`PcaPlan.record` accounts.
   """
+  if not isinstance(plan, PcaPlan):
+    raise TypeError(f"plan must be a dp_pca.PcaPlan from "
+                    f"dp_pca.make_plan, got {type(plan).__name__}.")
   validation.check_key(key)
-  sens = sensitivity(neighbouring)
-  g = check_noise(noise, granularity)
-  check_pca_inputs(x, k=k)
-  arr = np.asarray(x)
-  if not np.issubdtype(arr.dtype, np.floating):
-    arr = arr.astype(np.float32)
-  rows = jnp.asarray(arr)
-  if g is not None:
-    sigma = discrete_pca_sigma(epsilon=epsilon, delta=delta,
-                               neighbouring=neighbouring, dim=arr.shape[1],
-                               granularity=g)
-    result = _dp_pca_discrete_jit(
-        key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k, sigma=sigma,
-        noise="discrete", granularity=g, topk=check_topk(topk))
-    return result, sigma
-  sigma = pca_sigma(epsilon=epsilon, delta=delta, calibration=calibration,
-                    sensitivity=sens)
-  result = _dp_pca_jit(key, rows, jnp.ones(arr.shape[0], rows.dtype), k=k,
-                       sigma=sigma, topk=check_topk(topk))
-  return result, sigma
+  if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+    x = jnp.asarray(x, jnp.float32)
+  validation.check_rows(x, "x")
+  if validation.is_concrete(x):
+    check_pca_inputs(x, k=plan.k)
+  if jnp.shape(x)[-1] != plan.dim:
+    raise ValueError(f"x has d={jnp.shape(x)[-1]} columns but the plan was "
+                     f"made for dim={plan.dim}; make the plan with "
+                     f"dim=x.shape[1].")
+  if mask is None:
+    mask = jnp.ones(jnp.shape(x)[0], jnp.result_type(x))
+  sigma = (plan.sigma if plan.noise == "float"
+           else plan.sigma_lattice * plan.granularity)
+  return noisy_basis(key, x, mask, k=plan.k, sigma=sigma, noise=plan.noise,
+                     granularity=plan.granularity, topk=topk)
 
 
 def pca(x, mask, *, k: int) -> PcaResult:
   """Non-private top-k basis of XᵀX (the Non-Priv baseline).
 
-  Checks as :func:`dp_pca` does (shapes always, values where concrete).
+  Checks as :func:`noisy_basis` does (shapes always, values where
+  concrete).
   """
   _check_data(x, mask)
   k = _check_k(k, jnp.shape(x)[-1])
@@ -442,6 +558,11 @@ def check_pca_inputs(x, *, k: int) -> None:
   _check_k(k, arr.shape[1])
 
 
-_dp_pca_jit = jax.jit(dp_pca, static_argnames=("k", "topk"))
-_dp_pca_discrete_jit = jax.jit(
-    dp_pca, static_argnames=("k", "sigma", "noise", "granularity", "topk"))
+__all__ = [
+    "CALIBRATIONS", "NEIGHBOURING", "NOISE", "PcaPlan", "PcaResult", "TOPK",
+    "check_noise", "check_pca_inputs", "check_topk", "clipped_rows",
+    "discrete_pca_sigma", "lattice_sensitivity", "lattice_sigma", "make_plan",
+    "noisy_basis", "noisy_second_moment", "pca", "pca_sigma", "release",
+    "second_moment", "second_moment_and_noise", "sensitivity",
+    "top_k_by_subspace", "top_k_eigenvectors",
+]

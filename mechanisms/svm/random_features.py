@@ -21,22 +21,24 @@ Two steps, two kinds of function:
   number of columns. (scikit-learn's ``gamma="scale"`` divides by the
   data's variance: a query on the data, refused here by construction —
   γ is a number or None.)
-* a private linear learner on φ, each a host-side constructor that fixes
-  its public settings and a pure release function with the key first:
+* a private linear learner on φ, each a mechanism of the one shape: a
+  host-side ``make_<variant>_plan`` that checks and calibrates its public
+  settings into a frozen plan, ``plan.record(ledger)`` (the one way into
+  a :class:`dpcore.accounting.PrivacyLedger`), and ``release_<variant>``
+  with the key first and the plan second:
 
-  - DP-SGD (:func:`dpsgd_learner`, :func:`fit_dpsgd`, the mechanism
-    :func:`release_dpsgd`): a Huber-hinge or logistic loss for labels ±1,
-    or a softmax over K classes (one model, one budget), trained by
+  - DP-SGD (:func:`make_dpsgd_plan` → :class:`RFFDPSGDPlan`, the pure
+    mechanism :func:`release_dpsgd`, the checked entry point
+    :func:`fit_dpsgd`): a Huber-hinge or logistic loss for labels ±1, or
+    a softmax over K classes (one model, one budget), trained by
     :func:`dpcore.trainer.train` on the layered fast path
     (:mod:`dpcore.ghost`), σ calibrated to a target (ε, δ) by
     :func:`dpcore.accounting.calibrate_dpsgd_noise`.
-  - output perturbation (:func:`output_perturbation_learner`,
-    :func:`fit_output_perturbation`) of the bias-free linear C-SVC on
-    φ/√2 (norm ≤ 1, as :mod:`mechanisms.erm.output_perturbation` assumes),
-    binary labels only.
-
-  :func:`record` enters a learner's release in a
-  :class:`dpcore.accounting.PrivacyLedger`.
+  - output perturbation (:func:`make_output_perturbation_plan` →
+    :class:`RFFOutputPerturbationPlan`,
+    :func:`release_output_perturbation`) of the bias-free linear C-SVC on
+    φ/√2 (norm ≤ 1, as :mod:`mechanisms.erm.output_perturbation`
+    assumes), binary labels only.
 
 Non-finite inputs. A NaN or infinite entry makes ωᵀx + b non-finite, and
 cos of that is NaN. The map sets every non-finite projection's coordinate
@@ -64,6 +66,9 @@ for its relation, sensitivity and guarantee.
 True
 >>> round(float(phi[0] @ phi[1]), 1), round(float(np.exp(-0.5)), 1)
 (0.6, 0.6)
+>>> plan = make_output_perturbation_plan(c=0.3, epsilon=1.0)
+>>> plan.epsilon, plan.delta, plan.relation.value, plan.sensitivity
+(1.0, 0.0, 'replace_one', 0.6)
 
 References:
   Rahimi & Recht, Random Features for Large-Scale Kernel Machines,
@@ -84,11 +89,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpcore import accounting, clipping, ghost, trainer, validation
+from dpcore import accounting, clipping, ghost, options, trainer, validation
 from mechanisms.erm import output_perturbation
 
-LOSSES = ("huber_hinge", "logistic", "softmax")
-BINARY_LOSSES = ("huber_hinge", "logistic")
+LOSSES = options.RFF_LOSSES
+BINARY_LOSSES = options.RFF_BINARY_LOSSES
 HUBER_H = 0.5  # the Huber hinge's half-width (as in mechanisms.erm)
 FEATURE_BOUND = math.sqrt(2.0)  # ‖φ(x)‖ ≤ √2 for every x
 
@@ -279,8 +284,8 @@ def _check_data(feature_map, x, y, *, loss, num_classes, rows=None,
         f"width.")
   if rows is not None and x.shape[0] != rows:
     raise ValueError(
-        f"x has {x.shape[0]} rows but the learner was planned for "
-        f"num_examples={rows}; build the learner for this data's size.")
+        f"x has {x.shape[0]} rows but the plan was made for "
+        f"num_examples={rows}; make the plan for this data's size.")
   if loss in BINARY_LOSSES:
     y = validation.check_labels(y, "y", binary_pm1=both_classes,
                                 classes=(-1, 1), n_rows=x.shape[0])
@@ -305,37 +310,88 @@ def _check_keys_differ(key, feature_map, name="key"):
 # -- learner 1: DP-SGD ---------------------------------------------------------
 
 
+def _check_relation(relation, expected: options.Relation,
+                    what: str) -> options.Relation:
+  """``relation`` parsed; refused unless it is the one ``what`` is proven
+  for."""
+  relation = options.parse_relation(relation, "relation")
+  if relation is not expected:
+    raise ValueError(
+        f"relation={relation.value}: {what} is proven for {expected.value} "
+        f"neighbours only; pass relation='{expected.value}'.")
+  return relation
+
+
 @dataclasses.dataclass(frozen=True)
-class DPSGDLearner:
-  """The public settings of one DP-SGD fit on random features (hashable).
+class RFFDPSGDPlan:
+  """The public facts of one DP-SGD fit on random features (hashable).
 
   Attributes:
-    plan: the :class:`dpcore.trainer.DPSGDPlan` (N, q, T, C, σ, B).
+    epsilon: the target ε σ was calibrated for (the ledger's ε at
+      ``delta`` is at most this, the padding's truncation aside).
+    delta: δ of the target.
+    relation: add/remove one row (:data:`dpcore.trainer.RELATION`).
+    dpsgd: the :class:`dpcore.trainer.DPSGDPlan` of the steps (N, q, T,
+      C, σ, B, the sampler).
     loss: ``"huber_hinge"``, ``"logistic"`` or ``"softmax"``.
     num_classes: K (2 for the binary losses, which output one score).
     learning_rate: SGD step size.
     weight_decay: λ of the decoupled decay λ·w per step (post-processing
       of the noisy gradient; 0 for none).
-    epsilon: the target ε σ was calibrated for.
-    delta: δ of the target.
   """
-  plan: trainer.DPSGDPlan
+  epsilon: float
+  delta: float
+  relation: options.Relation
+  dpsgd: trainer.DPSGDPlan
   loss: str
   num_classes: int
   learning_rate: float
   weight_decay: float
-  epsilon: float
-  delta: float
 
   @property
   def outputs(self) -> int:
     return 1 if self.loss in BINARY_LOSSES else self.num_classes
 
+  @property
+  def noise_multiplier(self) -> float:
+    """σ: each step's noise std per coordinate is σC."""
+    return self.dpsgd.noise_multiplier
+
+  @property
+  def sensitivity(self) -> float:
+    """C, the L2 bound on each example's gradient (the clip)."""
+    return self.dpsgd.clip_norm
+
+  @property
+  def steps(self) -> int:
+    """T, the subsampled Gaussian steps."""
+    return self.dpsgd.steps
+
+  @property
+  def num_examples(self) -> int:
+    """N, the training rows (public)."""
+    return self.dpsgd.num_examples
+
+  def record(self, ledger: accounting.PrivacyLedger, *,
+             label: str = "rff_dpsgd", count: int = 1) -> None:
+    """Records ``count`` fits of this plan (same data) in ``ledger``.
+
+    Per fit, :meth:`dpcore.trainer.DPSGDPlan.record` at the plan's δ: T
+    Poisson-subsampled Gaussian steps (``label``), the batch padding's
+    truncation (``rff_dpsgd_padding``) and the sampler's departure when
+    above 0 (``rff_dpsgd_sampler``); add/remove-one. The feature map
+    costs nothing (public).
+    """
+    count = validation.check_positive_int(count, "count")
+    for _ in range(count):
+      self.dpsgd.record(ledger, delta=self.delta, label=label,
+                        padding_label="rff_dpsgd_padding",
+                        sampler_label="rff_dpsgd_sampler")
+
 
 def check_loss(loss, num_classes) -> tuple[str, int]:
   """(loss, K) checked: a binary loss needs K = 2, softmax K ≥ 2."""
-  if loss not in LOSSES:
-    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+  options.check_one_of(loss, LOSSES, "loss")
   num_classes = validation.check_positive_int(num_classes, "num_classes")
   if loss in BINARY_LOSSES and num_classes != 2:
     raise ValueError(
@@ -346,23 +402,26 @@ def check_loss(loss, num_classes) -> tuple[str, int]:
   return loss, num_classes
 
 
-def dpsgd_learner(num_examples: int, *, epsilon: float, delta: float,
-                  sampling_rate: float, epochs: float,
-                  learning_rate: float, clip_norm: float = 1.0,
-                  loss: str = "huber_hinge", num_classes: int = 2,
-                  weight_decay: float = 0.0) -> DPSGDLearner:
+def make_dpsgd_plan(num_examples: int, *, epsilon: float, delta: float,
+                    sampling_rate: float, epochs: float,
+                    learning_rate: float, clip_norm: float = 1.0,
+                    loss: str = "huber_hinge", num_classes: int = 2,
+                    weight_decay: float = 0.0,
+                    relation: options.Relation | str = trainer.RELATION
+                    ) -> RFFDPSGDPlan:
   """Fixes a DP-SGD fit's public settings and calibrates σ to (ε, δ).
 
   Host side. σ is the smallest noise multiplier for which T = E/q Poisson-
   subsampled Gaussian steps are (ε, δ)-DP under the RDP accountant
-  (:func:`dpcore.accounting.calibrate_dpsgd_noise`); the plan is
+  (:func:`dpcore.accounting.calibrate_dpsgd_noise`); the steps' plan is
   :func:`dpcore.trainer.make_plan` with that σ, so the steps accounted are
   the steps run.
 
   Args:
     num_examples: N, rows of the training data (public, as for
       :mod:`dpcore.trainer`: it fixes q·N, the divisor of the noisy sum).
-    epsilon, delta: the target guarantee.
+    epsilon: the target ε.
+    delta: the target δ.
     sampling_rate: q.
     epochs: E.
     learning_rate: SGD step size (> 0).
@@ -371,11 +430,17 @@ def dpsgd_learner(num_examples: int, *, epsilon: float, delta: float,
       ``"softmax"`` for labels 0..K−1.
     num_classes: K.
     weight_decay: λ ≥ 0 (decoupled, applied by the optimiser).
+    relation: add/remove, the only relation DP-SGD's subsampling is
+      proven for.
 
   Returns:
-    :class:`DPSGDLearner`.
+    :class:`RFFDPSGDPlan`.
 
-  Privacy: see :func:`release_dpsgd`; :func:`record` enters the run.
+  Raises:
+    ValueError: a bad setting, named with its fix.
+
+  Privacy: see :func:`release_dpsgd`; ``plan.record(ledger)`` enters a
+  fit.
   """
   loss, num_classes = check_loss(loss, num_classes)
   epsilon = validation.check_epsilon(epsilon)
@@ -383,14 +448,15 @@ def dpsgd_learner(num_examples: int, *, epsilon: float, delta: float,
   learning_rate = validation.check_positive(learning_rate, "learning_rate")
   weight_decay = validation.check_non_negative(weight_decay, "weight_decay")
   validation.check_positive(epochs, "epochs")
+  relation = _check_relation(relation, trainer.RELATION, "DP-SGD")
   sigma = accounting.calibrate_dpsgd_noise(
       epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
       epochs=epochs)
-  plan = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
-                           clip_norm=clip_norm, noise_multiplier=sigma,
-                           epochs=epochs)
-  return DPSGDLearner(plan, loss, num_classes, learning_rate, weight_decay,
-                      epsilon, delta)
+  steps = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
+                            clip_norm=clip_norm, noise_multiplier=sigma,
+                            epochs=epochs)
+  return RFFDPSGDPlan(epsilon, delta, relation, steps, loss, num_classes,
+                      learning_rate, weight_decay)
 
 
 def huber_hinge(z: jax.Array, h: float = HUBER_H) -> jax.Array:
@@ -419,21 +485,20 @@ def _softmax_loss(layers, example):
 
 def layered_loss(loss: str) -> ghost.LayeredLoss:
   """The per-example loss on (φ, y) as a :mod:`dpcore.ghost` layered loss."""
-  if loss not in LOSSES:
-    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+  options.check_one_of(loss, LOSSES, "loss")
   fn = _softmax_loss if loss == "softmax" else _binary_loss(loss)
   return ghost.layered(fn)
 
 
-def initial_params(learner: DPSGDLearner, num_features: int) -> dict:
+def initial_params(plan: RFFDPSGDPlan, num_features: int) -> dict:
   """Zero weights and bias: data-independent."""
-  return {"out": {"w": jnp.zeros((num_features, learner.outputs),
+  return {"out": {"w": jnp.zeros((num_features, plan.outputs),
                                  jnp.float32),
-                  "b": jnp.zeros((learner.outputs,), jnp.float32)}}
+                  "b": jnp.zeros((plan.outputs,), jnp.float32)}}
 
 
-@functools.partial(jax.jit, static_argnames=("learner",))
-def release_dpsgd(key: jax.Array, learner: DPSGDLearner,
+@functools.partial(jax.jit, static_argnames=("plan",))
+def release_dpsgd(key: jax.Array, plan: RFFDPSGDPlan,
                   feature_map: FeatureMap, x: jax.Array, y: jax.Array
                   ) -> dict:
   """The DP-SGD mechanism: trained ``{"out": {"w", "b"}}`` on φ(x).
@@ -442,6 +507,16 @@ def release_dpsgd(key: jax.Array, learner: DPSGDLearner,
   :func:`fit_dpsgd` is the checked entry point. φ is computed here, inside
   the mechanism, so its bound cannot be bypassed by the caller.
 
+  Args:
+    key: PRNG key of the run (batches and noise).
+    plan: from :func:`make_dpsgd_plan`.
+    feature_map: from :func:`make_feature_map`.
+    x: (N, d) rows.
+    y: (N,) labels ±1 (binary losses) or 0..K−1 (softmax).
+
+  Returns:
+    The released parameters ``{"out": {"w": (D, K), "b": (K,)}}``.
+
   Privacy: neighbouring data sets differ by adding or removing one row
   (N and q public, as in :func:`dpcore.trainer.train`). Each step clips
   every example's gradient of (w, bias) to norm C on the layered fast path
@@ -449,33 +524,33 @@ def release_dpsgd(key: jax.Array, learner: DPSGDLearner,
   row enters only through its own φ(xᵢ) and label, so the sensitivity of
   a step's sum is C whatever the data (a label outside the loss's range —
   never accepted by :func:`fit_dpsgd` — changes the gradient, not this
-  bound). The T steps are the Poisson-subsampled Gaussian mechanism the
-  plan records: (ε, δ)-DP with ε from the ledger (:func:`record`), plus
-  the padding's truncation probability in δ. The initial parameters and
-  the optimiser do not read the data; (ω, b) is public.
+  bound). The T steps are the Poisson-subsampled Gaussian mechanism that
+  :meth:`RFFDPSGDPlan.record` enters: (ε, δ)-DP with ε from the ledger,
+  plus the padding's truncation probability in δ. The initial parameters
+  and the optimiser do not read the data; (ω, b) is public.
   """
   phi = features(feature_map, x)
-  if learner.loss in BINARY_LOSSES:
+  if plan.loss in BINARY_LOSSES:
     y = y.astype(phi.dtype)
   else:
     y = y.astype(jnp.int32)
-  optimizer = optax.sgd(learner.learning_rate)
-  if learner.weight_decay > 0:
-    optimizer = optax.chain(optax.add_decayed_weights(learner.weight_decay),
+  optimizer = optax.sgd(plan.learning_rate)
+  if plan.weight_decay > 0:
+    optimizer = optax.chain(optax.add_decayed_weights(plan.weight_decay),
                             optimizer)
-  params = initial_params(learner, feature_map.num_features)
-  return trainer.train(key, learner.plan, layered_loss(learner.loss), params,
+  params = initial_params(plan, feature_map.num_features)
+  return trainer.train(key, plan.dpsgd, layered_loss(plan.loss), params,
                        (phi, y), optimizer).params
 
 
-def fit_dpsgd(key: jax.Array, learner: DPSGDLearner,
-              feature_map: FeatureMap, x, y) -> RandomFeatureModel:
+def fit_dpsgd(key: jax.Array, plan: RFFDPSGDPlan, feature_map: FeatureMap,
+              x, y) -> RandomFeatureModel:
   """Checks the data, then releases a model by :func:`release_dpsgd`.
 
   Args:
     key: PRNG key of the run (batches and noise); it must not be the
       feature map's key.
-    learner: from :func:`dpsgd_learner` (N must equal ``len(x)``).
+    plan: from :func:`make_dpsgd_plan` (N must equal ``len(x)``).
     feature_map: from :func:`make_feature_map` (d must match ``x``).
     x: (N, d) finite rows (any scale: φ is bounded whatever x is).
     y: labels ±1 (binary losses) or 0..K−1 (softmax).
@@ -483,63 +558,112 @@ def fit_dpsgd(key: jax.Array, learner: DPSGDLearner,
   Returns:
     :class:`RandomFeatureModel`.
 
+  Raises:
+    ValueError: a plan not from :func:`make_dpsgd_plan`, the map's own
+      key, or data that does not fit the plan and map (before any work).
+
   Privacy: (ε, δ)-DP under add/remove-one, as :func:`release_dpsgd`
-  states; record it with :func:`record`.
+  states; record it with ``plan.record(ledger)``.
   """
   validation.check_key(key)
-  if not isinstance(learner, DPSGDLearner):
-    raise ValueError(f"learner must come from dpsgd_learner, got "
-                     f"{type(learner).__name__}.")
+  if not isinstance(plan, RFFDPSGDPlan):
+    raise ValueError(f"plan must come from make_dpsgd_plan, got "
+                     f"{type(plan).__name__}.")
   _check_keys_differ(key, feature_map)
-  x, y = _check_data(feature_map, x, y, loss=learner.loss,
-                     num_classes=learner.num_classes,
-                     rows=learner.plan.num_examples)
-  params = release_dpsgd(key, learner, feature_map,
+  x, y = _check_data(feature_map, x, y, loss=plan.loss,
+                     num_classes=plan.num_classes, rows=plan.num_examples)
+  params = release_dpsgd(key, plan, feature_map,
                          jnp.asarray(x, jnp.float32), jnp.asarray(y))
   return RandomFeatureModel(feature_map,
                             np.asarray(params["out"]["w"], np.float64),
                             np.asarray(params["out"]["b"], np.float64),
-                            learner.loss, "dpsgd")
+                            plan.loss, "dpsgd")
 
 
 # -- learner 2: output perturbation --------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class OutputPerturbationLearner:
-  """The public settings of one output-perturbation release.
+class RFFOutputPerturbationPlan:
+  """The public facts of one output-perturbation release on φ/√2.
 
   Attributes:
-    c: C of the bias-free C-SVC on φ/√2.
     epsilon: ε of the release (pure DP).
+    delta: 0 (pure DP).
+    relation: replace one row, n public
+      (:data:`mechanisms.erm.output_perturbation.RELATION`).
+    linear: the
+      :class:`mechanisms.erm.output_perturbation.OutputPerturbationPlan`
+      of the C-SVC on the rows [φ/√2, 1]/√2 (C, Δ₂ = 2C, the noise scale
+      Δ₂/ε).
     tol: the dual solver's projected-gradient tolerance.
     max_epochs: the dual solver's epoch cap.
   """
-  c: float
   epsilon: float
+  delta: float
+  relation: options.Relation
+  linear: output_perturbation.OutputPerturbationPlan
   tol: float = 1e-8
   max_epochs: int = 10_000
-  loss: str = "hinge"
+
+  @property
+  def c(self) -> float:
+    """C of the bias-free C-SVC on φ/√2."""
+    return self.linear.c
 
   @property
   def sensitivity(self) -> float:
-    """Δ₂ = 2C of the minimiser (:func:`output_perturbation.sensitivity`)."""
-    return output_perturbation.sensitivity(self.c)
+    """Δ₂ = 2C of the exact minimiser."""
+    return self.linear.sensitivity
+
+  @property
+  def noise_scale(self) -> float:
+    """Δ₂/ε: the noise has density ∝ exp(−‖b‖/scale)."""
+    return self.linear.scale
+
+  def record(self, ledger: accounting.PrivacyLedger, *,
+             label: str = "rff_output_perturbation",
+             count: int = 1) -> None:
+    """Records ``count`` releases of this plan (same data) in ``ledger``:
+    one pure ε entry, replace-one
+    (:meth:`mechanisms.erm.output_perturbation.OutputPerturbationPlan.record`).
+    The feature map costs nothing (public)."""
+    self.linear.record(ledger, label=label, count=count)
 
 
-def output_perturbation_learner(*, c: float, epsilon: float,
-                                tol: float = 1e-8,
-                                max_epochs: int = 10_000
-                                ) -> OutputPerturbationLearner:
+def make_output_perturbation_plan(
+    *, c: float, epsilon: float, tol: float = 1e-8,
+    max_epochs: int = 10_000,
+    relation: options.Relation | str = output_perturbation.RELATION
+) -> RFFOutputPerturbationPlan:
   """Fixes an output-perturbation release's public settings (host side).
 
-  Privacy: see :func:`fit_output_perturbation`.
+  Args:
+    c: C > 0 of the C-SVC on φ/√2.
+    epsilon: ε of the release.
+    tol: the solver's tolerance (the guarantee assumes the exact
+      minimiser; ``tol`` bounds the deviation).
+    max_epochs: the solver's epoch cap.
+    relation: replace-one, the only relation the sensitivity 2C is
+      proven for.
+
+  Returns:
+    :class:`RFFOutputPerturbationPlan` (δ = 0).
+
+  Raises:
+    ValueError: a bad setting, named with its fix.
+
+  Privacy: see :func:`release_output_perturbation`.
   """
   c = validation.check_positive(c, "c")
   epsilon = validation.check_epsilon(epsilon)
   tol = validation.check_positive(tol, "tol")
   max_epochs = validation.check_positive_int(max_epochs, "max_epochs")
-  return OutputPerturbationLearner(c, epsilon, tol, max_epochs)
+  relation = _check_relation(relation, output_perturbation.RELATION,
+                             "output perturbation")
+  linear = output_perturbation.make_plan(epsilon=epsilon, c=c)
+  return RFFOutputPerturbationPlan(linear.epsilon, linear.delta, relation,
+                                   linear, tol, max_epochs)
 
 
 def unit_features(feature_map: FeatureMap, x) -> np.ndarray:
@@ -555,30 +679,32 @@ def unit_features(feature_map: FeatureMap, x) -> np.ndarray:
     return np.asarray(clipping.clip_rows(phi, max_norm=1.0), np.float64)
 
 
-def exact_weights(learner: OutputPerturbationLearner,
-                  feature_map: FeatureMap, x, y) -> np.ndarray:
+def exact_weights(plan: RFFOutputPerturbationPlan, feature_map: FeatureMap,
+                  x, y) -> np.ndarray:
   """The noiseless minimiser w̃ (D + 1,) on [φ/√2, 1]/√2 (never release).
 
-  For diagnostics and audits: :func:`fit_output_perturbation` is this
-  plus noise.
+  For diagnostics and audits: :func:`release_output_perturbation` is
+  this plus noise.
   """
   x, y = _check_data(feature_map, x, y, loss="huber_hinge", num_classes=2,
                      both_classes=False)
   w_aug, _, _ = output_perturbation.fit_linear(
-      unit_features(feature_map, x), y, c=learner.c, tol=learner.tol,
-      max_epochs=learner.max_epochs)
+      unit_features(feature_map, x), y, c=plan.c, tol=plan.tol,
+      max_epochs=plan.max_epochs)
   return w_aug
 
 
-def fit_output_perturbation(key: jax.Array,
-                            learner: OutputPerturbationLearner,
-                            feature_map: FeatureMap, x, y
-                            ) -> RandomFeatureModel:
+def release_output_perturbation(key: jax.Array,
+                                plan: RFFOutputPerturbationPlan,
+                                feature_map: FeatureMap, x, y
+                                ) -> RandomFeatureModel:
   """A linear C-SVC on φ/√2, released by output perturbation.
+
+  Host side (the dual solver runs to its tolerance, then one noise draw).
 
   Args:
     key: PRNG key of the noise (not the feature map's key).
-    learner: from :func:`output_perturbation_learner`.
+    plan: from :func:`make_output_perturbation_plan`.
     feature_map: from :func:`make_feature_map`.
     x: (n, d) finite rows (any scale).
     y: labels ±1, both present.
@@ -586,77 +712,41 @@ def fit_output_perturbation(key: jax.Array,
   Returns:
     :class:`RandomFeatureModel` (loss ``"hinge"``: binary, one score).
 
+  Raises:
+    ValueError: a plan not from :func:`make_output_perturbation_plan`, the
+      map's own key, or bad data (before any work).
+
   Privacy: neighbouring data sets differ by replacing one row (n public).
   The rows the solver sees are x̃ = [φ(x)/√2, 1]/√2 with ‖x̃‖ ≤ 1 for every
   x, because ‖φ(x)‖ ≤ √2 by construction (the map is cosines; no clip is
   active). The exact minimiser of ½‖w̃‖² + C Σ hinge then has L2
-  sensitivity 2C (:mod:`mechanisms.erm.output_perturbation`), and noise of
-  density ∝ exp(−ε‖b‖/(2C)) makes (w, bias) ε-DP (pure), assuming the
-  exact minimiser (``tol`` bounds the deviation). (ω, b) is public.
+  sensitivity 2C, and :func:`mechanisms.erm.output_perturbation.release`
+  adds noise of density ∝ exp(−ε‖b‖/(2C)): (w, bias) is ε-DP (pure),
+  assuming the exact minimiser (``tol`` bounds the deviation) — the one
+  entry :meth:`RFFOutputPerturbationPlan.record` makes. (ω, b) is public.
   """
   validation.check_key(key)
-  if not isinstance(learner, OutputPerturbationLearner):
-    raise ValueError(f"learner must come from output_perturbation_learner, "
-                     f"got {type(learner).__name__}.")
+  if not isinstance(plan, RFFOutputPerturbationPlan):
+    raise ValueError(f"plan must come from make_output_perturbation_plan, "
+                     f"got {type(plan).__name__}.")
   _check_keys_differ(key, feature_map)
   x, y = _check_data(feature_map, x, y, loss="huber_hinge", num_classes=2)
-  release = output_perturbation.private_linear_svm(
-      key, unit_features(feature_map, x), y, c=learner.c,
-      epsilon=learner.epsilon, tol=learner.tol,
-      max_epochs=learner.max_epochs)
+  linear = output_perturbation.release(
+      key, plan.linear, unit_features(feature_map, x), y, tol=plan.tol,
+      max_epochs=plan.max_epochs)
   # The release is linear in φ/√2; expressed on φ itself.
-  weights = np.asarray(release.w, np.float64)[:, None] / FEATURE_BOUND
+  weights = np.asarray(linear.w, np.float64)[:, None] / FEATURE_BOUND
   return RandomFeatureModel(feature_map, weights,
-                            np.asarray([release.b], np.float64), "hinge",
+                            np.asarray([linear.b], np.float64), "hinge",
                             "output_perturbation")
 
 
-# -- the ledger ----------------------------------------------------------------
-
-
-def record(ledger: accounting.PrivacyLedger, learner, *, count: int = 1,
-           label: str | None = None) -> accounting.PrivacyLedger:
-  """Enters ``count`` releases of ``learner`` (same data) in ``ledger``.
-
-  * :class:`DPSGDLearner`: its plan's entries (T subsampled Gaussian steps
-    at the learner's δ for the stand-alone ε, the batch padding's
-    truncation, the sampler's departure when above 0), per release;
-    add/remove-one.
-  * :class:`OutputPerturbationLearner`: a pure ε entry per release
-    (:func:`mechanisms.erm.output_perturbation.record`); replace-one.
-
-  The feature map costs nothing (public). Callers never write an entry
-  by hand.
-
-  Returns:
-    ``ledger``.
-  """
-  count = validation.check_positive_int(count, "count")
-  if isinstance(learner, DPSGDLearner):
-    for _ in range(count):
-      learner.plan.record(ledger, delta=learner.delta,
-                          label=label or "rff_dpsgd",
-                          padding_label="rff_dpsgd_padding",
-                          sampler_label="rff_dpsgd_sampler")
-    return ledger
-  if isinstance(learner, OutputPerturbationLearner):
-    return output_perturbation.record(
-        ledger, epsilon=learner.epsilon, count=count,
-        label=label or "rff_output_perturbation")
-  raise ValueError(f"learner must come from dpsgd_learner or "
-                   f"output_perturbation_learner, got "
-                   f"{type(learner).__name__}.")
-
-
-NEIGHBOURING = {"dpsgd": "add_remove", "output_perturbation": "replace_one"}
-"""The neighbouring relation each learner's guarantee is stated for."""
-
-
 __all__ = [
-    "BINARY_LOSSES", "DPSGDLearner", "FEATURE_BOUND", "FeatureMap", "LOSSES",
-    "NEIGHBOURING", "OutputPerturbationLearner", "RandomFeatureModel",
-    "approximate_kernel", "dpsgd_learner", "exact_weights", "features",
-    "fit_dpsgd", "fit_output_perturbation", "huber_hinge", "layered_loss",
-    "make_feature_map", "output_perturbation_learner", "record",
-    "release_dpsgd", "resolve_gamma", "unit_features",
+    "BINARY_LOSSES", "FEATURE_BOUND", "FeatureMap", "LOSSES",
+    "RFFDPSGDPlan", "RFFOutputPerturbationPlan", "RandomFeatureModel",
+    "approximate_kernel", "check_loss", "exact_weights", "features",
+    "fit_dpsgd", "huber_hinge", "initial_params", "layered_loss",
+    "make_dpsgd_plan", "make_feature_map", "make_output_perturbation_plan",
+    "release_dpsgd", "release_output_perturbation", "resolve_gamma",
+    "unit_features",
 ]

@@ -105,7 +105,7 @@ def train(parts, mechanism: str, *, seeds: int = 2, mesh=None,
           chunk=None) -> dict:
   """The per-seed outputs of :func:`feddpdr.train`, as NumPy arrays."""
   cfg = config(mechanism)
-  plan = feddpdr.prepare(parts.sizes, d=D, num_classes=NUM_CLASSES,
+  plan = feddpdr.make_plan(parts.sizes, d=D, num_classes=NUM_CLASSES,
                          config=cfg)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan,
@@ -125,7 +125,7 @@ def pca_and_aggregate(mesh):
   parts, _, _ = problem(6)
   weights = aggregation.size_weights(parts.sizes)
   each = sharding.over_participants(
-      lambda k, x, m: dp_pca.dp_pca(k, x, m, k=K, sigma=0.3).components,
+      lambda k, x, m: dp_pca.noisy_basis(k, x, m, k=K, sigma=0.3).components,
       mesh)
 
   def one(keys, x, mask):

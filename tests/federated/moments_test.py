@@ -76,7 +76,7 @@ def test_nonpriv_moments_run_is_the_pooled_pca():
   parts, _, _ = layouts.problem(4)
   cfg = feddpdr.Config(mechanism="nonpriv", k=layouts.K,
                        aggregation="moments")
-  plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=cfg)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=1)
@@ -111,7 +111,7 @@ def test_chunked_sum_equals_the_whole_sum(chunk):
 def test_chunked_run_equals_unchunked_run():
   parts, _, _ = layouts.problem(6)
   cfg = feddpdr.Config(epsilon=100.0, k=layouts.K, aggregation="moments")
-  plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=cfg)
   outs = []
   with jax.enable_x64(True):
@@ -132,7 +132,7 @@ def test_privacy_record_is_that_of_subspace():
   sizes = np.array([60, 60, 80])
   for mech in ("feddpdr", "nonpriv"):
     base = feddpdr.Config(mechanism=mech, epsilon=1.0, k=5)
-    plans = [feddpdr.prepare(sizes, d=30, num_classes=10,
+    plans = [feddpdr.make_plan(sizes, d=30, num_classes=10,
                              config=dataclasses.replace(base,
                                                         aggregation=agg))
              for agg in ("subspace", "moments")]
@@ -175,7 +175,7 @@ def test_many_tiny_participants_moments_beat_the_subspace_aggregate():
   p, rows, d, k, sigma = 200, 10, 32, 3, 3.0
   x, mask, pooled = _low_rank(p, rows, d, k, seed=5)
   pca_keys = jax.random.split(jax.random.key(7), p)
-  bases = jax.jit(jax.vmap(lambda kk, xi, mi: dp_pca.dp_pca(
+  bases = jax.jit(jax.vmap(lambda kk, xi, mi: dp_pca.noisy_basis(
       kk, xi, mi, k=k, sigma=sigma).components))(pca_keys, x, mask)
   weights = aggregation.size_weights(np.full(p, rows))
   subspace = jax.jit(aggregation.subspace_aggregate)(bases, weights)
@@ -230,7 +230,7 @@ _SHARDED_RUN = """
     from tests.federated import layouts
     parts, _, _ = layouts.problem(6)
     cfg = feddpdr.Config(epsilon=100.0, k=layouts.K, aggregation="moments")
-    plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+    plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     mesh = sharding.participant_mesh(6)  # 6 participants on 3 devices
     assert mesh.size == 3, mesh

@@ -19,21 +19,21 @@ from launch.data import loaders
 from mechanisms.svm import dpwss as mech, smo_train
 
 real = {"load": loaders.load_dataset, "wss2": smo_train.wss2_train,
-        "dpwss": mech.dpwss_train}
+        "dpwss": mech.release}
 for group, items in cases.items():
   smo_train.wss2_train = forbid("wss2_train")
-  mech.dpwss_train = forbid("dpwss_train")
+  mech.release = forbid("dpwss.release")
   loaders.load_dataset = (real["load"] if group in (
                               "after_load", "real", "stop_at_training")
                           else forbid("load_dataset"))
   if group == "real":
-    smo_train.wss2_train, mech.dpwss_train = real["wss2"], real["dpwss"]
+    smo_train.wss2_train, mech.release = real["wss2"], real["dpwss"]
   if group == "stop_at_training":  # exit (keeping stderr) instead
     def stop(*args, **kwargs):
       print(f"STOPPED memory_budget={kwargs.get('memory_budget')}",
             file=sys.stderr)
       raise SystemExit(3)
-    mech.dpwss_train = stop
+    mech.release = stop
   for name, argv in items.items():
     results[name] = call("dpwss", script.main, argv)
 '''

@@ -69,7 +69,7 @@ def test_release_is_private_and_accounted(small_svmlight):
   assert rec["model_is_private"] is True
   assert tuple(rec["privacy"]) == accounting.PRIVACY_FIELDS
   assert rec["privacy"]["epsilon"] == pytest.approx(2.0)
-  # The release records itself (output_perturbation.record).
+  # The release records itself (its OutputPerturbationPlan's record).
   assert [e["label"] for e in rec["privacy"]["entries"]] == [
       "output_perturbation"]
   assert rec["released_model"]["noise_scale"] == pytest.approx(1.0)

@@ -53,12 +53,12 @@ def _check(call, error, match):
 
 def _dp_pca(key=KEY, x=X, mask=MASK, **kwargs):
   kwargs = {"k": 2, "sigma": 1.0, **kwargs}
-  return dp_pca.dp_pca(key, x, mask, **kwargs)
+  return dp_pca.noisy_basis(key, x, mask, **kwargs)
 
 
-def _private_basis(key=KEY, x=X, **kwargs):
-  kwargs = {"k": 2, "epsilon": 1.0, "delta": 1e-5, **kwargs}
-  return dp_pca.private_basis(key, x, **kwargs)
+def _pca_release(key=KEY, x=X, **kwargs):
+  settings = {"k": 2, "epsilon": 1.0, "delta": 1e-5, "dim": 4, **kwargs}
+  return dp_pca.release(key, dp_pca.make_plan(**settings), x)
 
 
 PCA_CASES = [
@@ -83,28 +83,36 @@ PCA_CASES = [
           "noise"),
     _case("dp_pca_discrete_without_grid",
           lambda: _dp_pca(noise="discrete"), ValueError, "granularity"),
-    _case("private_basis_int_key", lambda: _private_basis(key=0), TypeError,
+    _case("pca_release_int_key", lambda: _pca_release(key=0), TypeError,
           "key must be"),
-    _case("private_basis_vector", lambda: _private_basis(x=X[0]),
-          ValueError, "x must be a 2-D"),
-    _case("private_basis_empty", lambda: _private_basis(x=X[:0]),
-          ValueError, "0 rows"),
-    _case("private_basis_nan", lambda: _private_basis(x=X_NAN), ValueError,
+    _case("pca_release_vector", lambda: _pca_release(x=X[0]),
+          ValueError, "x must be a non-empty 2-D"),
+    _case("pca_release_empty", lambda: _pca_release(x=X[:0]),
+          ValueError, "x must be a non-empty 2-D"),
+    _case("pca_release_nan", lambda: _pca_release(x=X_NAN), ValueError,
           "NaN"),
-    _case("private_basis_row_norm", lambda: _private_basis(x=4 * X),
+    _case("pca_release_row_norm", lambda: _pca_release(x=4 * X),
           ValueError, "norm"),
-    _case("private_basis_k_zero", lambda: _private_basis(k=0), ValueError,
+    _case("pca_release_other_dim", lambda: _pca_release(dim=5), ValueError,
+          "dim=5"),
+    _case("pca_release_not_a_plan",
+          lambda: dp_pca.release(KEY, {"sigma": 1.0}, X), TypeError,
+          "PcaPlan"),
+    _case("pca_plan_k_zero", lambda: _pca_release(k=0), ValueError,
           "k must be"),
-    _case("private_basis_epsilon_inf", lambda: _private_basis(epsilon=INF),
+    _case("pca_plan_epsilon_inf", lambda: _pca_release(epsilon=INF),
           ValueError, "epsilon"),
-    _case("private_basis_delta_one", lambda: _private_basis(delta=1.0),
+    _case("pca_plan_delta_one", lambda: _pca_release(delta=1.0),
           ValueError, "delta"),
-    _case("private_basis_neighbouring",
-          lambda: _private_basis(neighbouring="swap"), ValueError,
-          "neighbouring"),
-    _case("private_basis_calibration",
-          lambda: _private_basis(calibration="exact"), ValueError,
+    _case("pca_plan_relation",
+          lambda: _pca_release(relation="swap"), ValueError,
+          "relation"),
+    _case("pca_plan_calibration",
+          lambda: _pca_release(calibration="exact"), ValueError,
           "calibration"),
+    _case("pca_plan_record_count_zero",
+          lambda: dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=2, dim=4)
+          .record(PrivacyLedger(), count=0), ValueError, "count"),
     _case("pca_empty", lambda: dp_pca.pca(X[:0], MASK[:0], k=2),
           ValueError, "x must be a non-empty 2-D"),
     _case("pca_nan", lambda: dp_pca.pca(X_NAN, MASK, k=2), ValueError,
@@ -135,14 +143,15 @@ def test_pca(call, error, match):
 # -- objective and output perturbation -----------------------------------------
 
 
-def _fit(key=KEY, x=X, y=Y_PM, **kwargs):
-  kwargs = {"epsilon": 1.0, "lam": 0.1, **kwargs}
-  return op.fit(key, x, y, **kwargs)
+def _fit(key=KEY, x=X, y=Y_PM, *, tol=1e-8, max_iter=500, **kwargs):
+  settings = {"epsilon": 1.0, "lam": 0.1, "n": 20, **kwargs}
+  return op.release(key, op.make_plan(**settings), x, y, tol=tol,
+                    max_iter=max_iter)
 
 
-def _release(key=KEY, x=X, y=Y_PM, **kwargs):
-  kwargs = {"c": 1.0, "epsilon": 1.0, **kwargs}
-  return outp.private_linear_svm(key, x, y, **kwargs)
+def _release(key=KEY, x=X, y=Y_PM, *, c=1.0, epsilon=1.0, **kwargs):
+  return outp.release(key, outp.make_plan(epsilon=epsilon, c=c), x, y,
+                      **kwargs)
 
 
 ERM_CASES = [
@@ -156,7 +165,13 @@ ERM_CASES = [
     _case("fit_labels_matrix", lambda: _fit(y=Y_PM[:, None]), ValueError,
           "y must be 1-D"),
     _case("fit_empty", lambda: _fit(x=X[:0], y=Y_PM[:0]), ValueError,
-          "0 rows"),
+          "x must be a non-empty 2-D"),
+    _case("fit_rows_other_than_n", lambda: _fit(n=30), ValueError,
+          "n=30"),
+    _case("fit_not_a_plan", lambda: op.release(KEY, {"p": 1.0}, X, Y_PM),
+          TypeError, "ObjectivePerturbationPlan"),
+    _case("fit_class_ids_out_of_range",
+          lambda: _fit(y=Y_CLASS, num_classes=2), ValueError, "y"),
     _case("fit_nan", lambda: _fit(x=X_NAN), ValueError, "NaN"),
     _case("fit_row_norm", lambda: _fit(x=4 * X), ValueError, "norm"),
     _case("fit_loss_unknown", lambda: _fit(loss="hinge"), ValueError,
@@ -169,20 +184,22 @@ ERM_CASES = [
           "max_iter"),
     _case("fit_huber_width_zero", lambda: _fit(h=0.0), ValueError,
           "h must be > 0"),
-    _case("params_n_zero",
-          lambda: op.perturbation_params(epsilon=1.0, n=0, lam=0.1, c=0.5),
+    _case("plan_n_zero",
+          lambda: op.make_plan(epsilon=1.0, n=0, lam=0.1),
           ValueError, "n must be"),
+    _case("plan_one_class",
+          lambda: op.make_plan(epsilon=1.0, n=10, lam=0.1, num_classes=1),
+          ValueError, "num_classes"),
     _case("curvature_loss_unknown", lambda: op.curvature_bound("x"),
           ValueError, "loss"),
-    _case("op_record_epsilon_zero",
-          lambda: op.record(PrivacyLedger(), epsilon=0.0), ValueError,
-          "epsilon"),
+    _case("op_record_count_zero",
+          lambda: op.make_plan(epsilon=1.0, n=10, lam=0.1).record(
+              PrivacyLedger(), count=0), ValueError, "count"),
     _case("release_int_key", lambda: _release(key=0), TypeError,
           "key must be"),
-    _case("releases_single_key",
-          lambda: outp.private_linear_svms(KEY, X, Y_PM, c=1.0,
-                                           epsilon=1.0), TypeError,
-          "keys must be a 1-D array"),
+    _case("release_key_matrix",
+          lambda: _release(key=jax.random.split(KEY, 4).reshape(2, 2)),
+          TypeError, "key must be one key"),
     _case("release_c_zero", lambda: _release(c=0.0), ValueError,
           "c must be"),
     _case("release_tol_zero", lambda: _release(tol=0.0), ValueError,
@@ -210,8 +227,8 @@ ERM_CASES = [
           lambda: outp.perturb(KEY, jnp.ones(3), sensitivity_l2=0.0,
                                epsilon=1.0), ValueError, "sensitivity_l2"),
     _case("outp_record_count_zero",
-          lambda: outp.record(PrivacyLedger(), epsilon=1.0, count=0),
-          ValueError, "count"),
+          lambda: outp.make_plan(epsilon=1.0, c=1.0).record(
+              PrivacyLedger(), count=0), ValueError, "count"),
 ]
 
 
@@ -223,9 +240,16 @@ def test_erm(call, error, match):
 # -- SVM: WSS2, kernels, DPWSS -------------------------------------------------
 
 
-def _dpwss(key=KEY, x=X, y=Y_PM, **kwargs):
-  kwargs = {"epsilon": 1.0, "sigma": 0.5, **kwargs}
-  return dpwss.dpwss_train(key, x, y, **kwargs)
+def _dpwss(key=KEY, x=X, y=Y_PM, *, epsilon=1.0, sigma=0.5,
+           selection="paper", max_iter=None, **kwargs):
+  plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=sigma,
+                         selection=selection, max_iter=max_iter)
+  return dpwss.release(key, plan, x, y, **kwargs)
+
+
+def _dpwss_plan(**kwargs):
+  return dpwss.make_plan(**{"selection_epsilon": 1.0, "sigma": 0.5,
+                            **kwargs})
 
 
 SVM_CASES = [
@@ -285,17 +309,26 @@ SVM_CASES = [
           ValueError, "shrinking"),
     _case("dpwss_labels", lambda: _dpwss(y=Y_CLASS), ValueError,
           "y must contain only -1"),
-    _case("privacy_report_iterations_negative",
-          lambda: dpwss.privacy_report(1.0, -1), ValueError, "iterations"),
-    _case("privacy_report_iterations_float",
-          lambda: dpwss.privacy_report(1.0, 2.5, selection="private"),
+    _case("dpwss_plan_relation",
+          lambda: _dpwss_plan(relation="add_remove"), ValueError,
+          "relation"),
+    _case("dpwss_plan_total_without_max_iter",
+          lambda: _dpwss_plan(selection_epsilon=None, epsilon=2.0),
+          ValueError, "max_iter"),
+    _case("dpwss_plan_not_a_plan",
+          lambda: dpwss.release(KEY, {"selection": "paper"}, X, Y_PM),
+          ValueError, "make_plan"),
+    _case("selection_report_iterations_negative",
+          lambda: _dpwss_plan().selection_report(-1), ValueError,
+          "iterations"),
+    _case("selection_report_iterations_float",
+          lambda: _dpwss_plan(selection="private",
+                              max_iter=5).selection_report(2.5),
           ValueError, "iterations"),
-    _case("privacy_report_delta_zero",
-          lambda: dpwss.privacy_report(1.0, 10, delta=0.0), ValueError,
-          "delta"),
-    _case("selection_report_selection",
-          lambda: dpwss.selection_report(1.0, 10, selection="x"),
-          ValueError, "selection"),
+    _case("dpwss_plan_delta_zero",
+          lambda: _dpwss_plan(delta=0.0), ValueError, "delta"),
+    _case("dpwss_plan_selection",
+          lambda: _dpwss_plan(selection="x"), ValueError, "selection"),
 ]
 
 
@@ -309,19 +342,21 @@ def test_svm(call, error, match):
 
 def _config(**kwargs):
   kwargs = {"num_classes": 3, "epochs": 1, "sampling_rate": 0.5,
-            "max_batch": 20, **kwargs}
+            "max_batch": 20, "trainer": "sgd", **kwargs}
   return lvq_train.TrainConfig(**kwargs)
 
 
-def _private_init(key=KEY, x=X, y=Y_CLASS, **kwargs):
-  kwargs = {"num_classes": 3, "epsilon": 1.0, **kwargs}
-  return lvq_init.private_prototypes(key, x, y, **kwargs)
+def _private_init(key=KEY, x=X, y=Y_CLASS, epsilon=1.0, **kwargs):
+  kwargs = {"num_classes": 3, **kwargs}
+  plan = lvq_init.make_laplace_plan(epsilon=epsilon, dim=np.shape(x)[-1])
+  return lvq_init.release_laplace(key, plan, x, y, **kwargs)
 
 
 def _plan(**kwargs):
-  kwargs = {"epsilon": 1.0, "delta": 1e-5, "sampling_rate": 0.1,
-            "epochs": 2, "dim": 4, **kwargs}
-  return lvq_train.privacy_plan(**kwargs)
+  kwargs = {"num_examples": 100, "epsilon": 1.0, "delta": 1e-5,
+            "sampling_rate": 0.1, "epochs": 2, "clip_norm": 0.5, "dim": 4,
+            **kwargs}
+  return lvq_train.make_plan(**kwargs)
 
 
 PROTOS = {"prototypes": jnp.ones((3, 5))}
@@ -342,10 +377,14 @@ LVQ_CASES = [
     _case("init_nan", lambda: _private_init(x=X_NAN), ValueError, "NaN"),
     _case("init_num_classes_zero", lambda: _private_init(num_classes=0),
           ValueError, "num_classes"),
-    _case("gaussian_init_sigma_negative",
-          lambda: lvq_init.gaussian_private_prototypes(
-              KEY, X, Y_CLASS, num_classes=3, noise_multiplier=-1.0),
-          ValueError, "noise_multiplier"),
+    _case("gaussian_init_delta_one",
+          lambda: lvq_init.make_gaussian_plan(epsilon=1.0, delta=1.0, dim=5),
+          ValueError, "delta"),
+    _case("init_plan_of_other_dim",
+          lambda: lvq_init.release_laplace(
+              KEY, lvq_init.make_laplace_plan(epsilon=1.0, dim=2), X,
+              Y_CLASS, num_classes=3),
+          ValueError, "dim"),
     _case("class_means_labels_outside",
           lambda: lvq_init.class_mean_prototypes(KEY, X, Y_CLASS + 3,
                                                  num_classes=3),
@@ -377,9 +416,19 @@ LVQ_CASES = [
           ValueError, "num_classes"),
     _case("config_rate_zero", lambda: _config(sampling_rate=0.0).validate(),
           ValueError, "sampling_rate"),
-    _case("config_init_mechanism",
-          lambda: _config(init_mechanism="x").validate(), ValueError,
-          "init_mechanism"),
+    _case("train_dpsgd_without_plan",
+          lambda: lvq_train.train(KEY, X, Y_CLASS, _config(trainer="dpsgd")),
+          ValueError, "release"),
+    _case("release_plan_type",
+          lambda: lvq_train.release(KEY, _config(), X, Y_CLASS, _config()),
+          TypeError, "plan must be a DPLVQPlan"),
+    _case("release_config_disagrees",
+          lambda: lvq_train.release(
+              KEY, _plan(num_examples=20, dim=X.shape[1]), X, Y_CLASS,
+              _config(trainer="dpsgd")),
+          ValueError, "differs from the plan"),
+    _case("plan_init_mechanism", lambda: _plan(init_mechanism="x"),
+          ValueError, "init_mechanism"),
     _case("train_config_checked",
           lambda: lvq_train.train(KEY, X, Y_CLASS, _config(model="x")),
           ValueError, "model"),
@@ -404,6 +453,12 @@ LVQ_CASES = [
           "sigma_rule"),
     _case("plan_init_fraction_one", lambda: _plan(init_fraction=1.0),
           ValueError, "init_fraction"),
+    _case("plan_clip_zero", lambda: _plan(clip_norm=0.0), ValueError,
+          "clip"),
+    _case("plan_no_rows", lambda: _plan(num_examples=0), ValueError,
+          "num_examples"),
+    _case("plan_max_batch_zero", lambda: _plan(max_batch=0), ValueError,
+          "max_batch"),
 ]
 
 
@@ -421,16 +476,17 @@ def test_legitimate_edge_inputs_are_accepted():
   basis = dp_pca.pca(one, MASK[:1], k=4)
   assert basis.components.shape == (4, 4)
   # k == d passes the kernel's checks (shapes only: no compilation).
-  out = jax.eval_shape(lambda x: dp_pca.dp_pca(KEY, x, MASK, k=4, sigma=1.0),
-                       X)
+  out = jax.eval_shape(
+      lambda x: dp_pca.noisy_basis(KEY, x, MASK, k=4, sigma=1.0), X)
   assert out.components.shape == (4, 4)
   # Raw uint32 key data is a key; a batch of keys for the batch entry point.
   validation_keys = jax.random.split(jax.random.PRNGKey(0), 2)
   assert jax.eval_shape(
-      lambda x: dp_pca.dp_pca(validation_keys[0], x, MASK, k=2, sigma=1.0),
+      lambda x: dp_pca.noisy_basis(validation_keys[0], x, MASK, k=2,
+                                   sigma=1.0),
       X).components.shape == (4, 2)
   # One row, one participant: the smallest perturbation parameters.
-  assert op.perturbation_params(epsilon=1.0, n=1, lam=0.1, c=0.5).p > 0
+  assert op.make_plan(epsilon=1.0, n=1, lam=0.1, h=1.0).p > 0
   # Labels of any integer or float dtype holding class indices.
   lvq_init.check_init_inputs(KEY, X, Y_CLASS.astype(np.float32), 3)
   lvq_init.check_init_inputs(KEY, X[:1], np.array([2], np.int8), 3)
@@ -439,4 +495,4 @@ def test_legitimate_edge_inputs_are_accepted():
   np.testing.assert_allclose(kernels.kernel_matrix(spec, X[:1], X[:1]),
                              [[1.0]], rtol=1e-6)
   # Zero iterations is a valid (empty) transcript.
-  assert dpwss.selection_report(1.0, 0)["selections"] == 0
+  assert _dpwss_plan().selection_report(0)["selections"] == 0

@@ -9,6 +9,7 @@ import pytest
 from scipy import optimize, stats
 from sklearn.linear_model import LogisticRegression
 
+from dpcore import accounting, options, shape
 from mechanisms.erm import objective_perturbation as op
 
 
@@ -37,9 +38,7 @@ def _huber_objective_np(beta, x, y, *, lam, theta, b):
 def test_logistic_without_noise_matches_sklearn():
   x, y = _data()
   lam = 0.01
-  result, params = op.fit(jax.random.key(0), x, y, epsilon=None, lam=lam,
-                          loss="logistic")
-  assert params is None
+  result = op.fit_nonprivate(x, y, lam=lam, loss="logistic")
   assert bool(result.converged)
   # sklearn minimises C Σ log(1+e^{-z}) + ½‖w‖², i.e. our J with λ = 1/(Cn).
   clf = LogisticRegression(C=1.0 / (len(y) * lam), fit_intercept=False,
@@ -85,25 +84,79 @@ def test_iteration_cap_is_reported_not_hidden():
 
 
 @pytest.mark.parametrize("loss, c", [("huber", 1.0), ("logistic", 0.25)])
-def test_perturbation_params_follow_chaudhuri(loss, c):
+def test_plan_follows_chaudhuri(loss, c):
   assert op.curvature_bound(loss) == c
   lam = 0.01
   # Large n: p > 0 branch, θ = 0.
   eps, n = 0.5, 10_000
-  params = op.perturbation_params(epsilon=eps, n=n, lam=lam, c=c)
+  plan = op.make_plan(epsilon=eps, n=n, lam=lam, loss=loss)
+  assert plan.c == c
   expected = eps - math.log(1 + 2 * c / (n * lam) + c**2 / (n * lam) ** 2)
-  assert params.theta == 0.0
-  np.testing.assert_allclose(params.p, expected, rtol=1e-12)
+  assert plan.theta == 0.0
+  np.testing.assert_allclose(plan.p, expected, rtol=1e-12)
   # The paper's form ε − 2 log(1 + c/(nλ)) is the same number.
-  np.testing.assert_allclose(params.p, eps - 2 * math.log1p(c / (n * lam)),
+  np.testing.assert_allclose(plan.p, eps - 2 * math.log1p(c / (n * lam)),
                              rtol=1e-12)
   # Small budget: p ≤ 0 branch, θ = c/(n(e^{ε/4} − 1)) − λ, p = ε/2.
   eps = 0.002
-  params = op.perturbation_params(epsilon=eps, n=n, lam=lam, c=c)
-  np.testing.assert_allclose(params.p, eps / 2)
+  plan = op.make_plan(epsilon=eps, n=n, lam=lam, loss=loss)
+  np.testing.assert_allclose(plan.p, eps / 2)
   np.testing.assert_allclose(
-      params.theta, c / (n * (math.exp(eps / 4) - 1)) - lam, rtol=1e-12)
-  assert params.theta > 0
+      plan.theta, c / (n * (math.exp(eps / 4) - 1)) - lam, rtol=1e-12)
+  assert plan.theta > 0
+
+
+def test_plan_and_release_have_the_one_shape():
+  for num_classes in (None, 2, 5):
+    plan = op.make_plan(epsilon=0.5, n=100, lam=0.01,
+                        num_classes=num_classes)
+    shape.check_plan(plan)
+    assert plan.relation is options.Relation.REPLACE_ONE
+    assert plan.delta == 0.0
+    assert plan.fits == (5 if num_classes == 5 else 1)
+  shape.check_release(op.release)
+
+
+# Pinned against the earlier tree (perturbation_params and record):
+# p, θ of two settings, and ε of three fits at 0.5.
+def test_plan_gives_the_pinned_figures():
+  plan = op.make_plan(epsilon=0.5, n=300, lam=0.01, loss="huber")
+  assert (plan.p, plan.theta) == (0.25, 0.015034713183339469)
+  small = op.make_plan(epsilon=0.01, n=300, lam=0.01, loss="logistic")
+  assert (small.p, small.theta) == (0.005, 0.3229168402777597)
+  ledger = accounting.PrivacyLedger()
+  op.make_plan(epsilon=0.5, n=300, lam=0.01, num_classes=3).record(ledger)
+  report = ledger.report(1e-5)
+  assert (report["epsilon"], report["delta"]) == (1.5, 0.0)
+  assert ledger.relation is options.Relation.REPLACE_ONE
+  (entry,) = ledger.entries
+  assert (entry.kind, entry.epsilon) == ("pure", 1.5)  # three fits at 0.5
+
+
+def test_one_vs_rest_release_is_the_kernel_and_vmaps_over_plans():
+  rng = np.random.default_rng(8)
+  x = rng.normal(size=(80, 4))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  labels = rng.integers(0, 3, 80)
+  key = jax.random.key(5)
+  with jax.enable_x64(True):
+    xj, lj = jnp.asarray(x), jnp.asarray(labels)
+    plan = op.make_plan(epsilon=0.5, n=80, lam=0.01, num_classes=3)
+    fits = op.release(key, plan, xj, lj)
+    kernel = op.one_vs_rest(key, xj, lj, jnp.ones(80), num_classes=3,
+                            n=plan.n, p=plan.p, theta=plan.theta,
+                            lam=plan.lam)
+    np.testing.assert_array_equal(fits.beta, kernel.beta)
+    assert fits.beta.shape == (3, 4)
+    # Plans of two sizes stack into a batch (n, p, θ are its leaves).
+    other = op.make_plan(epsilon=0.5, n=60, lam=0.01, num_classes=3)
+    batch = jax.tree.map(lambda a, b: jnp.asarray([a, b]), plan, other)
+    mask = jnp.stack([jnp.ones(80), jnp.ones(80).at[60:].set(0.0)])
+    both = jax.jit(jax.vmap(op.release, in_axes=(None, 0, None, None, 0)))(
+        key, batch, xj, lj, mask)
+    np.testing.assert_allclose(both.beta[0], fits.beta, atol=1e-9)
+    alone = op.release(key, other, xj[:60], lj[:60])
+    np.testing.assert_allclose(both.beta[1], alone.beta, atol=1e-9)
 
 
 def test_noise_norm_is_gamma_and_rejects_wrong_scale():
@@ -153,12 +206,14 @@ def test_one_vs_rest_equals_separate_fits():
     ("nan", "NaN"),
     ("lam", "lam"),
     ("loss", "loss"),
+    ("n", "n=30"),
+    ("plan", "ObjectivePerturbationPlan"),
 ])
-def test_fit_rejects_bad_input(bad, match):
+def test_plan_and_release_reject_bad_input(bad, match):
   x, y = _data(n=30)
-  kwargs = dict(epsilon=1.0, lam=0.01, loss="huber")
+  settings = dict(epsilon=1.0, n=30, lam=0.01, loss="huber")
   if bad == "epsilon":
-    kwargs["epsilon"] = 0.0
+    settings["epsilon"] = 0.0
   elif bad == "norm":
     x[0] *= 1.5
   elif bad == "labels":
@@ -166,11 +221,16 @@ def test_fit_rejects_bad_input(bad, match):
   elif bad == "nan":
     x[2, 2] = np.nan
   elif bad == "lam":
-    kwargs["lam"] = -1.0
-  else:
-    kwargs["loss"] = "hinge"
-  with pytest.raises(ValueError, match=match):
-    op.fit(jax.random.key(0), x, y, **kwargs)
+    settings["lam"] = -1.0
+  elif bad == "loss":
+    settings["loss"] = "hinge"
+  elif bad == "n":
+    x, y = x[:20], y[:20]
+  error = TypeError if bad == "plan" else ValueError
+  with pytest.raises(error, match=match), jax.enable_x64(True):
+    plan = op.make_plan(**settings)
+    op.release(jax.random.key(0), vars(plan) if bad == "plan" else plan,
+               x, y)
 
 
 def test_private_fit_clips_rows_to_norm_one():
@@ -181,12 +241,15 @@ def test_private_fit_clips_rows_to_norm_one():
   x /= np.linalg.norm(x, axis=1, keepdims=True)
   y = np.where(x[:, 0] > 0, 1.0, -1.0)
   mask = np.ones(200)
+  plan = op.make_plan(epsilon=1.0, n=200, lam=0.05)
   with jax.enable_x64(True):
-    def fit(rows):
-      return op.objective_perturbation(
-          jax.random.key(1), jnp.asarray(rows), jnp.asarray(y),
-          jnp.asarray(mask), n=200.0, p=1.0, theta=0.0, lam=0.05)
-    unit, tripled = fit(x), fit(3.0 * x)
+    # Traced rows (jit) are not checked host-side: the clip acts.
+    fit = jax.jit(lambda rows: op.release(
+        jax.random.key(1), plan, rows, jnp.asarray(y), jnp.asarray(mask)))
+    unit, tripled = fit(jnp.asarray(x)), fit(jnp.asarray(3.0 * x))
+    # Concrete rows of norm 3 are refused before any work.
+    with pytest.raises(ValueError, match="norm"):
+      op.release(jax.random.key(1), plan, 3.0 * x, y)
   np.testing.assert_allclose(np.asarray(tripled.beta),
                              np.asarray(unit.beta), atol=1e-7)
   assert bool(tripled.converged)
@@ -203,21 +266,29 @@ def test_private_fit_clips_rows_to_norm_one():
     ({"tol": float("inf")}, "tol"),
     ({"h": 0.0}, "h"),
 ])
-def test_fit_rejects_bad_solver_settings(kwargs, match):
+def test_release_rejects_bad_solver_settings(kwargs, match):
   x, y = _data(n=30)
-  with pytest.raises(ValueError, match=match):
-    op.fit(jax.random.key(0), x, y, epsilon=1.0, lam=0.01, **kwargs)
+  h = kwargs.pop("h", op.HUBER_H)
+  with pytest.raises(ValueError, match=match), jax.enable_x64(True):
+    plan = op.make_plan(epsilon=1.0, n=30, lam=0.01, h=h)
+    op.release(jax.random.key(0), plan, x, y, **kwargs)
 
 
 @pytest.mark.parametrize("epsilon, max_iter", [(1.0, 2), (1e-9, 40)])
-def test_fit_raises_when_the_private_fit_did_not_converge(epsilon, max_iter):
+def test_release_raises_when_the_fit_did_not_converge(epsilon, max_iter):
   # The guarantee assumes the exact minimiser: a capped fit is not
   # returned. (At ε = 1e-9 even the default 500 iterations stop at
   # ‖∇J‖ ≈ 0.03.)
   x, y = _data(n=30)
-  with pytest.raises(op.ConvergenceError, match="did not converge"):
-    op.fit(jax.random.key(0), x, y, epsilon=epsilon, lam=0.01,
-           max_iter=max_iter)
+  plan = op.make_plan(epsilon=epsilon, n=30, lam=0.01)
+  with pytest.raises(op.ConvergenceError, match="did not converge"), \
+      jax.enable_x64(True):
+    op.release(jax.random.key(0), plan, x, y, max_iter=max_iter)
+  # Under jit nothing can raise: the result says so, and the caller checks.
+  with jax.enable_x64(True):
+    traced = jax.jit(lambda xx: op.release(jax.random.key(0), plan, xx, y,
+                                           max_iter=max_iter))(x)
+  assert not bool(traced.converged)
 
 
 def test_convergence_error_is_the_one_feddpdr_raises():
@@ -234,9 +305,9 @@ def test_private_fit_bounds_the_mask_to_zero_one():
   # so the comparison cannot pass vacuously.
   x, y = _data(n=60, d=4, seed=6)
   with jax.enable_x64(True):
-    run = jax.jit(lambda m: op.objective_perturbation(
-        jax.random.key(2), jnp.asarray(x), jnp.asarray(y), m, n=60.0,
-        p=1.0, theta=0.0, lam=0.05))
+    plan = op.make_plan(epsilon=1.0, n=60, lam=0.05)
+    run = jax.jit(lambda m: op.release(
+        jax.random.key(2), plan, jnp.asarray(x), jnp.asarray(y), m))
     ones = np.ones(60)
     plain = run(jnp.asarray(ones))
     margins = y * (x @ np.asarray(plain.beta))

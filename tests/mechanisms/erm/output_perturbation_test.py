@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 from sklearn import datasets, svm
 
+from dpcore import accounting, options, shape
 from launch.data import loaders as launch_data
 from mechanisms.erm import output_perturbation as op
 
@@ -75,8 +76,10 @@ def test_release_adds_noise_of_scale_2c_over_epsilon():
   x, y = heart_unit()
   key = jax.random.key(5)
   c, epsilon = 0.5, 4.0
-  rel = op.private_linear_svm(key, x, y, c=c, epsilon=epsilon)
-  assert rel.sensitivity == 2 * c
+  plan = op.make_plan(epsilon=epsilon, c=c)
+  rel = op.release(key, plan, x, y)
+  assert rel.sensitivity == 2 * c == plan.sensitivity
+  assert rel.noise_scale == plan.scale
   assert rel.noise_scale == pytest.approx(2 * c / epsilon)
   exact = np.append(rel.exact_w, rel.exact_b) / op.BIAS_SCALE
   released = np.append(rel.w, rel.b) / op.BIAS_SCALE
@@ -84,22 +87,46 @@ def test_release_adds_noise_of_scale_2c_over_epsilon():
     expected = np.asarray(op.perturb(key, jnp.asarray(exact),
                                      sensitivity_l2=2 * c, epsilon=epsilon))
   np.testing.assert_allclose(released, expected, rtol=1e-9, atol=1e-9)
+  # A batch of keys: one training, one release per key, each the release
+  # of its key alone.
+  keys = jax.random.split(key, 3)
+  many = op.release(keys, plan, x, y)
+  assert len(many) == 3
+  np.testing.assert_array_equal(many[1].w, op.release(keys[1], plan, x, y).w)
+  assert not np.allclose(many[0].w, many[1].w)
+
+
+def test_plan_and_release_have_the_one_shape_and_pinned_record():
+  plan = op.make_plan(epsilon=1.0, c=0.3)
+  shape.check_plan(plan)
+  shape.check_release(op.release)
+  assert (plan.relation, plan.delta) == (options.Relation.REPLACE_ONE, 0.0)
+  assert (plan.sensitivity, plan.scale) == (0.6, 0.6)
+  # Pinned against the earlier tree's record(ledger, epsilon=1, count=3).
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger, count=3)
+  report = ledger.report(1e-5)
+  assert (report["epsilon"], report["delta"]) == (3.0, 0.0)
+  with pytest.raises(ValueError, match="c"):
+    op.make_plan(epsilon=1.0, c=0.0)
+  with pytest.raises(TypeError, match="OutputPerturbationPlan"):
+    op.release(jax.random.key(0), {"epsilon": 1.0}, np.eye(2), [1, -1])
 
 
 def test_non_linear_kernel_is_refused():
   x, y = heart_unit()
   with pytest.raises(ValueError, match="needs the linear kernel"):
-    op.private_linear_svm(jax.random.key(0), x, y, c=1.0, epsilon=1.0,
-                          kernel="rbf")
+    op.release(jax.random.key(0), op.make_plan(epsilon=1.0, c=1.0), x, y,
+               kernel="rbf")
 
 
 def test_rows_outside_the_unit_ball_are_refused():
   x, y = heart_unit()
   with pytest.raises(ValueError, match="L2 norm"):
-    op.private_linear_svm(jax.random.key(0), 3 * x, y, c=1.0, epsilon=1.0)
+    op.release(jax.random.key(0), op.make_plan(epsilon=1.0, c=1.0), 3 * x,
+               y)
 
 
 def test_bad_epsilon_is_refused():
-  x, y = heart_unit()
   with pytest.raises(ValueError, match="epsilon"):
-    op.private_linear_svm(jax.random.key(0), x, y, c=1.0, epsilon=-1.0)
+    op.make_plan(epsilon=-1.0, c=1.0)

@@ -1,5 +1,7 @@
 """mechanisms.pca.dp_pca: exactness without noise, noise scale, vmap."""
 
+import dataclasses
+
 import dp_accounting
 import jax
 import jax.numpy as jnp
@@ -9,7 +11,7 @@ from dp_accounting import pld
 from scipy import stats
 from sklearn.decomposition import TruncatedSVD
 
-from dpcore import accounting, noise
+from dpcore import accounting, noise, options, shape
 from mechanisms.pca import dp_pca
 
 
@@ -48,7 +50,7 @@ def test_dp_pca_without_noise_is_exact_pca():
   _same_subspace_up_to_sign(noisy.components, exact.components, atol=1e-6)
   sigma = dp_pca.pca_sigma(epsilon=1e6, delta=1e-5)
   assert sigma < 1e-2
-  tiny = dp_pca.dp_pca(jax.random.key(0), x, mask, k=3, sigma=sigma)
+  tiny = dp_pca.noisy_basis(jax.random.key(0), x, mask, k=3, sigma=sigma)
   _same_subspace_up_to_sign(tiny.components, exact.components, atol=1e-3)
 
 
@@ -104,11 +106,11 @@ def test_padding_and_vmap_equal_per_participant_loop():
   keys = jax.random.split(jax.random.key(3), 3)
   sigma = jnp.array([0.5, 1.0, 2.0])
   batched = jax.jit(jax.vmap(
-      lambda kk, xi, mi, si: dp_pca.dp_pca(kk, xi, mi, k=k, sigma=si)))(
+      lambda kk, xi, mi, si: dp_pca.noisy_basis(kk, xi, mi, k=k, sigma=si)))(
           keys, jnp.asarray(x), jnp.asarray(mask), sigma)
   for i, xi in enumerate(xs):
-    alone = dp_pca.dp_pca(keys[i], jnp.asarray(xi), jnp.ones(len(xi)), k=k,
-                          sigma=sigma[i])
+    alone = dp_pca.noisy_basis(keys[i], jnp.asarray(xi), jnp.ones(len(xi)),
+                               k=k, sigma=sigma[i])
     np.testing.assert_allclose(batched.eigenvalues[i], alone.eigenvalues,
                                rtol=1e-4, atol=1e-4)
     _same_subspace_up_to_sign(batched.components[i], alone.components,
@@ -175,12 +177,12 @@ def test_k_outside_one_to_d_is_refused(k):
   x = jnp.asarray(_unit_rows(20, 6, 6))
   mask = jnp.ones(20)
   with pytest.raises(ValueError, match="k"):
-    dp_pca.dp_pca(jax.random.key(0), x, mask, k=k, sigma=1.0)
+    dp_pca.noisy_basis(jax.random.key(0), x, mask, k=k, sigma=1.0)
   with pytest.raises(ValueError, match="k"):
-    jax.jit(dp_pca.dp_pca, static_argnames="k")(
+    jax.jit(dp_pca.noisy_basis, static_argnames="k")(
         jax.random.key(0), x, mask, k=k, sigma=1.0)
   # k = d is the largest allowed.
-  assert dp_pca.dp_pca(jax.random.key(0), x, mask, k=6,
+  assert dp_pca.noisy_basis(jax.random.key(0), x, mask, k=6,
                        sigma=1.0).components.shape == (6, 6)
 
 
@@ -189,68 +191,135 @@ def test_k_outside_one_to_d_is_refused(k):
 def test_sigma_must_be_positive(sigma):
   x = jnp.asarray(_unit_rows(20, 6, 7))
   with pytest.raises(ValueError, match="dp_pca.pca"):
-    dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(20), k=2, sigma=sigma)
+    dp_pca.noisy_basis(jax.random.key(0), x, jnp.ones(20), k=2, sigma=sigma)
 
 
 def test_traced_sigma_is_left_to_the_caller():
   # Under jit/vmap σ is a tracer (one per participant in feddpdr): no check.
   x = jnp.asarray(_unit_rows(20, 6, 8))
-  out = jax.jit(lambda s: dp_pca.dp_pca(
+  out = jax.jit(lambda s: dp_pca.noisy_basis(
       jax.random.key(0), x, jnp.ones(20), k=2, sigma=s))(0.5)
   assert out.components.shape == (6, 2)
 
 
-def test_private_basis_calibrates_and_equals_the_kernel():
+def test_release_calibrates_and_equals_the_kernel():
   x = _unit_rows(200, 8, 9)
   key = jax.random.key(4)
-  for relation, sens in (("add_remove", 1.0), ("replace", np.sqrt(2))):
-    result, sigma = dp_pca.private_basis(key, x, k=3, epsilon=0.7,
-                                         delta=1e-5, neighbouring=relation)
-    assert sigma == pytest.approx(dp_pca.pca_sigma(
+  for relation, sens in (("add_remove", 1.0), ("replace_one", np.sqrt(2))):
+    plan = dp_pca.make_plan(epsilon=0.7, delta=1e-5, k=3, dim=8,
+                            relation=relation)
+    assert plan.relation is options.Relation(relation)
+    assert plan.sensitivity == sens
+    assert plan.sigma == pytest.approx(dp_pca.pca_sigma(
         epsilon=0.7, delta=1e-5, sensitivity=sens), rel=1e-12)
-    kernel = dp_pca.dp_pca(key, jnp.asarray(x), jnp.ones(200), k=3,
-                           sigma=sigma)
-    np.testing.assert_allclose(result.eigenvalues, kernel.eigenvalues,
+    result = dp_pca.release(key, plan, x)
+    kernel = dp_pca.noisy_basis(key, jnp.asarray(x), jnp.ones(200), k=3,
+                                sigma=plan.sigma)
+    np.testing.assert_array_equal(result.eigenvalues, kernel.eigenvalues)
+    np.testing.assert_array_equal(result.components, kernel.components)
+  classic = dp_pca.make_plan(epsilon=0.7, delta=1e-5, k=3, dim=8,
+                             calibration="classic")
+  assert classic.sigma == pytest.approx(np.sqrt(2 * np.log(1.25e5)) / 0.7)
+  assert dp_pca.release(key, classic, x).components.shape == (8, 3)
+
+
+def test_plan_and_release_have_the_one_shape():
+  plans = [dp_pca.make_plan(epsilon=0.5, delta=1e-5, k=2, dim=4),
+           dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=2, dim=4,
+                            noise="discrete", granularity=2.0 ** -8)]
+  for plan in plans:
+    shape.check_plan(plan)
+  shape.check_release(dp_pca.release)
+
+
+# Pinned: the ε each plan's record gives, as the module-level record of
+# the same σ gave before the plans (computed on the earlier tree).
+@pytest.mark.parametrize("kwargs, record_as, epsilon", [
+    ({}, None, 0.5),
+    ({"relation": "replace_one"}, None, 0.5),
+    # σ calibrated for add/remove, accounted under replace-one (feddpdr).
+    ({}, "replace_one", 0.7299501990755743),
+    ({"epsilon": 1.0, "dim": 5, "noise": "discrete",
+      "granularity": 2.0 ** -8}, None, 0.9992541250376661),
+])
+def test_plan_record_gives_the_pinned_epsilon(kwargs, record_as, epsilon):
+  settings = {"epsilon": 0.5, "delta": 1e-5, "k": 3, "dim": 8, **kwargs}
+  plan = dp_pca.make_plan(**settings)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger, relation=record_as)
+  assert ledger.relation is (plan.relation if record_as is None
+                             else options.Relation(record_as))
+  report = ledger.report(1e-5)
+  assert report["epsilon"] == epsilon
+  assert report["delta"] == 1e-5
+  # The pinned σ of these settings.
+  if "noise" in kwargs:
+    assert plan.sigma == 4.109375 and plan.sigma_lattice == 1052
+  elif "relation" in kwargs:
+    assert plan.sigma == 9.94450465286923
+  else:
+    assert plan.sigma == 7.031826675585006
+
+
+def test_plan_is_a_pytree_of_sigma_for_jit_and_vmap():
+  x = jnp.asarray(_unit_rows(30, 5, 12))
+  plan = dp_pca.make_plan(epsilon=0.5, delta=1e-5, k=2, dim=5)
+  assert jax.tree.leaves(plan) == [plan.sigma]
+  key = jax.random.key(1)
+  eager = dp_pca.release(key, plan, x)
+  jitted = jax.jit(dp_pca.release)(key, plan, x)
+  np.testing.assert_allclose(jitted.components, eager.components, atol=1e-5)
+  # One participant per row: the σ leaf batched, the rest of the plan
+  # shared; each row equals the kernel with its own σ.
+  sigmas = jnp.array([plan.sigma, 2 * plan.sigma])
+  batch = jax.tree.map(lambda _: sigmas, plan)
+  keys = jax.random.split(key, 2)
+  out = jax.vmap(dp_pca.release, in_axes=(0, 0, None))(keys, batch, x)
+  for i in range(2):
+    alone = dp_pca.noisy_basis(keys[i], x, jnp.ones(30), k=2,
+                               sigma=sigmas[i])
+    np.testing.assert_allclose(out.eigenvalues[i], alone.eigenvalues,
                                rtol=1e-5, atol=1e-5)
-    _same_subspace_up_to_sign(result.components, kernel.components,
-                              atol=1e-4)
-  classic, sigma = dp_pca.private_basis(key, x, k=3, epsilon=0.7,
-                                        delta=1e-5, calibration="classic")
-  assert sigma == pytest.approx(np.sqrt(2 * np.log(1.25e5)) / 0.7)
-  assert classic.components.shape == (8, 3)
 
 
 @pytest.mark.parametrize("bad, match", [
-    ("empty", "0 rows"),
+    ("empty", "non-empty"),
     ("all_nan", "NaN"),
     ("norm", "norm"),
-    ("k", "exceeds the data dimension"),
-    ("k0", "k must be"),
-    ("neighbouring", "neighbouring"),
-    ("epsilon", "epsilon"),
-    ("delta", "delta"),
+    ("dim", "dim=5"),
+    ("plan", "PcaPlan"),
 ])
-def test_private_basis_validates_before_tracing(bad, match):
+def test_release_validates_before_tracing(bad, match):
   x = _unit_rows(20, 5, 10)
-  kwargs = dict(k=2, epsilon=1.0, delta=1e-5)
+  plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=2, dim=5)
   if bad == "empty":
     x = x[:0]
   elif bad == "all_nan":
     x = np.full_like(x, np.nan)
   elif bad == "norm":
     x[0] *= 2.0
-  elif bad == "k":
-    kwargs["k"] = 6
-  elif bad == "k0":
-    kwargs["k"] = 0
-  elif bad == "neighbouring":
-    kwargs["neighbouring"] = "replace_one"
-  elif bad == "epsilon":
-    kwargs["epsilon"] = 0.0
-  else:
-    kwargs["delta"] = 0.0
+  elif bad == "dim":
+    x = x[:, :4]
+  error = TypeError if bad == "plan" else ValueError
+  with pytest.raises(error, match=match):
+    dp_pca.release(jax.random.key(0), {"sigma": 1.0} if bad == "plan"
+                   else plan, x)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"k": 6}, "exceeds the data dimension"),
+    ({"k": 0}, "k must be"),
+    ({"relation": "swap"}, "relation"),
+    ({"epsilon": 0.0}, "epsilon"),
+    ({"delta": 0.0}, "delta"),
+    ({"calibration": "gauss"}, "calibration"),
+    ({"noise": "discrete", "granularity": 2.0 ** -8,
+      "calibration": "classic"}, "float noise only"),
+])
+def test_make_plan_validates(kwargs, match):
+  settings = {"epsilon": 1.0, "delta": 1e-5, "k": 2, "dim": 5, **kwargs}
   with pytest.raises(ValueError, match=match):
-    dp_pca.private_basis(jax.random.key(0), x, **kwargs)
+    dp_pca.make_plan(**settings)
 
 
 # -- exact (discrete) noise ----------------------------------------------------
@@ -292,45 +361,48 @@ def test_discrete_mode_rounds_sigma_up_to_the_grid():
 
 def test_discrete_record_uses_lattice_sigma_and_sensitivity():
   g, d = 2.0 ** -8, 6
-  ledger = dp_accounting_ledger()
-  dp_pca.record(ledger, sigma=4.0, delta=1e-5, neighbouring="replace",
-                noise="discrete", granularity=g, dim=d)
+  plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=2, dim=d,
+                          relation="replace_one", noise="discrete",
+                          granularity=g)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   (entry,) = ledger.entries
+  assert entry.relation == "replace_one" == ledger.relation
   assert entry.kind == "discrete_gaussian"
-  assert entry.params["sigma"] == 4.0 * 256
+  assert entry.params["sigma"] == plan.sigma_lattice == plan.sigma / g
   lattice = np.sqrt(2.0) * 256 + np.sqrt(d * (d + 1) / 2)
   assert entry.params["sensitivity"] == pytest.approx(lattice)
-  assert entry.params["rho"] == pytest.approx(lattice**2 / (2 * 1024.0**2))
-  float_ledger = dp_accounting_ledger()
-  dp_pca.record(float_ledger, sigma=4.0, delta=1e-5, neighbouring="replace")
+  assert entry.params["rho"] == pytest.approx(
+      lattice**2 / (2 * plan.sigma_lattice**2))
+  float_ledger = accounting.PrivacyLedger()
+  # The old spelling is mapped by options.parse_relation, to the same entry.
+  dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=2, dim=d,
+                   relation="replace").record(float_ledger)
   assert float_ledger.entries[0].kind == "gaussian"
-  with pytest.raises(ValueError, match="dim"):
-    dp_pca.record(ledger, sigma=4.0, delta=1e-5, neighbouring="replace",
-                  noise="discrete", granularity=g)
+  assert float_ledger.entries[0].relation is options.Relation.REPLACE_ONE
+  assert dp_pca.sensitivity("replace") == dp_pca.sensitivity("replace_one")
 
 
-def dp_accounting_ledger():
-  return accounting.PrivacyLedger()
-
-
-def test_private_basis_discrete_meets_its_epsilon():
+def test_discrete_release_meets_its_epsilon():
   x = _unit_rows(200, 5, 6)
   g = 2.0 ** -8
-  result, sigma = dp_pca.private_basis(
-      jax.random.key(3), x, k=2, epsilon=1.0, delta=1e-5, noise="discrete",
-      granularity=g)
+  plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=2, dim=5,
+                          noise="discrete", granularity=g)
+  result = dp_pca.release(jax.random.key(3), plan, x)
   assert result.components.shape == (5, 2)
-  assert sigma / g == int(sigma / g)
-  ledger = dp_accounting_ledger()
-  dp_pca.record(ledger, sigma=sigma, delta=1e-5, neighbouring="add_remove",
-                noise="discrete", granularity=g, dim=5)
+  assert plan.sigma / g == int(plan.sigma / g) == plan.sigma_lattice
+  # Under jit the plan's σ is traced; the discrete path uses its static
+  # lattice σ, so the jitted release is the same release.
+  jitted = jax.jit(dp_pca.release)(jax.random.key(3), plan, x)
+  np.testing.assert_array_equal(jitted.components, result.components)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   eps = ledger.report(1e-5)["epsilon"]
   assert 0.95 < eps <= 1.0
   # One grid step less noise would overspend.
-  tighter = dp_accounting_ledger()
-  dp_pca.record(tighter, sigma=sigma - g, delta=1e-5,
-                neighbouring="add_remove", noise="discrete", granularity=g,
-                dim=5)
+  tighter = accounting.PrivacyLedger()
+  dataclasses.replace(plan, sigma=plan.sigma - g,
+                      sigma_lattice=plan.sigma_lattice - 1).record(tighter)
   assert tighter.report(1e-5)["epsilon"] > 1.0
 
 
@@ -353,13 +425,13 @@ def test_float_mode_is_the_default_and_unchanged():
 def test_discrete_mode_validation(kwargs, match):
   x = jnp.asarray(_unit_rows(10, 3, 8))
   with pytest.raises(ValueError, match=match):
-    dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(10), k=2, sigma=1.0,
+    dp_pca.noisy_basis(jax.random.key(0), x, jnp.ones(10), k=2, sigma=1.0,
                   **kwargs)
 
 
 def test_discrete_mode_refuses_a_traced_sigma():
   x = jnp.asarray(_unit_rows(10, 3, 9))
-  f = jax.jit(lambda s: dp_pca.dp_pca(jax.random.key(0), x, jnp.ones(10),
+  f = jax.jit(lambda s: dp_pca.noisy_basis(jax.random.key(0), x, jnp.ones(10),
                                       k=2, sigma=s, noise="discrete",
                                       granularity=2.0 ** -4))
   with pytest.raises(ValueError, match="concrete"):
@@ -379,7 +451,7 @@ def test_subspace_topk_keeps_the_noisy_matrix_utility():
   clean = x.T @ x
   key = jax.random.key(4)
   noise_key, _ = jax.random.split(key)
-  sub = dp_pca.dp_pca(key, x, np.ones(600, np.float32), k=k, sigma=2.0,
+  sub = dp_pca.noisy_basis(key, x, np.ones(600, np.float32), k=k, sigma=2.0,
                       topk="subspace")
   # eigh of the same noisy matrix (the subspace path noises with the
   # first half of the split key).
@@ -392,10 +464,10 @@ def test_subspace_topk_keeps_the_noisy_matrix_utility():
       np.asarray(exact.components) @ np.asarray(exact.components).T,
       atol=1e-3)
   with pytest.raises(ValueError, match="topk"):
-    dp_pca.dp_pca(key, x, np.ones(600, np.float32), k=k, sigma=2.0,
+    dp_pca.noisy_basis(key, x, np.ones(600, np.float32), k=k, sigma=2.0,
                   topk="power")
-  basis, _ = dp_pca.private_basis(key, x, k=k, epsilon=1.0, delta=1e-5,
-                                  topk="subspace")
+  basis = dp_pca.release(key, dp_pca.make_plan(
+      epsilon=1.0, delta=1e-5, k=k, dim=d), x, topk="subspace")
   assert basis.components.shape == (d, k)
 
 

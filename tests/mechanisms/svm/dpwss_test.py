@@ -11,11 +11,19 @@ import pytest
 from scipy import stats
 from sklearn import datasets
 
-from dpcore import accounting, exponential
+from dpcore import accounting, exponential, shape
 from launch.data import loaders as launch_data
 from mechanisms.svm import dpwss, kernels, smo, smo_train, wss
 
 HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
+
+
+def train(key, x, y, *, epsilon, sigma, selection="paper", max_iter=None,
+          **kwargs):
+  """make_plan (ε per draw, as the paper states it), then release."""
+  plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=sigma,
+                         selection=selection, max_iter=max_iter)
+  return dpwss.release(key, plan, x, y, **kwargs)
 
 
 def heart():
@@ -155,14 +163,14 @@ def test_pair_memory_fits_at_ijcnn1_scale():
 def heart_runs():
   x, y = heart()
   return {
-      "low_sigma": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
-                                     sigma=0.1, repeats=3),
-      "default": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
-                                   sigma=0.7, repeats=3),
-      "capped": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
-                                  sigma=0.7, repeats=3, max_iter=7),
-      "loose": dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0,
-                                 sigma=0.1, repeats=3, eps=3.0),
+      "low_sigma": train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.1,
+                         repeats=3),
+      "default": train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.7,
+                       repeats=3),
+      "capped": train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.7,
+                      repeats=3, max_iter=7),
+      "loose": train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.1,
+                     repeats=3, eps=3.0),
       "wss2": smo_train.wss2_train(x, y),
   }
 
@@ -198,17 +206,20 @@ def test_repeats_differ_and_reach_wss2_objective(heart_runs):
 
 def test_same_key_same_run():
   x, y = heart()
-  a = dpwss.dpwss_train(jax.random.key(3), x[:80], y[:80], epsilon=1.0,
-                        sigma=0.3)
-  b = dpwss.dpwss_train(jax.random.key(3), x[:80], y[:80], epsilon=1.0,
-                        sigma=0.3)
+  a = train(jax.random.key(3), x[:80], y[:80], epsilon=1.0, sigma=0.3)
+  b = train(jax.random.key(3), x[:80], y[:80], epsilon=1.0, sigma=0.3)
   np.testing.assert_array_equal(a.pairs[0], b.pairs[0])
 
 
 def test_paper_selection_reports_no_guarantee():
   # The paper's selection is not DP (launch.experiments.dpwss_audits): no ε,
   # and the paper's figure labelled nominal.
-  report = dpwss.privacy_report(1.0, 400, delta=1e-5)
+  plan = dpwss.make_plan(selection_epsilon=1.0, sigma=0.5, delta=1e-5)
+  assert plan.epsilon is None and plan.delta is None
+  assert plan.epsilon_nominal == 1.0 and plan.sensitivity == 0.5
+  with pytest.raises(ValueError, match="no_guarantee_record"):
+    plan.record(accounting.PrivacyLedger())
+  report = plan.report()
   assert tuple(report) == accounting.PRIVACY_FIELDS  # the one schema
   assert report["epsilon"] is None and report["delta"] is None
   assert report["method"] == "no_guarantee"
@@ -220,35 +231,39 @@ def test_paper_selection_reports_no_guarantee():
   # What composing the paper's per-selection claim would give (papers
   # README: about 96 at δ = 1e-5), kept for comparison, labelled so, and
   # outside the privacy record.
-  extra = dpwss.selection_report(1.0, 400, delta=1e-5)
+  extra = plan.selection_report(400)
   assert extra["selection"] == "paper" and extra["selections"] == 400
   assert extra["epsilon_nominal_basic"] == pytest.approx(400.0)
   assert extra["epsilon_nominal_composed"] == pytest.approx(96.1, abs=0.1)
   assert extra["delta_nominal"] == 1e-5
   # A release already in the ledger does not make the transcript private.
   ledger = accounting.PrivacyLedger()
-  ledger.record_pure(0.5, label="output_perturbation")
-  with_release = dpwss.privacy_report(1.0, 400, ledger=ledger)
+  ledger.record_pure(0.5, label="output_perturbation", relation="replace_one")
+  with_release = plan.report(ledger)
   assert with_release["epsilon"] is None
   assert [e["label"] for e in with_release["entries"]] == [
       "output_perturbation"]
 
 
 def test_private_selection_report_composes_two_draws_per_iteration():
-  report = dpwss.privacy_report(0.1, 200, selection="private", delta=1e-5)
+  plan = dpwss.make_plan(selection_epsilon=0.1, sigma=0.5, delta=1e-5,
+                         selection="private", max_iter=200)
+  report = plan.report()
   assert tuple(report) == accounting.PRIVACY_FIELDS
   ledger = accounting.PrivacyLedger()
-  ledger.record_exponential(0.1, count=400, label="x")
+  ledger.record_exponential(0.1, count=400, label="x", relation="replace_one")
   assert report["epsilon"] == pytest.approx(ledger.guarantee(1e-5).epsilon)
   assert report["epsilon_basic"] == pytest.approx(40.0)
   assert report["delta"] == 1e-5
   assert report["epsilon_nominal"] is None and report["no_guarantee"] is None
-  extra = dpwss.selection_report(0.1, 200, selection="private")
+  assert report["epsilon"] == plan.epsilon
+  extra = plan.selection_report(200)
   assert extra["selections"] == 400
   assert extra["epsilon_nominal_composed"] is None
   assert "NOT private" in extra["scope"]
   # One draw per iteration would cost less: the 2T are really counted.
-  half = dpwss.privacy_report(0.1, 100, selection="private")["epsilon"]
+  half = dpwss.make_plan(selection_epsilon=0.1, sigma=0.5,
+                         selection="private", max_iter=100).epsilon
   assert half < report["epsilon"]
 
 
@@ -262,15 +277,21 @@ def test_per_draw_epsilon_from_a_total_target(selection, draws):
 
   def spent(eps):
     ledger = accounting.PrivacyLedger()
-    ledger.record_exponential(eps, count=draws, label="x")
+    ledger.record_exponential(eps, count=draws, label="x",
+                              relation="replace_one")
     return ledger.guarantee(1e-5).epsilon
 
   assert spent(eps_each) == pytest.approx(2.0, rel=1e-6)
   assert spent(eps_each * 1.01) > 2.0
-  private = dpwss.privacy_report(
-      dpwss.epsilon_per_iteration(2.0, max_iter=500, selection="private"),
-      500, selection="private")
+  private = dpwss.make_plan(
+      selection_epsilon=dpwss.epsilon_per_iteration(
+          2.0, max_iter=500, selection="private"),
+      sigma=0.5, selection="private", max_iter=500).report()
   assert private["epsilon"] == pytest.approx(2.0, rel=1e-6)
+  # make_plan takes the total target itself: the same split.
+  target = dpwss.make_plan(epsilon=2.0, sigma=0.5, delta=1e-5,
+                           selection=selection, max_iter=500)
+  assert target.selection_epsilon == eps_each
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -284,7 +305,7 @@ def test_bad_parameters_are_refused(kwargs, match):
   x, y = heart()
   args = {"epsilon": 1.0, "sigma": 0.5, **kwargs}
   with pytest.raises(ValueError, match=match):
-    dpwss.dpwss_train(jax.random.key(0), x, y, **args)
+    train(jax.random.key(0), x, y, **args)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -296,14 +317,57 @@ def test_bad_parameters_are_refused(kwargs, match):
 def test_bad_selections_are_refused(kwargs, match):
   x, y = heart()
   with pytest.raises(ValueError, match=match):
-    dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
-                      **kwargs)
+    train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"selection_epsilon": 1.0, "epsilon": 2.0, "max_iter": 9},
+     "exactly one of selection_epsilon"),
+    ({}, "exactly one of selection_epsilon"),
+    ({"epsilon": 2.0}, "pass max_iter"),
+    ({"selection_epsilon": 1.0, "relation": "add_remove"},
+     "relation='replace_one'"),
+    ({"selection_epsilon": 1.0, "delta": 0.0}, "delta"),
+    ({"selection_epsilon": 1.0, "max_iter": 0}, "max_iter"),
+])
+def test_bad_plans_are_refused(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    dpwss.make_plan(sigma=0.5, **kwargs)
+  with pytest.raises(ValueError, match="plan must come from"):
+    dpwss.release(jax.random.key(0), {"selection": "paper"}, *heart())
+
+
+def test_plans_have_the_one_shape_and_the_same_epsilon():
+  paper = dpwss.make_plan(selection_epsilon=1.0, sigma=0.5)
+  private = dpwss.make_plan(selection_epsilon=0.1, sigma=0.5,
+                            selection="private", max_iter=200)
+  for plan in (paper, private):
+    shape.check_plan(plan)
+    assert plan.relation is dpwss.RELATION
+  shape.check_release(dpwss.release)
+  assert private.sensitivity == 1.0 and private.delta == dpwss.DEFAULT_DELTA
+  ledger = accounting.PrivacyLedger()
+  private.record(ledger)
+  (entry,) = ledger.entries
+  assert (entry.label, entry.kind, entry.params["count"]) == (
+      "dpwss_selections", "exponential", 400)
+  # Pinned: privacy_report(0.1, 200, selection="private")["epsilon"]
+  # before the plan existed (the same draws, composed the same way).
+  assert ledger.guarantee(1e-5).epsilon == 4.728507067217624
+  assert private.epsilon == 4.728507067217624
+  assert private.report()["epsilon"] == 4.728507067217624
+  assert paper.selection_report(400)["epsilon_nominal_composed"] == (
+      96.11630842505602)
+  target = dpwss.make_plan(epsilon=2.0, sigma=0.5, selection="private",
+                           max_iter=500)
+  assert target.selection_epsilon == 0.029428714013192803
+  assert target.epsilon == 1.9999999985513464
 
 
 def test_bad_labels_are_refused():
   x, y = heart()
   with pytest.raises(ValueError, match="only -1 and \\+1"):
-    dpwss.dpwss_train(jax.random.key(0), x, y + 1, epsilon=1.0, sigma=0.5)
+    train(jax.random.key(0), x, y + 1, epsilon=1.0, sigma=0.5)
 
 
 def heart_problem(rows):
@@ -527,8 +591,8 @@ def test_private_draws_follow_the_exponential_mechanism(fixed_state):
 @pytest.fixture(scope="module")
 def private_run():
   x, y = heart()
-  return dpwss.dpwss_train(jax.random.key(5), x, y, epsilon=0.5, sigma=0.5,
-                           selection="private", max_iter=300, repeats=2)
+  return train(jax.random.key(5), x, y, epsilon=0.5, sigma=0.5,
+               selection="private", max_iter=300, repeats=2)
 
 
 def test_private_run_makes_exactly_t_iterations(private_run):
@@ -539,10 +603,12 @@ def test_private_run_makes_exactly_t_iterations(private_run):
   for pairs in run.pairs:
     assert pairs.shape == (300, 2)
     assert len(set(pairs[:, 0].tolist())) > 20  # i is random, not argmax
-  report = run.privacy_report(delta=1e-5)
-  assert run.selection_report(delta=1e-5)["selections"] == 600
-  assert report["epsilon"] == pytest.approx(dpwss.privacy_report(
-      0.5, 300, selection="private")["epsilon"])
+  report = run.plan.report()
+  assert run.selection_report()["selections"] == 600
+  assert report["epsilon"] == run.plan.epsilon
+  assert report["epsilon"] == pytest.approx(dpwss.make_plan(
+      selection_epsilon=0.5, sigma=0.5, selection="private",
+      max_iter=300).epsilon)
 
 
 def test_private_run_descends_and_huge_epsilon_reaches_the_optimum():
@@ -551,10 +617,10 @@ def test_private_run_descends_and_huge_epsilon_reaches_the_optimum():
   # WSS2's optimum; with tiny ε it is a random walk that still descends.
   x, y = heart()
   ref = smo_train.wss2_train(x, y).objective
-  sharp = dpwss.dpwss_train(jax.random.key(1), x, y, epsilon=1e6,
-                            sigma=0.5, selection="private", max_iter=400)
-  blunt = dpwss.dpwss_train(jax.random.key(1), x, y, epsilon=1e-3,
-                            sigma=0.5, selection="private", max_iter=400)
+  sharp = train(jax.random.key(1), x, y, epsilon=1e6, sigma=0.5,
+                selection="private", max_iter=400)
+  blunt = train(jax.random.key(1), x, y, epsilon=1e-3, sigma=0.5,
+                selection="private", max_iter=400)
   assert sharp.models[0].objective == pytest.approx(ref, abs=1e-3)
   assert ref < blunt.models[0].objective < 0.5 * ref
 

@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpcore import accounting
+from dpcore import accounting, shape, trainer
 from launch.experiments import audits, rff_audits
+from mechanisms.erm import output_perturbation
 from mechanisms.svm import random_features as rf
 
 SQRT2 = math.sqrt(2.0)
@@ -154,19 +155,19 @@ def _forbid_training(monkeypatch):
   def fail(*args, **kwargs):
     raise AssertionError("HEAVY WORK: release_dpsgd ran before validation")
   monkeypatch.setattr(rf, "release_dpsgd", fail)
-  monkeypatch.setattr(rf.output_perturbation, "private_linear_svm", fail)
+  monkeypatch.setattr(output_perturbation, "release", fail)
 
 
-def _learner(n=20, **kwargs):
+def _plan(n=20, **kwargs):
   args = {"epsilon": 1.0, "delta": 1e-5, "sampling_rate": 0.5, "epochs": 2,
           "learning_rate": 0.5, **kwargs}
-  return rf.dpsgd_learner(n, **args)
+  return rf.make_dpsgd_plan(n, **args)
 
 
 @pytest.mark.parametrize("case,words", [
     ("columns", "x has 2 columns but the feature map was drawn for "
                 "input_dim=3"),
-    ("rows", "x has 19 rows but the learner was planned for "
+    ("rows", "x has 19 rows but the plan was made for "
              "num_examples=20"),
     ("labels_len", "y has 19 labels but the data has 20 rows"),
     ("labels_01", "y must contain only -1 and +1"),
@@ -195,12 +196,12 @@ def test_bad_data_refused_before_training(forbid_training, case, words):
   else:
     key = jax.random.key(0)
   with pytest.raises(ValueError, match=re.escape(words)):
-    rf.fit_dpsgd(key, _learner(), fmap, x, y)
+    rf.fit_dpsgd(key, _plan(), fmap, x, y)
   if case not in ("rows",):
     with pytest.raises(ValueError, match=re.escape(words)):
-      rf.fit_output_perturbation(
-          key, rf.output_perturbation_learner(c=0.3, epsilon=1.0), fmap, x,
-          y)
+      rf.release_output_perturbation(
+          key, rf.make_output_perturbation_plan(c=0.3, epsilon=1.0), fmap,
+          x, y)
 
 
 @pytest.mark.parametrize("kwargs,words", [
@@ -213,26 +214,42 @@ def test_bad_data_refused_before_training(forbid_training, case, words):
     ({"sampling_rate": 1.5}, "sampling_rate must lie in"),
     ({"epochs": 0.0}, "epochs must be > 0"),
     ({"weight_decay": -0.1}, "weight_decay must be a finite number ≥ 0"),
+    ({"relation": "replace_one"}, "relation='add_remove'"),
+    ({"relation": "replace"}, "relation='add_remove'"),
 ])
-def test_bad_learner_settings_are_refused(kwargs, words):
+def test_bad_plan_settings_are_refused(kwargs, words):
   with pytest.raises(ValueError, match=words):
-    _learner(**kwargs)
+    _plan(**kwargs)
 
 
 def test_softmax_labels_must_be_class_indices(forbid_training):
   del forbid_training
   fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
-  learner = _learner(loss="softmax", num_classes=3)
+  plan = _plan(loss="softmax", num_classes=3)
   with pytest.raises(ValueError, match="outside the class set"):
-    rf.fit_dpsgd(jax.random.key(1), learner, fmap, _points(n=20),
+    rf.fit_dpsgd(jax.random.key(1), plan, fmap, _points(n=20),
                  np.arange(20) % 4)
 
 
 def test_output_perturbation_settings_are_refused():
   with pytest.raises(ValueError, match="c must be > 0"):
-    rf.output_perturbation_learner(c=0.0, epsilon=1.0)
+    rf.make_output_perturbation_plan(c=0.0, epsilon=1.0)
   with pytest.raises(ValueError, match="epsilon must be"):
-    rf.output_perturbation_learner(c=1.0, epsilon=float("inf"))
+    rf.make_output_perturbation_plan(c=1.0, epsilon=float("inf"))
+  with pytest.raises(ValueError, match="relation='replace_one'"):
+    rf.make_output_perturbation_plan(c=1.0, epsilon=1.0,
+                                     relation="add_remove")
+
+
+def test_a_plan_of_the_other_learner_is_refused():
+  fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
+  x, y = _points(n=20), np.where(np.arange(20) % 2, 1.0, -1.0)
+  with pytest.raises(ValueError, match="make_dpsgd_plan"):
+    rf.fit_dpsgd(jax.random.key(1),
+                 rf.make_output_perturbation_plan(c=0.3, epsilon=1.0), fmap,
+                 x, y)
+  with pytest.raises(ValueError, match="make_output_perturbation_plan"):
+    rf.release_output_perturbation(jax.random.key(1), _plan(), fmap, x, y)
 
 
 # -- the learners and the ledger -----------------------------------------------
@@ -249,15 +266,14 @@ def test_dpsgd_learns_a_non_linear_boundary_and_is_pure():
   x, y = _circle()
   fmap = rf.make_feature_map(jax.random.key(10), input_dim=2,
                              num_features=128, gamma=2.0)
-  learner = rf.dpsgd_learner(len(y), epsilon=8.0, delta=1e-5,
-                             sampling_rate=0.25, epochs=20,
-                             learning_rate=1.0)
-  model = rf.fit_dpsgd(jax.random.key(11), learner, fmap, x, y)
+  plan = rf.make_dpsgd_plan(len(y), epsilon=8.0, delta=1e-5,
+                            sampling_rate=0.25, epochs=20, learning_rate=1.0)
+  model = rf.fit_dpsgd(jax.random.key(11), plan, fmap, x, y)
   # A linear rule on x cannot beat the majority (~0.55) by much here.
   assert np.mean(model.predict(x) == y) > 0.85
-  again = rf.fit_dpsgd(jax.random.key(11), learner, fmap, x, y)
+  again = rf.fit_dpsgd(jax.random.key(11), plan, fmap, x, y)
   np.testing.assert_array_equal(model.weights, again.weights)
-  other = rf.fit_dpsgd(jax.random.key(12), learner, fmap, x, y)
+  other = rf.fit_dpsgd(jax.random.key(12), plan, fmap, x, y)
   assert not np.allclose(model.weights, other.weights)
   # The map itself is untouched by training.
   np.testing.assert_array_equal(model.feature_map.omega, fmap.omega)
@@ -270,56 +286,85 @@ def test_softmax_is_one_model_for_three_classes():
   x = centres[labels] + noise
   fmap = rf.make_feature_map(jax.random.key(14), input_dim=2,
                              num_features=64)
-  learner = rf.dpsgd_learner(300, epsilon=4.0, delta=1e-5,
-                             sampling_rate=0.25, epochs=20,
-                             learning_rate=1.0, loss="softmax",
-                             num_classes=3)
-  model = rf.fit_dpsgd(jax.random.key(15), learner, fmap, x, labels)
+  plan = rf.make_dpsgd_plan(300, epsilon=4.0, delta=1e-5,
+                            sampling_rate=0.25, epochs=20, learning_rate=1.0,
+                            loss="softmax", num_classes=3)
+  model = rf.fit_dpsgd(jax.random.key(15), plan, fmap, x, labels)
   assert model.weights.shape == (64, 3)
   assert np.mean(model.predict(x) == labels) > 0.85
-  ledger = rf.record(accounting.PrivacyLedger(), learner)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   assert [e.label for e in ledger.entries].count("rff_dpsgd") == 1
 
 
 def test_dpsgd_record_states_the_plan_and_meets_the_target():
-  learner = rf.dpsgd_learner(400, epsilon=2.0, delta=1e-5,
-                             sampling_rate=0.25, epochs=10,
-                             learning_rate=0.5)
-  ledger = rf.record(accounting.PrivacyLedger(), learner)
+  plan = rf.make_dpsgd_plan(400, epsilon=2.0, delta=1e-5,
+                            sampling_rate=0.25, epochs=10, learning_rate=0.5)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   kinds = [(e.label, e.kind) for e in ledger.entries]
   assert kinds == [("rff_dpsgd", "subsampled_gaussian"),
                    ("rff_dpsgd_padding", "truncation")]
   params = ledger.entries[0].params
-  assert params["steps"] == learner.plan.steps == 40
-  assert params["noise_multiplier"] == learner.plan.noise_multiplier
+  assert params["steps"] == plan.steps == plan.dpsgd.steps == 40
+  assert params["noise_multiplier"] == plan.noise_multiplier
   assert params["sampling_rate"] == 0.25
   report = ledger.report(1e-5)
   assert tuple(report) == accounting.PRIVACY_FIELDS
   assert 1.5 < report["epsilon"] <= 2.0 * (1 + 1e-6)
-  twice = rf.record(accounting.PrivacyLedger(), learner, count=2)
+  twice = accounting.PrivacyLedger()
+  plan.record(twice, count=2)
   assert twice.guarantee(1e-5).epsilon > report["epsilon"] * 1.2
+
+
+def test_plans_have_the_one_shape_and_the_same_epsilon():
+  dpsgd = rf.make_dpsgd_plan(400, epsilon=2.0, delta=1e-5,
+                             sampling_rate=0.25, epochs=10,
+                             learning_rate=0.5)
+  output = rf.make_output_perturbation_plan(c=0.3, epsilon=1.0)
+  for plan in (dpsgd, output):
+    shape.check_plan(plan)
+  for release in (rf.release_dpsgd, rf.release_output_perturbation,
+                  rf.fit_dpsgd):
+    shape.check_release(release)
+  assert dpsgd.relation is trainer.RELATION
+  assert output.relation is output_perturbation.RELATION
+  assert (dpsgd.epsilon, dpsgd.delta, dpsgd.sensitivity) == (2.0, 1e-5, 1.0)
+  assert (output.epsilon, output.delta) == (1.0, 0.0)
+  assert (output.sensitivity, output.noise_scale) == (0.6, 0.6)
+  # Pinned before the plans existed (dpsgd_learner / output_perturbation_
+  # learner and the module's record function): the same σ, the same ε.
+  assert dpsgd.noise_multiplier == 3.6790915809307814
+  ledger = accounting.PrivacyLedger()
+  dpsgd.record(ledger)
+  assert ledger.guarantee(1e-5).epsilon == 1.8202519742487806
+  ledger = accounting.PrivacyLedger()
+  output.record(ledger)
+  assert ledger.guarantee().epsilon == 1.0
 
 
 def test_output_perturbation_release_and_its_record():
   x, y = _circle(n=200, seed=1)
   fmap = rf.make_feature_map(jax.random.key(16), input_dim=2,
                              num_features=8)
-  learner = rf.output_perturbation_learner(c=0.3, epsilon=1.0)
-  ledger = rf.record(accounting.PrivacyLedger(), learner)
+  plan = rf.make_output_perturbation_plan(c=0.3, epsilon=1.0)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
   (entry,) = ledger.entries
   assert (entry.label, entry.kind, entry.epsilon) == (
       "rff_output_perturbation", "pure", 1.0)
-  assert learner.sensitivity == pytest.approx(0.6)
+  assert plan.sensitivity == pytest.approx(0.6)
   # With a huge ε the noise vanishes: the release is the exact minimiser,
   # expressed on φ (w̃[:D]/2, bias w̃[D]/√2).
-  exact = rf.exact_weights(learner, fmap, x, y)
-  sure = rf.output_perturbation_learner(c=0.3, epsilon=1e9)
-  model = rf.fit_output_perturbation(jax.random.key(17), sure, fmap, x, y)
+  exact = rf.exact_weights(plan, fmap, x, y)
+  sure = rf.make_output_perturbation_plan(c=0.3, epsilon=1e9)
+  model = rf.release_output_perturbation(jax.random.key(17), sure, fmap, x,
+                                         y)
   np.testing.assert_allclose(model.weights[:, 0], exact[:-1] / 2,
                              atol=1e-6)
   np.testing.assert_allclose(model.bias[0], exact[-1] / SQRT2, atol=1e-6)
-  noisy = rf.fit_output_perturbation(jax.random.key(17), learner, fmap, x,
-                                     y)
+  noisy = rf.release_output_perturbation(jax.random.key(17), plan, fmap, x,
+                                         y)
   assert not np.allclose(noisy.weights, model.weights)
   assert noisy.decision_function(x).shape == (200,)
 
