@@ -414,7 +414,8 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
   result = _release(key, plan, x, y, mask, tol=tol, max_iter=max_iter)
   if validation.is_concrete(result) and not bool(
       np.all(np.asarray(result.converged))):
-    raise _not_converged(result, tol=tol, max_iter=max_iter, private=True)
+    raise _not_converged(result, tol=tol, max_iter=max_iter, private=True,
+                         dtype=jnp.result_type(x))
   return result
 
 
@@ -430,7 +431,8 @@ def _release(key, plan, x, y, mask, *, tol, max_iter) -> FitResult:
                   b=b, loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
 
 
-def _not_converged(result, *, tol, max_iter, private) -> ConvergenceError:
+def _not_converged(result, *, tol, max_iter, private,
+                   dtype=jnp.float64) -> ConvergenceError:
   worst = int(np.argmax(np.asarray(result.grad_norm).reshape(-1)))
   grad_norm = float(np.asarray(result.grad_norm).reshape(-1)[worst])
   iterations = int(np.asarray(result.iterations).reshape(-1)[worst])
@@ -440,7 +442,11 @@ def _not_converged(result, *, tol, max_iter, private) -> ConvergenceError:
       f"{iterations} of max_iter={max_iter} iterations. The privacy proof "
       f"assumes the exact minimiser, so the model is not released. Raise "
       f"max_iter; at a very small epsilon the noise b and the extra ridge "
-      f"θ are huge and the solver may not reach tol at all.")
+      f"θ are huge and the solver may not reach tol at all."
+      + ("" if jnp.dtype(dtype) == jnp.float64 else
+         f" The rows are {jnp.dtype(dtype).name}, where ‖∇J‖ rarely gets "
+         f"below tol: call it under `with jax.enable_x64(True):` with "
+         f"float64 rows."))
 
 
 def _enforce_bounds(x, mask):
