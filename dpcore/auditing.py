@@ -50,8 +50,19 @@ import jax
 import numpy as np
 from scipy import stats
 
+from dpcore import memory
+
 # Largest number of candidate thresholds scored on the selection half.
 _MAX_CANDIDATES = 6000
+
+# Host bytes per trial of a side that :func:`audit` holds at its peak: both
+# sides' float64 statistics, a side's chunks while they are concatenated,
+# and the sorted copies, candidate thresholds and masks of the test's
+# choice (measured at 50 bytes with tracemalloc; see
+# tests/dpcore/auditing_memory_test.py). :func:`sample_statistic` alone
+# holds at most three float64 copies.
+HOST_BYTES_PER_TRIAL = 64
+_SAMPLE_HOST_BYTES_PER_TRIAL = 24
 
 
 class AuditResult(NamedTuple):
@@ -72,6 +83,10 @@ class AuditResult(NamedTuple):
     trials: runs of the mechanism per side.
     seconds: wall-clock time of the whole audit.
     trials_per_second: mechanism runs (both sides) per second.
+    batch: runs vmapped at once when a memory budget made it smaller than
+      a chunk (None: a whole chunk at once); the draws do not depend on it.
+    memory_estimate: the peak bytes estimated for the audit (None: no
+      memory budget given, or a backend without a memory analysis).
   """
   epsilon_lower: float
   delta: float
@@ -81,6 +96,8 @@ class AuditResult(NamedTuple):
   trials: int
   seconds: float
   trials_per_second: float
+  batch: int | None = None
+  memory_estimate: int | None = None
 
 
 def clopper_pearson(successes, trials, *, confidence: float = 0.95):
@@ -201,23 +218,155 @@ def _chunk_runner(mechanism: Callable, statistic: Callable, size: int):
   return run
 
 
-def sample_statistic(key: jax.Array, mechanism: Callable, data: Any, *,
-                     statistic: Callable, trials: int,
-                     chunk: int = 100_000, _runner=None) -> np.ndarray:
-  """``trials`` i.i.d. draws of statistic(mechanism(k, data)), on the host.
+def _batch_runner(mechanism: Callable, statistic: Callable, size: int,
+                  batch: int):
+  """jit((key, i, start, data) -> ``batch`` of chunk i's statistics).
 
-  The runs are vmapped over keys in equal chunks of at most ``chunk`` (so
-  memory stays bounded however many trials) and jitted once per chunk
-  size and data shape; chunk i uses the keys ``split(fold_in(key, i),
-  size)``.
+  The keys are those of :func:`_chunk_runner` (``split(fold_in(key, i),
+  size)``), of which runs ``start … start + batch − 1`` are vmapped: a
+  chunk drawn ``batch`` runs at a time draws the same runs.
   """
-  trials = _check_positive_int(trials, "trials")
-  chunk = _check_positive_int(chunk, "chunk")
+
+  @jax.jit
+  def run(side_key, index, start, data):
+    keys = jax.random.split(jax.random.fold_in(side_key, index), size)
+    keys = jax.lax.dynamic_slice_in_dim(keys, start, batch)
+    return jax.vmap(lambda k: statistic(mechanism(k, data)))(keys)
+
+  return run
+
+
+def compiled_bytes(compiled) -> int | None:
+  """XLA's own count of a compiled program's buffers, or None if unknown.
+
+  Arguments, outputs and scratch (``memory_analysis()``, less what the
+  outputs alias): the device memory one call of the program allocates.
+  """
+  try:
+    stats_ = compiled.memory_analysis()
+  except (AttributeError, NotImplementedError, RuntimeError):
+    return None
+  if stats_ is None:
+    return None
+  return int(stats_.argument_size_in_bytes + stats_.output_size_in_bytes
+             + stats_.temp_size_in_bytes
+             + stats_.generated_code_size_in_bytes
+             - stats_.alias_size_in_bytes)
+
+
+def fit_batch(total: int, compile_at: Callable[[int], Any], *,
+              budget: int | None, host_bytes: int = 0, what: str,
+              fix: str) -> tuple[Any, int, int | None]:
+  """The largest vmapped batch whose compiled program fits ``budget``.
+
+  The program is compiled for all ``total`` units first (what a run
+  without a budget compiles); where XLA's count of its buffers
+  (:func:`compiled_bytes`) plus ``host_bytes`` exceeds the budget, it is
+  compiled for one unit too, and the bytes are taken as affine in the
+  batch (per-unit bytes × batch + fixed), as they are for a vmapped
+  program. :func:`dpcore.memory.largest_chunk` picks the batch from that
+  estimate, and the batch's own compilation is checked against the
+  budget (smaller batches are tried while it exceeds it). Nothing is run.
+
+  Args:
+    total: the units of one call without a budget (trials, runs).
+    compile_at: ``batch -> compiled program`` (e.g.
+      ``jax.jit(f).lower(...).compile()``) mapping ``batch`` units.
+    budget: bytes the run may use; None runs all ``total`` at once.
+    host_bytes: bytes the caller holds beside the program, whatever the
+      batch.
+    what: the units, for the message (``"the audit's trials"``).
+    fix: what the user can change, for the message.
+
+  Returns:
+    ``(compiled, batch, estimate)``: the program compiled for ``batch``
+    units, and its bytes plus ``host_bytes`` (None where the backend
+    gives no memory analysis; then ``batch`` is ``total``).
+
+  Raises:
+    dpcore.memory.MemoryBudgetError: even one unit at a time exceeds the
+      budget (one line naming the estimate, the budget and ``fix``).
+  """
+  whole = compile_at(total)
+  used = compiled_bytes(whole)
+  if used is None:
+    return whole, total, None
+  if budget is None or host_bytes + used <= budget:
+    return whole, total, host_bytes + used
+  one_program = compile_at(1) if total > 1 else whole
+  one = compiled_bytes(one_program)
+  per = max(0.0, (used - one) / max(total - 1, 1))
+  fixed = max(0.0, one - per)
+
+  def estimate(batch: int) -> int:
+    return host_bytes + int(np.ceil(fixed + per * batch))
+
+  batch, _ = memory.largest_chunk(total, estimate, budget=budget, what=what,
+                                  fix=fix)
+  batch = total if batch is None else batch
+  while True:
+    compiled = one_program if batch == 1 else compile_at(batch)
+    need = host_bytes + compiled_bytes(compiled)
+    if need <= budget:
+      return compiled, batch, need
+    if batch == 1:
+      raise memory.MemoryBudgetError(
+          f"{what} need {memory.size_text(need)} even one at a time, above the "
+          f"memory budget of {memory.size_text(budget)}; change {fix}.")
+    batch = max(1, batch - max(1, batch // 8))
+
+
+class _Plan(NamedTuple):
+  """How a side's runs are drawn: chunks of ``size``, ``batch`` at once."""
+  size: int
+  batch: int
+  run: Callable
+  estimate: int | None
+
+
+_FIX = "the memory budget (--memory_budget) or the trials (--trials)"
+
+
+def _plan(key, mechanism: Callable, data: Any, *, statistic: Callable,
+          trials: int, chunk: int, memory_budget: int | None,
+          host_bytes: int) -> _Plan:
+  """The chunk size and, under ``memory_budget``, the batch that fits."""
   num_chunks = -(-trials // chunk)
   size = -(-trials // num_chunks)  # equal chunks; < num_chunks runs wasted
-  run = _runner or _chunk_runner(mechanism, statistic, size)
-  parts = [np.asarray(run(key, np.uint32(i), data), np.float64)
-           for i in range(num_chunks)]
+  full = _chunk_runner(mechanism, statistic, size)
+  if memory_budget is None:
+    return _Plan(size, size, full, None)
+  memory_budget = _check_positive_int(memory_budget, "memory_budget")
+  index = np.uint32(0)
+
+  def compile_at(batch):
+    if batch == size:
+      return full.lower(key, index, data).compile()
+    runner = _batch_runner(mechanism, statistic, size, batch)
+    return runner.lower(key, index, np.int32(0), data).compile()
+
+  compiled, batch, estimate = fit_batch(
+      size, compile_at, budget=memory_budget, host_bytes=host_bytes,
+      what=f"the audit's trials ({trials:,} per side)", fix=_FIX)
+  return _Plan(size, batch, compiled, estimate)
+
+
+def _draw(plan: _Plan, key, data, trials: int) -> np.ndarray:
+  """``trials`` statistics of one side, chunk by chunk, batch by batch."""
+  parts = []
+  for i in range(-(-trials // plan.size)):
+    index = np.uint32(i)
+    if plan.batch == plan.size:
+      parts.append(np.asarray(plan.run(key, index, data), np.float64))
+      continue
+    wanted = min(plan.size, trials - i * plan.size)
+    for start in range(0, wanted, plan.batch):
+      # The last batch is moved back to stay inside the chunk; the runs it
+      # repeats are dropped.
+      first = min(start, plan.size - plan.batch)
+      out = np.asarray(plan.run(key, index, np.int32(first), data),
+                       np.float64)
+      parts.append(out[start - first:])
   out = np.concatenate(parts)[:trials]
   if out.shape != (trials,):
     raise ValueError(
@@ -226,9 +375,37 @@ def sample_statistic(key: jax.Array, mechanism: Callable, data: Any, *,
   return out
 
 
+def sample_statistic(key: jax.Array, mechanism: Callable, data: Any, *,
+                     statistic: Callable, trials: int,
+                     chunk: int = 100_000,
+                     memory_budget: int | None = None) -> np.ndarray:
+  """``trials`` i.i.d. draws of statistic(mechanism(k, data)), on the host.
+
+  The runs are vmapped over keys in equal chunks of at most ``chunk`` (so
+  memory stays bounded however many trials) and jitted once per chunk
+  size and data shape; chunk i uses the keys ``split(fold_in(key, i),
+  size)``. With ``memory_budget`` (bytes), a chunk whose compiled program
+  and draws would not fit is drawn in smaller vmapped batches of the same
+  keys (:func:`fit_batch`).
+
+  Raises:
+    ValueError: ``trials``, ``chunk`` or ``memory_budget`` is not a
+      positive integer, or the statistic is not a scalar.
+    dpcore.memory.MemoryBudgetError: even one run at a time exceeds
+      ``memory_budget``.
+  """
+  trials = _check_positive_int(trials, "trials")
+  chunk = _check_positive_int(chunk, "chunk")
+  plan = _plan(key, mechanism, data, statistic=statistic, trials=trials,
+               chunk=chunk, memory_budget=memory_budget,
+               host_bytes=_SAMPLE_HOST_BYTES_PER_TRIAL * trials)
+  return _draw(plan, key, data, trials)
+
+
 def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
           statistic: Callable, delta: float, trials: int,
-          chunk: int = 100_000, confidence: float = 0.95) -> AuditResult:
+          chunk: int = 100_000, confidence: float = 0.95,
+          memory_budget: int | None = None) -> AuditResult:
   """A ``confidence`` lower bound on the ε of ``mechanism`` at ``delta``.
 
   Args:
@@ -244,12 +421,26 @@ def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
     delta: the δ of the bound, in [0, 1).
     trials: runs per side (≥ 2): the first half chooses the test, the
       second estimates its error rates.
-    chunk: runs per vmapped batch.
+    chunk: runs per chunk of keys (chunk i of a side draws the keys
+      ``split(fold_in(side key, i), size)``), vmapped at once unless
+      ``memory_budget`` asks for less.
     confidence: probability that the bound holds; split evenly between
       the two error rates (Bonferroni).
+    memory_budget: bytes the audit may use (None: no check). The estimate
+      is XLA's count of the compiled chunk's buffers plus
+      :data:`HOST_BYTES_PER_TRIAL` per trial; where it exceeds the budget,
+      each chunk is drawn in the largest vmapped batch that fits
+      (:func:`fit_batch`): the same keys and draws, less memory.
 
   Returns:
     An :class:`AuditResult`.
+
+  Raises:
+    ValueError: a bad ``trials``, ``delta``, ``confidence``, ``chunk`` or
+      ``memory_budget``, or a statistic that is not a finite scalar.
+    dpcore.memory.MemoryBudgetError: even one run at a time exceeds
+      ``memory_budget`` (one line naming the estimate and the budget),
+      before any run.
   """
   trials = _check_positive_int(trials, "trials")
   if trials < 2:
@@ -264,13 +455,17 @@ def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
   key_0, key_1 = jax.random.split(key)
   chunk = _check_positive_int(chunk, "chunk")
   # One compiled runner serves both sides (one compilation when the two
-  # data sets have the same shapes).
-  runner = _chunk_runner(mechanism, statistic,
-                         -(-trials // -(-trials // chunk)))
-  s0 = sample_statistic(key_0, mechanism, data_0, statistic=statistic,
-                        trials=trials, chunk=chunk, _runner=runner)
-  s1 = sample_statistic(key_1, mechanism, data_1, statistic=statistic,
-                        trials=trials, chunk=chunk, _runner=runner)
+  # data sets have the same shapes), planned before any run.
+  kwargs = dict(statistic=statistic, trials=trials, chunk=chunk,
+                memory_budget=memory_budget,
+                host_bytes=HOST_BYTES_PER_TRIAL * trials)
+  plan_0 = _plan(key_0, mechanism, data_0, **kwargs)
+  plan_1 = plan_0
+  if memory_budget is not None and (jax.tree.map(jax.typeof, data_0)
+                                    != jax.tree.map(jax.typeof, data_1)):
+    plan_1 = _plan(key_1, mechanism, data_1, **kwargs)
+  s0 = _draw(plan_0, key_0, data_0, trials)
+  s1 = _draw(plan_1, key_1, data_1, trials)
   if not (np.all(np.isfinite(s0)) and np.all(np.isfinite(s1))):
     raise ValueError("statistic returned non-finite values; make it finite "
                      "(e.g. clip it) so thresholds are meaningful.")
@@ -288,7 +483,12 @@ def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
   return AuditResult(
       epsilon_lower=eps, delta=float(delta), threshold=sign * threshold,
       false_positive=fp / n0, false_negative=fn / n1, trials=trials,
-      seconds=seconds, trials_per_second=2 * trials / max(seconds, 1e-9))
+      seconds=seconds, trials_per_second=2 * trials / max(seconds, 1e-9),
+      batch=(None if plan_0.batch == plan_0.size and
+             plan_1.batch == plan_1.size else min(plan_0.batch,
+                                                  plan_1.batch)),
+      memory_estimate=(None if plan_0.estimate is None else
+                       max(plan_0.estimate, plan_1.estimate or 0)))
 
 
 def _check_positive_int(value, name: str) -> int:
@@ -297,5 +497,6 @@ def _check_positive_int(value, name: str) -> int:
   return int(value)
 
 
-__all__ = ["AuditResult", "audit", "clopper_pearson",
-           "clopper_pearson_upper", "epsilon_from_rates", "sample_statistic"]
+__all__ = ["HOST_BYTES_PER_TRIAL", "AuditResult", "audit",
+           "clopper_pearson", "clopper_pearson_upper", "compiled_bytes",
+           "epsilon_from_rates", "fit_batch", "sample_statistic"]

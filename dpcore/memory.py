@@ -23,7 +23,7 @@ __all__ = [
     "MemoryBudgetError",
     "available_bytes",
     "default_budget",
-    "gib",
+    "size_text",
     "largest_chunk",
 ]
 
@@ -39,9 +39,14 @@ class MemoryBudgetError(ValueError):
   reported_in_one_line = True
 
 
-def gib(num_bytes: float) -> str:
-  """``num_bytes`` in GiB with two decimals, e.g. ``"1.50 GiB"``."""
-  return f"{num_bytes / 2**30:.2f} GiB"
+def size_text(num_bytes: float) -> str:
+  """``num_bytes`` for a message: ``"1.50 GiB"`` from 1 GiB, else MiB
+  (``"12.3 MiB"``), else KiB, so a small budget never reads 0.00 GiB."""
+  if num_bytes >= 2**30:
+    return f"{num_bytes / 2**30:.2f} GiB"
+  if num_bytes >= 2**20:
+    return f"{num_bytes / 2**20:.1f} MiB"
+  return f"{num_bytes / 2**10:.1f} KiB"
 
 
 def available_bytes() -> int | None:
@@ -100,8 +105,8 @@ def largest_chunk(total: int, estimate: Callable[[int], int], *,
   one = int(estimate(1))
   if one > budget:
     raise MemoryBudgetError(
-        f"{what} need an estimated {gib(one)} even one at a time, above "
-        f"the memory budget of {gib(budget)}; change {fix}.")
+        f"{what} need an estimated {size_text(one)} even one at a time, above "
+        f"the memory budget of {size_text(budget)}; change {fix}.")
   low, high = 1, total  # fits at low, not at high
   while high - low > 1:
     mid = (low + high) // 2

@@ -12,6 +12,15 @@ One JSON line per spec is appended to ``--out`` as soon as it finishes,
 and ``--table`` is rewritten after every spec as a Markdown page (the
 command, what the columns mean, the table).
 
+Memory. Before a spec runs, its chunk of ``--chunk`` trials is compiled
+and XLA's count of the program's buffers, plus 64 bytes per trial for the
+statistics held on the host, is compared with ``--memory_budget``
+(default: 3/4 of the memory the system reports available). Where it does
+not fit, the chunk is drawn in the largest vmapped batch that does (the
+same keys and trials; the progress line and the record's ``batch`` say
+so); where even one trial at a time does not fit, the spec is refused in
+one line naming the estimate and the budget, before any trial runs.
+
 Exit status. A lower bound above the reported ε of an unbroken spec is a
 privacy bug: it is printed loudly and the script exits with status 1. So
 does a deliberately broken spec (``broken=True``) whose bound does NOT
@@ -27,7 +36,7 @@ import sys
 from absl import flags
 
 from launch import common
-from launch.audit_run import failed, run_audits
+from launch.audit_run import failed, memory_budget, run_audits
 
 _ONLY = flags.DEFINE_list(
     "only", None, "Comma-separated spec names to run (default: all).")
@@ -36,7 +45,15 @@ _TRIALS = flags.DEFINE_integer(
     "own default_trials).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed; spec s uses "
                              "fold_in(key(seed), crc32(name)).")
-_CHUNK = flags.DEFINE_integer("chunk", 100_000, "Trials per vmapped batch.")
+_CHUNK = flags.DEFINE_integer(
+    "chunk", 100_000, "Trials per chunk of keys, vmapped at once unless "
+    "--memory_budget needs smaller batches (which draw the same trials).")
+_MEMORY_BUDGET = flags.DEFINE_string(
+    "memory_budget", "auto",
+    "Memory the audit may use, e.g. 8G or 512M; auto: 3/4 of the memory "
+    "the system reports available. A chunk whose estimate exceeds it is "
+    "drawn in smaller vmapped batches; a spec that does not fit even one "
+    "trial at a time is refused before it runs.")
 _OUT = flags.DEFINE_string("out", "results/audit.jsonl",
                            "JSON-lines file, one record appended per spec.")
 _TABLE = flags.DEFINE_string("table", "docs/privacy_audit.md",
@@ -47,9 +64,11 @@ _TABLE = flags.DEFINE_string("table", "docs/privacy_audit.md",
 def main(argv):
   del argv
   command = "python -m launch.audit " + " ".join(sys.argv[1:])
+  budget = memory_budget(_MEMORY_BUDGET.value)
   records = run_audits(only=_ONLY.value, trials=_TRIALS.value,
                        seed=_SEED.value, chunk=_CHUNK.value, out=_OUT.value,
-                       table=_TABLE.value, command=command.strip())
+                       table=_TABLE.value, command=command.strip(),
+                       memory_budget=budget)
   bad = [r["name"] for r in records if failed(r)]
   if bad:
     print(f"AUDIT FAILED for: {', '.join(bad)}", file=sys.stderr)

@@ -18,7 +18,7 @@ import zlib
 
 import jax
 
-from dpcore import accounting
+from dpcore import accounting, auditing, memory
 from launch import common
 from launch.experiments import audits
 
@@ -41,12 +41,44 @@ def failed(record: dict) -> bool:
   return record["verdict"] in ("VIOLATION", "NOT CAUGHT")
 
 
+def memory_budget(text: str | None) -> int | None:
+  """``--memory_budget``: ``"auto"`` (3/4 of the memory available, None
+  where the system does not say) or a size such as ``8G``."""
+  if text is None or str(text).strip().lower() == "auto":
+    return memory.default_budget()
+  return common.parse_bytes(text, "--memory_budget")
+
+
+def check_host_memory(selected, *, trials: int | None,
+                      memory_budget: int | None) -> None:
+  """Refuses, before any spec runs, trials whose statistics alone (held on
+  the host, :data:`dpcore.auditing.HOST_BYTES_PER_TRIAL` bytes per trial
+  of a side) exceed the budget; the rest is checked spec by spec."""
+  if memory_budget is None:
+    return
+  for spec in selected:
+    count = trials or spec.default_trials
+    need = auditing.HOST_BYTES_PER_TRIAL * count
+    if need > memory_budget:
+      raise memory.MemoryBudgetError(
+          f"spec {spec.name}: {count:,} trials per side need an estimated "
+          f"{memory.size_text(need)} for their statistics alone, above the "
+          f"memory budget of {memory.size_text(memory_budget)}; lower --trials "
+          f"or raise --memory_budget.")
+
+
 def run_one(spec: audits.AuditSpec, *, seed: int, trials: int | None,
-            chunk: int) -> dict:
-  """Audits one spec and returns its JSON-ready record."""
+            chunk: int, memory_budget: int | None = None) -> dict:
+  """Audits one spec and returns its JSON-ready record.
+
+  ``memory_budget`` (bytes, None: no check) bounds the trials vmapped at
+  once (:func:`dpcore.auditing.audit`); the record's ``batch`` is the
+  batch chosen (None: a whole chunk at once).
+  """
   key = jax.random.fold_in(jax.random.key(seed),
                            zlib.crc32(spec.name.encode()) & 0x7FFFFFFF)
-  result = audits.run_spec(key, spec, trials=trials, chunk=chunk)
+  result = audits.run_spec(key, spec, trials=trials, chunk=chunk,
+                           memory_budget=memory_budget)
   nominal = spec.nominal_epsilon
   if nominal is not None and spec.reported_epsilon is not None and abs(
       nominal - spec.reported_epsilon) <= 1e-9 * max(1.0, nominal):
@@ -65,6 +97,9 @@ def run_one(spec: audits.AuditSpec, *, seed: int, trials: int | None,
       "false_negative": result.false_negative,
       "trials": result.trials, "seconds": result.seconds,
       "trials_per_second": result.trials_per_second,
+      "chunk": chunk, "batch": result.batch,
+      "memory_estimate": result.memory_estimate,
+      "memory_budget": memory_budget,
       "seed": seed, "confidence": 0.95,
       "backend": jax.default_backend(),
       "privacy": accounting.no_guarantee_record(AUDIT_ONLY),
@@ -179,9 +214,13 @@ def write_page(path: str, records: list[dict], *, command: str,
 
 
 def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
-               out=None, table=None, command="python -m launch.audit"
-               ) -> list[dict]:
-  """Runs the selected specs, writing records and the page as it goes."""
+               out=None, table=None, command="python -m launch.audit",
+               memory_budget=None) -> list[dict]:
+  """Runs the selected specs, writing records and the page as it goes.
+
+  ``memory_budget`` (bytes, None: no check) is each spec's
+  (:func:`run_one`).
+  """
   selected = audits.specs()
   if only:
     known = {s.name for s in selected}
@@ -190,11 +229,19 @@ def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
       raise ValueError(f"--only names unknown specs {unknown}; known: "
                        f"{sorted(known)}.")
     selected = [s for s in selected if s.name in set(only)]
+  check_host_memory(selected, trials=trials, memory_budget=memory_budget)
   records = []
   for i, spec in enumerate(selected):
     common.progress(f"[{i + 1}/{len(selected)}] {spec.name}: "
                     f"{trials or spec.default_trials:,} trials per side")
-    record = run_one(spec, seed=seed, trials=trials, chunk=chunk)
+    record = run_one(spec, seed=seed, trials=trials, chunk=chunk,
+                     memory_budget=memory_budget)
+    if record["batch"] is not None:
+      common.progress(
+          f"    {record['batch']:,} trials vmapped at once (estimated "
+          f"{memory.size_text(record['memory_estimate'])} of a "
+          f"{memory.size_text(memory_budget)} memory budget; --memory_budget "
+          f"to change)")
     records.append(record)
     common.append_jsonl(out, record)
     write_page(table, records, command=command, seed=seed)

@@ -28,16 +28,17 @@ from dpcore import (
   auditing,
   calibration,
   clipping,
-  discrete,
+  discrete_calibration,
   dpsgd,
   exponential,
   ghost,
   noise,
   trainer,
 )
+from dpcore import lattice as dp_lattice
 from federated import feddpdr, fedsgd
 from launch.experiments import dpwss_audits, rff_audits, tuning_audits
-from launch.experiments.audit_spec import AuditSpec
+from launch.experiments.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.erm import output_perturbation as outp
 from mechanisms.pca import dp_pca
@@ -64,7 +65,7 @@ def gaussian_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
                                               sensitivity=1.0)
   ledger = accounting.PrivacyLedger()
   ledger.record_gaussian(sigma=sigma, sensitivity=1.0, delta=delta,
-                         label="gaussian")
+                         label="gaussian", relation="add_remove")
   used = sigma / 2.0 if broken else sigma
 
   def mechanism(key, count):
@@ -77,7 +78,7 @@ def gaussian_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
                 "sigma_used": used, "sensitivity": 1.0},
       mechanism=mechanism, data_0=jnp.float32(0.0), data_1=jnp.float32(1.0),
       statistic=_identity, delta=audit_delta,
-      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       nominal_epsilon=None if audit_delta == delta else epsilon,
       default_trials=100_000 if broken else 1_000_000, broken=broken)
 
@@ -94,7 +95,7 @@ def laplace_spec(*, epsilon: float = 1.0, broken: bool = False
                                     sensitivity=true_sensitivity)
   ledger = accounting.PrivacyLedger()
   ledger.record_laplace(scale=scale, sensitivity=true_sensitivity,
-                        label="laplace")
+                        label="laplace", relation="add_remove")
   used = (calibration.laplace_scale(epsilon=epsilon, sensitivity=1.0)
           if broken else scale)
 
@@ -108,7 +109,7 @@ def laplace_spec(*, epsilon: float = 1.0, broken: bool = False
                 "scale": scale, "scale_used": used},
       mechanism=mechanism, data_0=jnp.float32(0.0),
       data_1=jnp.float32(true_sensitivity), statistic=_identity, delta=0.0,
-      reported_epsilon=ledger.guarantee().epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove"),
       default_trials=100_000 if broken else 1_000_000, broken=broken)
 
 
@@ -131,16 +132,17 @@ def discrete_gaussian_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   """
   granularity = 2.0 ** -4
   value_sensitivity = 1.0 / 3.0
-  lattice = discrete.lattice_l2_sensitivity(
+  lattice = dp_lattice.lattice_l2_sensitivity(
       value_sensitivity, granularity=granularity, dim=1)
-  sigma = discrete.discrete_gaussian_sigma(epsilon=epsilon, delta=delta,
-                                           sensitivity=lattice)
+  sigma = discrete_calibration.discrete_gaussian_sigma(
+      epsilon=epsilon, delta=delta, sensitivity=lattice)
   ledger = accounting.PrivacyLedger()
   ledger.record_discrete_gaussian(sigma=float(sigma), sensitivity=lattice,
-                                  delta=delta, label="discrete_gaussian")
+                                  delta=delta, label="discrete_gaussian",
+                                  relation="add_remove")
 
   def mechanism(key, mean):
-    z, _ = discrete.gaussian_mechanism(
+    z, _ = dp_lattice.gaussian_mechanism(
         key, mean, sensitivity=value_sensitivity, sigma=sigma,
         granularity=granularity)
     return z.astype(jnp.float32)
@@ -154,7 +156,7 @@ def discrete_gaussian_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
       mechanism=mechanism, data_0=jnp.float32(0.03),
       data_1=jnp.float32(0.03 + value_sensitivity), statistic=_identity,
       delta=audit_delta,
-      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       nominal_epsilon=None if audit_delta == delta else epsilon,
       default_trials=300_000)
 
@@ -173,10 +175,11 @@ def discrete_laplace_spec(*, epsilon: float = 1.0) -> AuditSpec:
   ledger = accounting.PrivacyLedger()
   ledger.record_discrete_laplace(scale=float(scale),
                                  sensitivity=float(lattice),
-                                 label="discrete_laplace")
+                                 label="discrete_laplace",
+                                 relation="add_remove")
 
   def mechanism(key, mean):
-    z, _ = discrete.laplace_mechanism(
+    z, _ = dp_lattice.laplace_mechanism(
         key, mean, sensitivity=value_sensitivity, scale=scale,
         granularity=granularity)
     return z.astype(jnp.float32)
@@ -190,7 +193,7 @@ def discrete_laplace_spec(*, epsilon: float = 1.0) -> AuditSpec:
                 "rounded_distance": 6},
       mechanism=mechanism, data_0=jnp.float32(0.06),
       data_1=jnp.float32(0.06 + value_sensitivity), statistic=_identity,
-      delta=0.0, reported_epsilon=ledger.guarantee().epsilon,
+      delta=0.0, reported_epsilon=claimed_epsilon(ledger, "add_remove"),
       default_trials=1_000_000)
 
 
@@ -208,7 +211,8 @@ def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20
   it as the number of candidates grows). Statistic: the target chosen.
   """
   ledger = accounting.PrivacyLedger()
-  ledger.record_exponential(epsilon, label="selection")
+  ledger.record_exponential(epsilon, label="selection",
+                            relation="replace_one")
   base = jnp.full((candidates,), 5.0, jnp.float32)
   scores_0 = base.at[1:].add(1.0)
   scores_1 = base.at[0].add(1.0)
@@ -224,7 +228,8 @@ def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20
                 "candidates": candidates},
       mechanism=mechanism, data_0=scores_0, data_1=scores_1,
       statistic=lambda index: (index == 0).astype(jnp.float32), delta=0.0,
-      reported_epsilon=ledger.guarantee().epsilon, default_trials=1_000_000)
+      reported_epsilon=claimed_epsilon(ledger, "replace_one"),
+      default_trials=1_000_000)
 
 
 # -- DP-PCA --------------------------------------------------------------------
@@ -239,28 +244,28 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   from which the statistic rebuilds e₁ᵀ(noisy M)e₁ = Σⱼ λⱼ (vⱼ·e₁)²: the
   noisy diagonal entry the canary adds 1 to.
   """
-  sigma = dp_pca.pca_sigma(epsilon=epsilon, delta=delta)
+  plan = dp_pca.make_plan(epsilon=epsilon, delta=delta, k=dim, dim=dim,
+                          relation="add_remove")
   ledger = accounting.PrivacyLedger()
-  ledger.record_gaussian(sigma=sigma, sensitivity=1.0, delta=delta,
-                         label="dp_pca")
+  plan.record(ledger)
   rows = jnp.eye(dim, dtype=jnp.float32)  # canary e₁, then e₂ … e_d
   mask_1 = jnp.ones((dim,), jnp.float32)
   mask_0 = mask_1.at[0].set(0.0)
 
   def mechanism(key, data):
     x, mask = data
-    return dp_pca.dp_pca(key, x, mask, k=dim, sigma=sigma)
+    return dp_pca.release(key, plan, x, mask)
 
   def statistic(result):
     return jnp.sum(result.eigenvalues * result.components[0] ** 2)
 
   return AuditSpec(
       name="dp_pca", relation="add_remove",
-      settings={"epsilon": epsilon, "delta": delta, "sigma": sigma,
-                "d": dim, "k": dim, "calibration": "analytic"},
+      settings={"epsilon": epsilon, "delta": delta, "sigma": plan.sigma,
+                "d": dim, "k": dim, "calibration": plan.calibration},
       mechanism=mechanism, data_0=(rows, mask_0), data_1=(rows, mask_1),
       statistic=statistic, delta=audit_delta,
-      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       nominal_epsilon=epsilon, default_trials=300_000)
 
 
@@ -278,25 +283,24 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   only about half of ε. Statistic: −β (label −1 pushes β down). Fits run
   in float64 to the library's tolerance.
   """
-  params = op.perturbation_params(
-      epsilon=epsilon, n=1, lam=lam, c=op.curvature_bound(loss))
+  plan = op.make_plan(epsilon=epsilon, n=1, lam=lam, loss=loss)
   ledger = accounting.PrivacyLedger()
-  ledger.record_pure(params.epsilon, label="objective_perturbation")
+  plan.record(ledger)
   x = jnp.ones((1, 1))
   mask = jnp.ones((1,))
 
   def mechanism(key, y):
-    return op.objective_perturbation(
-        key, x.astype(jnp.float64), y, mask.astype(jnp.float64), n=1.0,
-        p=params.p, theta=params.theta, lam=lam, loss=loss).beta
+    return op.release(key, plan, x.astype(jnp.float64), y,
+                      mask.astype(jnp.float64)).beta
 
   return AuditSpec(
       name=f"objective_perturbation_{loss}", relation="replace_one",
       settings={"loss": loss, "epsilon": epsilon, "lam": lam, "n": 1,
-                "p": params.p, "theta": params.theta},
+                "p": plan.p, "theta": plan.theta},
       mechanism=mechanism, data_0=jnp.ones((1,)), data_1=-jnp.ones((1,)),
       statistic=lambda beta: -beta[0], delta=0.0,
-      reported_epsilon=ledger.guarantee().epsilon, default_trials=200_000,
+      reported_epsilon=claimed_epsilon(ledger, "replace_one"),
+      default_trials=200_000,
       x64=True)
 
 
@@ -313,24 +317,25 @@ def output_perturbation_spec(*, epsilon: float = 1.0, c: float = 0.1
   x = jnp.ones((1, 1))
   w_0, _, _ = outp.fit_linear(x, jnp.ones((1,)), c=c)
   w_1, _, _ = outp.fit_linear(x, -jnp.ones((1,)), c=c)
-  delta_2 = outp.sensitivity(c)
+  plan = outp.make_plan(epsilon=epsilon, c=c)
   ledger = accounting.PrivacyLedger()
-  ledger.record_pure(epsilon, label="output_perturbation")
+  plan.record(ledger, label="output_perturbation")
   w_0 = jnp.asarray(w_0, jnp.float32)
   w_1 = jnp.asarray(w_1, jnp.float32)
 
   def mechanism(key, w):
-    return outp.perturb(key, w, sensitivity_l2=delta_2, epsilon=epsilon)
+    return outp.perturb(key, w, sensitivity_l2=plan.sensitivity,
+                        epsilon=plan.epsilon)
 
   def statistic(out):
     return jnp.linalg.norm(out - w_0) - jnp.linalg.norm(out - w_1)
 
   return AuditSpec(
       name="output_perturbation", relation="replace_one",
-      settings={"epsilon": epsilon, "c": c, "sensitivity": delta_2,
+      settings={"epsilon": epsilon, "c": c, "sensitivity": plan.sensitivity,
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1))},
       mechanism=mechanism, data_0=w_0, data_1=w_1, statistic=statistic,
-      delta=0.0, reported_epsilon=ledger.guarantee().epsilon,
+      delta=0.0, reported_epsilon=claimed_epsilon(ledger, "replace_one"),
       default_trials=500_000)
 
 
@@ -408,7 +413,7 @@ def dpsgd_spec(*, broken: str | None = None,
   ledger = accounting.PrivacyLedger()
   ledger.record_subsampled_gaussian(noise_multiplier=sigma, sampling_rate=q,
                                     steps=steps, delta=audit_delta,
-                                    label="dpsgd")
+                                    label="dpsgd", relation="add_remove")
   truncation = dpsgd.truncation_probability(n, sampling_rate=q, steps=steps,
                                             max_batch=max_batch)
   if truncation > 0:
@@ -435,7 +440,7 @@ def dpsgd_spec(*, broken: str | None = None,
                 "variant": variant},
       mechanism=mechanism, data_0=grads_0, data_1=grads_1,
       statistic=statistic, delta=audit_delta,
-      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       default_trials=200_000 if broken is None else 20_000,
       broken=broken is not None)
 
@@ -478,9 +483,9 @@ def trainer_spec(*, broken: str | None = None,
   # (the trainer's choice for B ≪ N, forced here on this small N).
   plan = trainer.make_plan(n, sampling_rate=q, steps=steps, clip_norm=clip,
                            noise_multiplier=cfg["noise_multiplier"],
-                           sampler="gaps")
+                           delta=audit_delta, sampler="gaps")
   ledger = accounting.PrivacyLedger()
-  plan.record(ledger, delta=audit_delta)
+  plan.record(ledger)
   loss = ghost.layered(_trainer_canary_loss)
   clipped_sum = None
   if broken == "clip_skipped":
@@ -508,8 +513,8 @@ def trainer_spec(*, broken: str | None = None,
       settings={**cfg, "max_batch": plan.max_batch, "sampler": plan.sampler,
                 "path": "ghost", "variant": broken or "library"},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
-      delta=audit_delta, reported_epsilon=ledger.guarantee(
-          audit_delta).epsilon,
+      delta=audit_delta,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       default_trials=200_000 if broken is None else 20_000,
       broken=broken is not None)
 
@@ -538,9 +543,10 @@ def fedsgd_spec(*, trust: str = "server",
   q, steps, clip = cfg["sampling_rate"], cfg["steps"], cfg["clip_norm"]
   plan = fedsgd.make_plan([rows] * participants, trust=trust,
                           sampling_rate=q, steps=steps, clip_norm=clip,
-                          noise_multiplier=cfg["noise_multiplier"])
+                          noise_multiplier=cfg["noise_multiplier"],
+                          delta=audit_delta)
   ledger = accounting.PrivacyLedger()
-  plan.record(ledger, delta=audit_delta)
+  plan.record(ledger)
   loss = ghost.layered(lambda layers, example: _trainer_canary_loss(
       layers, example[0]))
   params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
@@ -552,8 +558,8 @@ def fedsgd_spec(*, trust: str = "server",
   mask = jnp.ones((participants, rows), jnp.float32)
 
   def mechanism(key, x):
-    out = fedsgd.train(key, plan, loss, params, x, labels, mask,
-                       optax.sgd(cfg["learning_rate"]))
+    out = fedsgd.release(key, plan, loss, params, x, labels, mask,
+                         optax.sgd(cfg["learning_rate"]))
     return out.params["w"]["w"][:, 0]
 
   def statistic(w):
@@ -564,7 +570,7 @@ def fedsgd_spec(*, trust: str = "server",
       settings={**plan.settings(), "canary_scale": cfg["canary_scale"]},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
       delta=audit_delta,
-      reported_epsilon=ledger.guarantee(audit_delta).epsilon,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       default_trials=200_000)
 
 
@@ -584,7 +590,7 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   """
   config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=epsilon,
                           delta=delta, k=2, lam=lam)
-  plan = feddpdr.prepare([1], d=2, num_classes=2, config=config)
+  plan = feddpdr.make_plan([1], d=2, num_classes=2, config=config)
   x = jnp.zeros((1, 1, 2), jnp.float32).at[0, 0, 0].set(1.0)
   mask = jnp.ones((1, 1), jnp.float32)
   arrays = tuple(jnp.asarray(a) for a in
@@ -609,7 +615,8 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
                 "epsilon_fit": plan.epsilon_fit},
       mechanism=mechanism, data_0=jnp.ones((1, 1), jnp.int32),
       data_1=jnp.zeros((1, 1), jnp.int32), statistic=statistic,
-      delta=delta, reported_epsilon=plan.privacy["epsilon"],
+      delta=delta,
+      reported_epsilon=claimed_epsilon(plan.privacy, "replace_one"),
       nominal_epsilon=plan.privacy["epsilon_nominal"],
       default_trials=100_000, x64=True)
 
@@ -647,15 +654,21 @@ def specs() -> list[AuditSpec]:
 
 
 def run_spec(key: jax.Array, spec: AuditSpec, *, trials: int | None = None,
-             chunk: int = 100_000) -> auditing.AuditResult:
-  """Audits ``spec`` (its default trials unless given), in x64 if it asks."""
+             chunk: int = 100_000, memory_budget: int | None = None
+             ) -> auditing.AuditResult:
+  """Audits ``spec`` (its default trials unless given), in x64 if it asks.
+
+  ``memory_budget`` (bytes, None: no check) bounds the trials vmapped at
+  once (:func:`dpcore.auditing.audit`).
+  """
   trials = spec.default_trials if trials is None else trials
   with jax.enable_x64(spec.x64):
     data_0 = jax.tree.map(jnp.asarray, spec.data_0)
     data_1 = jax.tree.map(jnp.asarray, spec.data_1)
     return auditing.audit(key, spec.mechanism, data_0, data_1,
                           statistic=spec.statistic, delta=spec.delta,
-                          trials=trials, chunk=chunk)
+                          trials=trials, chunk=chunk,
+                          memory_budget=memory_budget)
 
 
 __all__ = ["AuditSpec", "discrete_gaussian_spec", "discrete_laplace_spec",

@@ -212,8 +212,8 @@ def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
   need = estimate(held)
   if budget is not None and need > budget:
     raise memory.MemoryBudgetError(
-        f"{what} need an estimated {memory.gib(need)} with {held} at "
-        f"once, above the memory budget of {memory.gib(budget)}; give a "
+        f"{what} need an estimated {memory.size_text(need)} with {held} at "
+        f"once, above the memory budget of {memory.size_text(budget)}; give a "
         f"smaller repeat_chunk or a larger {fix}.")
   return RepeatsLayout(cache, flags, None if held == repeats else held, need)
 

@@ -2,7 +2,7 @@
 
 :func:`wss2_train` is the non-private LIBSVM-equivalent reference; DPWSS
 (the paper's selection, which has no DP guarantee, and the private
-variant) is :func:`mechanisms.svm.dpwss.dpwss_train`. Both
+variant) is :func:`mechanisms.svm.dpwss.release`. Both
 validate their inputs here, before anything is traced, and run the solver
 of :mod:`mechanisms.svm.smo` with x64 enabled only inside the call.
 
@@ -83,21 +83,70 @@ def fixed_bytes(num: int, dim: int, *, dtype: str, row_dtype: str,
 
 
 def run_bytes(num: int, *, dtype: str, pair_bits: bool = False,
-              record_rows: int = 0) -> int:
+              record_rows: int = 0, cache_rows: int = 0,
+              row_dtype: str = "float32") -> int:
   """Upper estimate of the bytes each run of a call adds (its loop state).
 
   The loop carry (α, G, the active mask and the rows of one step: about
-  eight l-vectors), and DPWSS's pair memory: the packed flags
-  (``pair_bits``, l²/8 bytes) and the pair record (``record_rows`` × 8
-  bytes, copied to the host at the end). Each is counted twice: the
-  loop's input and output buffers.
+  eight l-vectors), DPWSS's pair memory: the packed flags (``pair_bits``,
+  l²/8 bytes) and the pair record (``record_rows`` × 8 bytes, copied to
+  the host at the end), and the row cache of a single run
+  (``cache_rows`` rows of l values, :func:`smo.row_cache_dtype`). Each is
+  counted twice: the loop's input and output buffers.
   """
   size = np.dtype(dtype).itemsize
   total = 8 * num * size
   if pair_bits:
     total += wss.bitset_bytes(num)
   total += record_rows * 8
+  total += cache_rows * _cache_row_bytes(num, dtype=dtype,
+                                         row_dtype=row_dtype)
   return 2 * total
+
+
+def _cache_row_bytes(num: int, *, dtype: str, row_dtype: str) -> int:
+  """Bytes of one cached row: l values, a tag and a stamp."""
+  return num * np.dtype(smo.row_cache_dtype(dtype, row_dtype)).itemsize + 8
+
+
+def resolve_row_cache(row_cache, num: int, *, dtype: str, row_dtype: str,
+                      precompute: bool, memory_budget: int | None = None,
+                      other_bytes: int = 0) -> int:
+  """Rows the single-run row cache keeps (``smo.SolverConfig.row_cache``).
+
+  None (automatic): :func:`smo.default_row_cache` rows (at most 1,024
+  rows and 64 MiB); an int m ≥ 0: min(m, l); always 0 with a precomputed
+  Q, which needs no cache. With ``memory_budget`` (bytes; ``other_bytes``
+  of it already taken by the rest of the call), an automatic cache
+  shrinks to what fits and a forced one that does not fit is refused.
+
+  Raises:
+    ValueError: ``row_cache`` is not None or an int ≥ 0.
+    dpcore.memory.MemoryBudgetError: a forced cache exceeds the budget.
+  """
+  if row_cache is not None and (
+      isinstance(row_cache, (bool, np.bool_))
+      or not isinstance(row_cache, (int, np.integer)) or row_cache < 0):
+    raise ValueError(
+        f"row_cache must be None (automatic) or an int ≥ 0 (kernel rows "
+        f"kept; 0: no cache), got {row_cache!r}.")
+  if precompute:
+    return 0
+  rows = smo.default_row_cache(num, dtype=dtype, row_dtype=row_dtype) if (
+      row_cache is None) else min(int(row_cache), num)
+  if memory_budget is None:
+    return rows
+  each = 2 * _cache_row_bytes(num, dtype=dtype, row_dtype=row_dtype)
+  room = max(0, memory_budget - other_bytes)
+  if rows * each <= room:
+    return rows
+  if row_cache is None:
+    return room // each
+  raise memory.MemoryBudgetError(
+      f"the SMO solver on {num} rows with a row cache of {rows} rows needs "
+      f"an estimated {memory.size_text(other_bytes + rows * each)}, above the "
+      f"memory budget of {memory.size_text(memory_budget)}; pass a smaller "
+      f"row_cache (0: no cache) or a larger memory_budget.")
 
 
 def resolve_precompute_in_budget(precompute, num: int, dim: int, *,
@@ -127,8 +176,8 @@ def resolve_precompute_in_budget(precompute, num: int, dim: int, *,
     return False
   raise memory.MemoryBudgetError(
       f"the SMO's precomputed kernel matrix ({num} x {num}) needs an "
-      f"estimated {memory.gib(need)}, above the memory budget of "
-      f"{memory.gib(memory_budget)}; pass precompute=False (rows on "
+      f"estimated {memory.size_text(need)}, above the memory budget of "
+      f"{memory.size_text(memory_budget)}; pass precompute=False (rows on "
       f"demand) or a larger {fix}.")
 
 
@@ -208,13 +257,16 @@ def check_memory_budget(memory_budget) -> int | None:
 
 def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
                  row_dtype, shrinking, repeats=1, unroll=None,
-                 memory_budget=None):
+                 memory_budget=None, row_cache=None):
   """Shared validation and construction for the train entry points.
 
   Must be called inside the precision context of the run. With
   ``memory_budget`` (bytes), Q is cached only where it fits
-  (:func:`resolve_precompute_in_budget`) and one run that does not fit
-  is refused, before anything is computed.
+  (:func:`resolve_precompute_in_budget`), one run that does not fit is
+  refused, before anything is computed, and the single-run row cache is
+  sized to what is left (:func:`resolve_row_cache`). Without a budget
+  ``row_cache`` is checked and passed on (None: sized by the solver,
+  which keeps no cache in :func:`smo.solve_repeats`).
   """
   x, y = check_svm_inputs(x, y, c=c, eps=eps)
   if dtype not in ("float32", "float64"):
@@ -230,9 +282,6 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   num = x.shape[0]
   max_iter = smo.default_max_iter(num) if max_iter is None else (
       validation.check_positive_int(max_iter, "max_iter"))
-  config = smo.SolverConfig(kernel=spec, shrinking=bool(shrinking),
-                            row_dtype=row_dtype,
-                            unroll=resolve_unroll(unroll))
   memory_budget = check_memory_budget(memory_budget)
   cache = resolve_precompute_in_budget(
       precompute, num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
@@ -243,9 +292,19 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
     if need > memory_budget:
       raise memory.MemoryBudgetError(
           f"the SMO solver on {num} x {x.shape[1]} rows needs an estimated "
-          f"{memory.gib(need)}, above the memory budget of "
-          f"{memory.gib(memory_budget)}; train on fewer rows or give a "
+          f"{memory.size_text(need)}, above the memory budget of "
+          f"{memory.size_text(memory_budget)}; train on fewer rows or give a "
           f"larger memory_budget.")
+    row_cache = resolve_row_cache(
+        row_cache, num, dtype=dtype, row_dtype=row_dtype, precompute=cache,
+        memory_budget=memory_budget, other_bytes=need)
+  elif row_cache is not None:
+    row_cache = resolve_row_cache(row_cache, num, dtype=dtype,
+                                  row_dtype=row_dtype, precompute=cache)
+  config = smo.SolverConfig(kernel=spec, shrinking=bool(shrinking),
+                            row_dtype=row_dtype,
+                            unroll=resolve_unroll(unroll),
+                            row_cache=row_cache)
   problem = smo.make_problem(spec, x, y, dtype=dtype, precompute=cache,
                              row_dtype=row_dtype)
   return x, y, spec, config, problem, max_iter
@@ -257,7 +316,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
                precompute: bool | None = None,
                row_dtype: str = "float32",
                unroll: int | None = None,
-               memory_budget: int | None = None) -> SVMModel:
+               memory_budget: int | None = None,
+               row_cache: int | None = None) -> SVMModel:
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
 
   Deterministic, so it takes no key. With ``shrinking=False``, float64 and
@@ -281,6 +341,10 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
       ``dpcore.memory.default_budget()``): Q is cached only where it fits,
       and a run that cannot fit is refused before any work; None (default):
       unchecked.
+    row_cache: kernel rows kept for reuse when rows are computed on
+      demand (speed only, same result): None (default) up to 1,024 rows
+      and 64 MiB of them (less where ``memory_budget`` says so), an int
+      m ≥ 0 that many (0: none); see :class:`smo.SolverConfig`.
 
   Returns:
     The trained :class:`SVMModel`.
@@ -288,7 +352,7 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
   Raises:
     ValueError: bad data or settings.
     dpcore.memory.MemoryBudgetError: the run (or a forced
-      ``precompute=True``) exceeds ``memory_budget``.
+      ``precompute=True`` or ``row_cache``) exceeds ``memory_budget``.
 
   Privacy: none. This is the non-private baseline.
   """
@@ -296,7 +360,7 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
     x, y, spec, config, problem, max_iter = solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
-        unroll=unroll, memory_budget=memory_budget)
+        unroll=unroll, memory_budget=memory_budget, row_cache=row_cache)
     params = smo.SolverParams(jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
                           jnp.asarray(max_iter, jnp.int32), None)
     # WSS2 is deterministic: the key is required by the solver's signature

@@ -186,8 +186,8 @@ def test_data_errors_fail_before_training(results, name, words):
 def test_memory_budget_refuses_in_one_line_before_training(results):
   cli.assert_one_line_error(
       results["memory_refused"],
-      "need an estimated 0.00 GiB even one at a time, above the memory "
-      "budget of 0.00 GiB; change --memory_budget")
+      "KiB even one at a time, above the memory budget of 100.0 KiB; "
+      "change --memory_budget")
 
 
 def test_memory_budget_chooses_a_repeats_chunk_before_training(results):

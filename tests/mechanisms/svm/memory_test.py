@@ -1,11 +1,12 @@
 """Memory budgets of the SMO solver and of DPWSS repeats.
 
-The plan is arithmetic on shapes: a tiny budget must show the choice (Q
+The layout is arithmetic on shapes: a tiny budget must show the choice (Q
 on demand, pair record instead of flags, a chunk of repeats) or the
 refusal, with no solver work done, and chunked repeats must equal the
 unchunked ones.
 """
 
+import functools
 import os
 
 import jax
@@ -18,6 +19,7 @@ from launch.data import loaders as launch_data
 from mechanisms.svm import dpwss, smo, smo_train, wss
 
 HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
+PLAN = dpwss.make_plan(selection_epsilon=1.0, sigma=0.5)  # the paper's
 
 
 def heart():
@@ -46,7 +48,7 @@ def no_work(monkeypatch):
 
 def test_without_a_budget_the_plan_is_the_unbudgeted_policy():
   plan = dpwss.plan_repeats(5_000, 784, repeats=8, max_iter=500_000)
-  assert plan == dpwss.RepeatsPlan(
+  assert plan == dpwss.RepeatsLayout(
       precompute=smo_train.resolve_precompute(None, 5_000, repeats=8),
       pair_flags=dpwss.resolve_pair_flags("auto", 5_000, 8), chunk=None,
       estimate=plan.estimate)
@@ -59,7 +61,7 @@ def test_a_small_budget_picks_the_largest_chunk_that_fits():
   budget = fixed + int(2.5 * unit)  # Q and flags fit; 2 of 8 repeats do
   plan = dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
                             memory_budget=budget)
-  assert plan == dpwss.RepeatsPlan(True, "bits", 2, fixed + 2 * unit)
+  assert plan == dpwss.RepeatsLayout(True, "bits", 2, fixed + 2 * unit)
   # A chunk that would not fit is refused, one that does is kept.
   with pytest.raises(memory.MemoryBudgetError, match="repeat_chunk"):
     dpwss.plan_repeats(num, dim, repeats=8, max_iter=max_iter,
@@ -91,12 +93,12 @@ def test_refusal_names_the_estimate_the_budget_and_the_fix(no_work):
   budget = 100_000  # bytes: not even the data of one repeat
   fixed, unit = _sizes(270, 13, max_iter=27_000, cache=False, bits=False)
   with pytest.raises(memory.MemoryBudgetError) as err:
-    dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
-                      repeats=5, memory_budget=budget)
+    dpwss.release(jax.random.key(0), PLAN, x, y, repeats=5,
+                  memory_budget=budget)
   message = str(err.value)
   assert "\n" not in message
-  assert memory.gib(fixed + unit) in message  # the estimate
-  assert memory.gib(budget) in message
+  assert memory.size_text(fixed + unit) in message  # the estimate
+  assert memory.size_text(budget) in message
   assert "memory_budget" in message
   with pytest.raises(memory.MemoryBudgetError, match="memory_budget"):
     smo_train.wss2_train(x, y, memory_budget=budget)
@@ -106,9 +108,8 @@ def test_forced_precompute_that_does_not_fit_is_refused(no_work):
   x, y = heart()
   no_q, unit = _sizes(270, 13, max_iter=27_000, cache=False, bits=False)
   with pytest.raises(memory.MemoryBudgetError, match="precompute=False"):
-    dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
-                      precompute=True, pair_flags="scan",
-                      memory_budget=no_q + unit)
+    dpwss.release(jax.random.key(0), PLAN, x, y, precompute=True,
+                  pair_flags="scan", memory_budget=no_q + unit)
 
 
 def test_wss2_drops_the_cached_q_when_it_does_not_fit():
@@ -129,13 +130,13 @@ def test_wss2_drops_the_cached_q_when_it_does_not_fit():
 def test_chunked_repeats_equal_the_unchunked_ones():
   x, y = heart()
   key = jax.random.key(11)
-  args = dict(epsilon=1.0, sigma=0.5, repeats=2, max_iter=400)
-  whole = dpwss.dpwss_train(key, x, y, **args)
+  plan = dpwss.make_plan(selection_epsilon=1.0, sigma=0.5, max_iter=400)
+  whole = dpwss.release(key, plan, x, y, repeats=2)
   fixed, unit = _sizes(270, 13, max_iter=400, cache=True, bits=True)
   budget = fixed + unit
   assert dpwss.plan_repeats(270, 13, repeats=2, max_iter=400,
                             memory_budget=budget).chunk == 1
-  chunked = dpwss.dpwss_train(key, x, y, memory_budget=budget, **args)
+  chunked = dpwss.release(key, plan, x, y, repeats=2, memory_budget=budget)
   assert len(chunked.models) == 2
   for a, b, pa, pb in zip(whole.models, chunked.models, whole.pairs,
                           chunked.pairs, strict=True):
@@ -152,5 +153,56 @@ def test_bad_budget_and_chunk_are_refused():
                         ({"memory_budget": 1.5}, "memory_budget"),
                         ({"repeat_chunk": 0}, "repeat_chunk")):
     with pytest.raises(ValueError, match=match):
-      dpwss.dpwss_train(jax.random.key(0), x, y, epsilon=1.0, sigma=0.5,
-                        **kwargs)
+      dpwss.release(jax.random.key(0), PLAN, x, y, **kwargs)
+
+
+def test_the_row_cache_is_estimated_and_sized_to_the_budget():
+  num = 5_000
+  resolve = functools.partial(smo_train.resolve_row_cache, num=num,
+                              dtype="float64", row_dtype="float32")
+  base = smo_train.run_bytes(num, dtype="float64")
+  each = smo_train.run_bytes(num, dtype="float64", cache_rows=1) - base
+  assert each == 2 * (num * 4 + 8)  # a float32 row, its tag and stamp
+  assert resolve(None, precompute=False) == smo.default_row_cache(
+      num, dtype="float64", row_dtype="float32") == smo.ROW_CACHE_SLOTS
+  assert resolve(None, precompute=True) == 0  # Q cached: no row cache
+  assert resolve(9_000, precompute=False) == num
+  other = 10**8
+  # Automatic: as many rows as fit beside the rest of the call, maybe none.
+  assert resolve(None, precompute=False, memory_budget=other + 100 * each,
+                 other_bytes=other) == 100
+  assert resolve(None, precompute=False, memory_budget=other,
+                 other_bytes=other) == 0
+  # Forced: kept when it fits, refused in one line when it does not.
+  assert resolve(100, precompute=False, memory_budget=other + 100 * each,
+                 other_bytes=other) == 100
+  with pytest.raises(memory.MemoryBudgetError) as err:
+    resolve(101, precompute=False, memory_budget=other + 100 * each,
+            other_bytes=other)
+  message = str(err.value)
+  assert "\n" not in message and "row_cache" in message
+  assert memory.size_text(other + 101 * each) in message
+
+
+def test_a_forced_row_cache_that_does_not_fit_is_refused(no_work):
+  x, y = heart()
+  no_q = (smo_train.fixed_bytes(270, 13, dtype="float64",
+                                row_dtype="float32", precompute=False)
+          + smo_train.run_bytes(270, dtype="float64"))
+  with pytest.raises(memory.MemoryBudgetError, match="row_cache"):
+    smo_train.wss2_train(x, y, precompute=False, row_cache=200,
+                         memory_budget=no_q + 1_000)
+
+
+def test_a_budgeted_row_cache_gives_the_same_run():
+  x, y = heart()
+  no_q = (smo_train.fixed_bytes(270, 13, dtype="float64",
+                                row_dtype="float32", precompute=False)
+          + smo_train.run_bytes(270, dtype="float64"))
+  ten_rows = smo_train.run_bytes(270, dtype="float64", cache_rows=10) - (
+      smo_train.run_bytes(270, dtype="float64"))
+  small = smo_train.wss2_train(x, y, precompute=False,
+                               memory_budget=no_q + ten_rows)
+  whole = smo_train.wss2_train(x, y, precompute=False)
+  assert small.iterations == whole.iterations
+  np.testing.assert_array_equal(small.alpha, whole.alpha)

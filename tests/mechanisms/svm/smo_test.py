@@ -10,6 +10,8 @@ text it prints, captured through its print-function hook.
 import os
 import re
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from libsvm import svm as libsvm_svm
@@ -17,7 +19,7 @@ from libsvm import svmutil
 from sklearn import datasets
 
 from launch.data import loaders as launch_data
-from mechanisms.svm import kernels, smo_train
+from mechanisms.svm import kernels, smo, smo_train, wss
 
 HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
 
@@ -234,3 +236,119 @@ def test_unroll_policy_per_backend():
   assert resolve(2, backend="cpu") == 2
   with pytest.raises(ValueError, match="unroll"):
     resolve(0)
+
+
+def _xor_set():
+  # 400 × 3, labels by the sign of x₀x₁ with noise: ~1,000 iterations at
+  # C = 10, so shrinking runs (every 400) and rows are asked for again.
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(400, 3))
+  y = np.where(x[:, 0] * x[:, 1] + 0.3 * rng.normal(size=400) > 0, 1.0, -1.0)
+  return x, y
+
+
+def _raw_solve(x, y, *, row_cache, shrinking=True, rule=None, max_iter=5_000,
+               unroll=1):
+  """One :func:`smo.solve` with rows on demand; the raw result (NumPy)."""
+  with jax.enable_x64(True):
+    spec = kernels.KernelSpec("rbf").resolve(x.shape[1])
+    problem = smo.make_problem(spec, x, y, dtype="float64", precompute=False,
+                               row_dtype="float32")
+    rule_params = None if rule is None else wss.DPWSSParams(
+        jnp.asarray(1.0), jnp.asarray(0.5))
+    params = smo.SolverParams(jnp.asarray(10.0), jnp.asarray(1e-3),
+                              jnp.asarray(max_iter, jnp.int32), rule_params)
+    config = smo.SolverConfig(kernel=spec, shrinking=shrinking,
+                              row_cache=row_cache, unroll=unroll)
+    result = smo.solve(jax.random.key(3), problem, params, config=config,
+                       rule=rule or wss.WSS2())
+    return jax.tree.map(np.asarray, result)
+
+
+def _assert_bitwise_equal(a, b):
+  for name, u, v in zip(a._fields, a, b, strict=True):
+    assert u.dtype == v.dtype and u.shape == v.shape, name
+    assert u.tobytes() == v.tobytes(), name
+
+
+@pytest.mark.parametrize("row_cache,shrinking,unroll", [
+    (1, True, 1), (5, False, 1), pytest.param(5, True, 2, marks=SLOW),
+    pytest.param(None, True, 1, marks=SLOW),
+    pytest.param(400, False, 1, marks=SLOW)])
+def test_row_cache_gives_the_results_of_recomputation(row_cache, shrinking,
+                                                      unroll):
+  # m = 1 and 5 are far below the rows asked for (evictions every step);
+  # None is the automatic size (all 400 rows here).
+  x, y = _xor_set()
+  ref = _raw_solve(x, y, row_cache=0, shrinking=shrinking)
+  got = _raw_solve(x, y, row_cache=row_cache, shrinking=shrinking,
+                   unroll=unroll)
+  assert ref.exit_code == 1 and ref.iterations > 400  # shrinking ran
+  _assert_bitwise_equal(ref, got)
+
+
+def test_row_cache_with_a_rule_that_asks_for_both_rows():
+  # DPWSS's rules leave both rows to the step (no row_i from select).
+  x, y = _xor_set()
+  rule = wss.PrivateWSS(buffer_rows=200)
+  ref = _raw_solve(x, y, row_cache=0, shrinking=False, rule=rule,
+                   max_iter=200)
+  got = _raw_solve(x, y, row_cache=32, shrinking=False, rule=rule,
+                   max_iter=200)
+  _assert_bitwise_equal(ref, got)
+
+
+@pytest.fixture
+def fresh_traces():
+  """Clears JAX's compilation caches around a test that patches smo."""
+  jax.clear_caches()
+  yield
+  jax.clear_caches()
+
+
+def test_a_wrong_cached_row_would_be_caught(monkeypatch, fresh_traces):
+  # The equality tests above can fail: a tag check that also accepts the
+  # neighbouring row index returns wrong rows, and the run changes.
+  x, y = _xor_set()
+  ref = _raw_solve(x, y, row_cache=0)
+  find = smo._cache_find
+
+  def sloppy(tags, idx):
+    hit, slot = find(tags, idx)
+    near, near_slot = find(tags, idx + 1)
+    return hit | near, jnp.where(hit, slot, near_slot)
+
+  monkeypatch.setattr(smo, "_cache_find", sloppy)
+  got = _raw_solve(x, y, row_cache=64)
+  assert not np.array_equal(ref.alpha, got.alpha)
+
+
+def test_cache_hits_skip_the_row_computation(monkeypatch, fresh_traces):
+  computed = []
+  rows = smo._rows
+
+  def counted(problem, config, idx):
+    jax.debug.callback(lambda: computed.append(1))
+    return rows(problem, config, idx)
+
+  monkeypatch.setattr(smo, "_rows", counted)
+  x, y = _xor_set()
+  counts = {}
+  for m in (0, 5, 400):
+    computed.clear()
+    result = _raw_solve(x, y, row_cache=m, shrinking=False)
+    counts[m] = len(computed)
+  # Without a cache: rows i and j of every step, the last (exit) included.
+  assert counts[0] == 2 * (int(result.iterations) + 1)
+  # A cache of all rows computes each row once; 5 slots evict and recompute.
+  assert counts[400] < counts[5] < counts[0]
+
+
+def test_bad_row_cache_is_refused():
+  x, y = heart()
+  for bad in (-1, 2.5, True):
+    with pytest.raises(ValueError, match="row_cache must be"):
+      smo_train.wss2_train(x, y, row_cache=bad)
+  with pytest.raises(ValueError, match="row_cache must be"):
+    smo.SolverConfig(kernel=kernels.KernelSpec("rbf", gamma=1.0),
+                     row_cache=-3)
