@@ -143,8 +143,8 @@ def test_a_budget_below_one_trial_is_refused_before_any_run():
 
   with pytest.raises(memory.MemoryBudgetError,
                      match=r"^the audit's trials \(2,000 per side\) need an "
-                           r"estimated .* [KMG]iB even one at a time, above the "
-                           r"memory budget .*--memory_budget.*--trials"):
+                           r"estimated .* [KMG]iB even one at a time, above "
+                           r"the memory budget .*--memory_budget.*--trials"):
     auditing.audit(jax.random.key(0), counting, jnp.float32(0.0),
                    jnp.float32(1.0), statistic=_identity, delta=0.0,
                    trials=2_000, chunk=1_000, memory_budget=100_000)
