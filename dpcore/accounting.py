@@ -48,6 +48,24 @@ from dp_accounting import rdp as dp_rdp
 
 from dpcore import calibration, options, validation
 
+__all__ = [
+    "BudgetExceededError",
+    "Guarantee",
+    "LedgerEntry",
+    "NON_PRIVATE",
+    "PRIVACY_FIELDS",
+    "PrivacyLedger",
+    "calibrate_dpsgd_noise",
+    "dpsgd_epsilon",
+    "dpsgd_event",
+    "dpsgd_steps",
+    "gaussian_epsilon",
+    "no_guarantee_record",
+    "privacy_record",
+    "zcdp_epsilon",
+    "zcdp_event",
+]
+
 # A relation argument: a dpcore.options.Relation or its spelling.
 _Rel = options.Relation | str
 

@@ -16,6 +16,16 @@ from scipy import special
 
 from dpcore import validation
 
+__all__ = [
+    "MAX_EPSILON",
+    "check_calibrated_epsilon",
+    "gaussian_delta",
+    "gaussian_sigma",
+    "gaussian_sigma_analytic",
+    "gaussian_sigma_classic",
+    "laplace_scale",
+]
+
 
 def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
   """Scale b of the Laplace mechanism: b = Δ₁ / ε.

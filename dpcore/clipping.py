@@ -20,6 +20,19 @@ import numpy as np
 
 from dpcore import validation
 
+__all__ = [
+    "clip_rows",
+    "clip_to_box",
+    "clip_to_norm",
+    "clip_weights",
+    "clipped_sum",
+    "global_norm",
+    "normalize_rows",
+    "row_norms",
+    "scale_to_box",
+    "unit_rows",
+]
+
 
 def _power_of_two_unit(peak: jax.Array) -> jax.Array:
   """2^-k with 2^(2k) ≈ ``peak``: multiplying twice by it is exact and maps

@@ -45,6 +45,25 @@ from scipy import stats
 
 from dpcore import clipping, noise, validation
 
+__all__ = [
+    "DPAggregateState",
+    "GapTable",
+    "MAX_GAP_TABLE",
+    "PoissonBatch",
+    "SAMPLERS",
+    "choose_sampler",
+    "dp_aggregate",
+    "gap_table",
+    "inclusion_threshold",
+    "max_batch_size",
+    "num_steps",
+    "paper_noise_multiplier",
+    "poisson_batch",
+    "realised_sampling_rate",
+    "sampler_departure",
+    "truncation_probability",
+]
+
 
 class PoissonBatch(NamedTuple):
   """A Poisson-sampled batch padded to a fixed size.

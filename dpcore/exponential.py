@@ -26,6 +26,12 @@ import numpy as np
 
 from dpcore import noise, validation
 
+__all__ = [
+    "exponential_log_weights",
+    "exponential_mechanism",
+    "exponential_probabilities",
+]
+
 
 def _check_arguments(scores, epsilon, sensitivity, mask) -> None:
   """Shapes always (they are static); values where they are concrete."""

@@ -48,6 +48,19 @@ import jax.numpy as jnp
 
 from dpcore import validation
 
+__all__ = [
+    "TopK",
+    "canonical_signs",
+    "captured_variance",
+    "captured_variance_ratio",
+    "eigh",
+    "eigh_top_k",
+    "orthonormalize",
+    "subspace_distance",
+    "subspace_top_k",
+    "thin_svd",
+]
+
 
 def _eigh(m):
   return jnp.linalg.eigh(m)

@@ -36,6 +36,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = [
+    "BinaryCounts",
+    "accuracy",
+    "auc",
+    "binary_counts",
+    "binary_report",
+    "error_rate",
+    "f1",
+    "mcc",
+    "precision",
+    "predict_labels",
+    "recall",
+]
+
 
 class BinaryCounts(NamedTuple):
   """Confusion counts of a ±1 problem (+1 positive)."""

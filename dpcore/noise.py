@@ -97,6 +97,27 @@ from jax import lax
 
 from dpcore import validation
 
+__all__ = [
+    "CUTOFF_PER_DRAW",
+    "MAX_DRAWS_PER_CALL",
+    "coarse_uniform_from_words",
+    "cutoff_delta",
+    "exponential_from_uniform",
+    "exponential_noise",
+    "gaussian_from_uniform",
+    "gaussian_noise",
+    "gumbel_from_uniform",
+    "gumbel_noise",
+    "laplace_from_uniform",
+    "laplace_noise",
+    "objective_perturbation_noise",
+    "random_words",
+    "sphere_uniform",
+    "symmetric_from_upper",
+    "symmetric_gaussian_noise",
+    "two_sided_uniform_from_words",
+]
+
 try:  # The Threefry block itself: 64 bits per hash instead of 32.
   from jax.extend.random import threefry2x32_p as _THREEFRY
 except ImportError:  # pragma: no cover - older or future JAX

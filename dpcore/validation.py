@@ -17,6 +17,24 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+__all__ = [
+    "check_delta",
+    "check_epsilon",
+    "check_in_range",
+    "check_key",
+    "check_labels",
+    "check_matrix",
+    "check_non_negative",
+    "check_positive",
+    "check_positive_int",
+    "check_row_norms",
+    "check_rows",
+    "check_scale",
+    "check_shape",
+    "check_vector",
+    "is_concrete",
+]
+
 
 def _is_number(value) -> bool:
   """A real number: Python, NumPy or a concrete 0-d (JAX) array, not bool."""

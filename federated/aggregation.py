@@ -49,6 +49,18 @@ from jax.sharding import Mesh, PartitionSpec
 from dpcore import linalg, options, validation
 from federated import sharding
 
+__all__ = [
+    "TOPK",
+    "check_topk",
+    "model_aggregate",
+    "moments_aggregate",
+    "paper_aggregate",
+    "size_weights",
+    "subspace_aggregate",
+    "summed_over_participants",
+    "weighted_projector_sum",
+]
+
 TOPK = options.TOPK_METHODS
 """How :func:`subspace_aggregate` finds the top k (post-processing)."""
 

@@ -32,6 +32,24 @@ import numpy as np
 
 from dpcore import validation
 
+__all__ = [
+    "Buckets",
+    "Participants",
+    "bucket",
+    "bucket_index",
+    "bucket_lengths",
+    "check_sizes",
+    "even_sizes",
+    "gather",
+    "layout_record",
+    "pad",
+    "padded_rows",
+    "partition",
+    "partition_auto",
+    "partition_buckets",
+    "wants_buckets",
+]
+
 
 class Participants(NamedTuple):
   """Padded per-participant data.

@@ -26,6 +26,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from dpcore import validation
 
+__all__ = [
+    "AXIS",
+    "over_participants",
+    "participant_mesh",
+    "place",
+]
+
 AXIS = "participants"
 
 

@@ -32,6 +32,16 @@ import jax.numpy as jnp
 
 from dpcore import options, validation
 
+__all__ = [
+    "KERNELS",
+    "KernelSpec",
+    "decision_values",
+    "kernel_diagonal",
+    "kernel_matrix",
+    "kernel_rows",
+    "squared_norms",
+]
+
 KERNELS = options.KERNELS
 
 

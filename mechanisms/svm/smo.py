@@ -49,6 +49,30 @@ from jax import lax
 
 from mechanisms.svm import kernels, wss
 
+__all__ = [
+    "EXIT_REASONS",
+    "Problem",
+    "ROW_CACHE_BYTES",
+    "ROW_CACHE_SLOTS",
+    "RowCache",
+    "SMOResult",
+    "SMOState",
+    "SolverConfig",
+    "SolverParams",
+    "TAU",
+    "bias_and_objective",
+    "default_max_iter",
+    "default_row_cache",
+    "exit_reason",
+    "make_problem",
+    "row_cache_dtype",
+    "shrink",
+    "solve",
+    "solve_repeats",
+    "take_step",
+    "to_numpy",
+]
+
 EXIT_REASONS = {
     wss.RUNNING: "running",
     wss.STATIONARY: "stationary",

@@ -25,6 +25,26 @@ import numpy as np
 from dpcore import memory, validation
 from mechanisms.svm import kernels, smo, wss
 
+__all__ = [
+    "PRECOMPUTE_MAX_BYTES",
+    "PRECOMPUTE_MAX_BYTES_ACCELERATOR",
+    "PRECOMPUTE_SMALL",
+    "RBF",
+    "SVMModel",
+    "UNROLL_ACCELERATOR",
+    "check_memory_budget",
+    "check_svm_inputs",
+    "fixed_bytes",
+    "model_from_result",
+    "resolve_precompute",
+    "resolve_precompute_in_budget",
+    "resolve_row_cache",
+    "resolve_unroll",
+    "run_bytes",
+    "solver_setup",
+    "wss2_train",
+]
+
 PRECOMPUTE_SMALL = 2_000  # l up to which Q is always cached
 PRECOMPUTE_MAX_BYTES = 1 << 28  # 256 MiB cap on a cached Q (CPU)
 PRECOMPUTE_MAX_BYTES_ACCELERATOR = 1 << 31  # 2 GiB on a GPU/TPU

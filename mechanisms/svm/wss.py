@@ -60,6 +60,31 @@ from jax import lax
 
 from dpcore import exponential, options
 
+__all__ = [
+    "BITSET_MAX_BYTES",
+    "DPWSS",
+    "DPWSSParams",
+    "MAX_ITER",
+    "NO_CANDIDATE",
+    "PAIR_CHUNK",
+    "PairMemory",
+    "PrivateWSS",
+    "RUNNING",
+    "STATIONARY",
+    "Selection",
+    "WSS2",
+    "bitset_bytes",
+    "dpwss_scores",
+    "empty_memory",
+    "last_argmax",
+    "last_max",
+    "private_first_scores",
+    "private_second_scores",
+    "remember",
+    "seen_with",
+    "violation_sets",
+]
+
 # Exit codes of the solver (see ``smo.EXIT_REASONS``).
 RUNNING = 0
 STATIONARY = 1
@@ -408,7 +433,7 @@ class PrivateWSS(DPWSS):
   set), and the trained model. α, G and w = Σ α_t y_t x_t are exact
   functions of the data given τ, so they are NOT private; a private model
   needs its own mechanism, e.g.
-  :func:`mechanisms.erm.output_perturbation.private_linear_svm`, with its own
+  :func:`mechanisms.erm.output_perturbation.release`, with its own
   budget. Floating-point effects of the Gumbel-max draw are ignored, as
   everywhere in this library.
   """
