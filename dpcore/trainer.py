@@ -4,9 +4,11 @@ Two halves, so that the steps run are the steps accounted:
 
 * :func:`make_plan` (host side) fixes everything public about a run: N,
   q, the step count T (from ``steps`` or from ``epochs`` through
-  :func:`dpcore.dpsgd.num_steps`), C, σ and the padded batch size B. Its
-  :meth:`DPSGDPlan.record` writes the ledger entries of exactly that run
-  (T Poisson-subsampled Gaussian steps and the padding's truncation event).
+  :func:`dpcore.dpsgd.num_steps`), C, σ (given, or calibrated for a target
+  (ε, δ)), the padded batch size B, δ and the neighbouring relation (add or
+  remove one row: Poisson subsampling's). Its :meth:`DPSGDPlan.record`
+  writes the ledger entries of exactly that run (T Poisson-subsampled
+  Gaussian steps and the padding's truncation event).
   :func:`nonprivate_plan` describes the same batches without clipping or
   noise (a reference run; it has no guarantee and refuses to be recorded).
 * :func:`train` runs the plan: one ``lax.scan`` over T steps, each drawing
@@ -27,13 +29,13 @@ DP logistic regression in a few lines:
 ...   xi, yi = example
 ...   return optax.sigmoid_binary_cross_entropy(xi @ w, yi)
 >>> plan = trainer.make_plan(1000, sampling_rate=0.05, epochs=5,
-...                          clip_norm=1.0, noise_multiplier=1.0)
+...                          clip_norm=1.0, noise_multiplier=1.0, delta=1e-5)
 >>> result = trainer.train(jax.random.key(1), plan, loss, jnp.zeros(5),
 ...                        (x, y), optax.sgd(0.5))
 >>> float(jnp.mean((x @ result.params > 0) == y)) > 0.9
 True
 >>> ledger = accounting.PrivacyLedger()
->>> plan.record(ledger, delta=1e-5)
+>>> plan.record(ledger)
 >>> plan.steps, round(ledger.guarantee(1e-5).epsilon, 2)
 (100, 3.5)
 
@@ -57,6 +59,12 @@ from dpcore import accounting, clipping, dpsgd, ghost, options, validation
 RELATION = options.Relation.ADD_REMOVE
 """DP-SGD's relation: Poisson subsampling's amplification is proven for
 one row added or removed."""
+
+__all__ = [
+    "ClippedSumFn", "DPSGDPlan", "RELATION", "TrainKeys", "TrainResult",
+    "clipped_batch_sum", "make_plan", "nonprivate_plan",
+    "per_example_clipped_sum", "split_keys", "train",
+]
 
 PyTree = Any
 ClippedSumFn = Callable[[PyTree, PyTree, jax.Array, float], PyTree]
@@ -83,6 +91,14 @@ class DPSGDPlan:
       (:func:`dpcore.dpsgd.sampler_departure`; 0 for ``"bernoulli"``).
     private: False only for :func:`nonprivate_plan`'s plans: no clipping
       (C = ∞), no noise, no guarantee.
+    epsilon: the target ε that σ was calibrated for (:func:`make_plan`
+      with ``epsilon=``); None when σ was given directly (its guarantee is
+      the ledger's, from σ, q and T) or the plan is non-private.
+    delta: the δ at which :meth:`record` states the steps' stand-alone ε
+      (the calibration's target δ when ``epsilon`` is set); None when not
+      given (``record`` then needs ``delta=``) and for a non-private plan.
+    relation: add/remove one row (:data:`RELATION`): the relation
+      Poisson subsampling's amplification is proven under.
   """
   num_examples: int
   sampling_rate: float
@@ -94,14 +110,17 @@ class DPSGDPlan:
   sampler: str = "bernoulli"
   sampler_departure: float = 0.0
   private: bool = True
+  epsilon: float | None = None
+  delta: float | None = None
+  relation: options.Relation = RELATION
 
   @property
   def expected_batch_size(self) -> float:
     """qN, the public divisor of the noisy gradient sum."""
     return self.sampling_rate * self.num_examples
 
-  def record(self, ledger: accounting.PrivacyLedger, *, delta: float,
-             label: str = "dpsgd",
+  def record(self, ledger: accounting.PrivacyLedger, *,
+             delta: float | None = None, label: str = "dpsgd",
              padding_label: str = "poisson_batch_padding",
              sampler_label: str = "poisson_sampler_departure") -> None:
     """Records this run in ``ledger``: T sampled Gaussians + the padding.
@@ -109,7 +128,9 @@ class DPSGDPlan:
     Args:
       ledger: the run's ledger.
       delta: δ at which the steps' stand-alone ε is stated (basic
-        composition); the ledger's RDP/PLD ε is taken at its report δ.
+        composition; the ledger's RDP/PLD ε is taken at its report δ).
+        Default: the plan's ``delta``. Kept for plans made with σ and no
+        δ; given beside a plan's own δ it must equal it.
       label: the DP-SGD entry's label.
       padding_label: the truncation entry's label.
       sampler_label: the label of the sampler's departure from exact
@@ -117,7 +138,8 @@ class DPSGDPlan:
 
     Raises:
       ValueError: the plan has no guarantee (:func:`nonprivate_plan`, or
-        σ = 0).
+        σ = 0); no δ (neither the plan's nor ``delta``), or a ``delta``
+        other than the plan's.
     """
     if not self.private:
       raise ValueError(
@@ -129,10 +151,20 @@ class DPSGDPlan:
           "this plan has noise_multiplier=0 (no noise): it has no DP "
           "guarantee to record; report accounting.no_guarantee_record(...) "
           "instead.")
+    if delta is None:
+      delta = self.delta
+    elif self.delta is not None and delta != self.delta:
+      raise ValueError(
+          f"delta={delta} differs from the plan's delta={self.delta}; leave "
+          f"delta out (the plan's is used).")
+    if delta is None:
+      raise ValueError(
+          "this plan has no delta: give make_plan(..., delta=...) (or "
+          "record(ledger, delta=...)).")
     ledger.record_subsampled_gaussian(
         noise_multiplier=self.noise_multiplier,
         sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
-        label=label, relation=RELATION)
+        label=label, relation=self.relation)
     ledger.record_truncation(self.truncation_probability,
                              label=padding_label)
     if self.sampler_departure > 0:
@@ -140,20 +172,26 @@ class DPSGDPlan:
 
 
 def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
-              noise_multiplier: float, steps: int | None = None,
-              epochs: float | None = None, max_batch: int | None = None,
+              noise_multiplier: float | None = None,
+              epsilon: float | None = None, delta: float | None = None,
+              steps: int | None = None, epochs: float | None = None,
+              max_batch: int | None = None,
               overflow_probability: float = 1e-9,
               sampler: str = "auto") -> DPSGDPlan:
-  """Validates a DP-SGD run and derives its step count and batch size.
+  """Validates a DP-SGD run and derives its σ, step count and batch size.
 
   Args:
     num_examples: N.
     sampling_rate: q in (0, 1].
     clip_norm: C > 0.
-    noise_multiplier: σ ≥ 0 (for a target ε, take
-      :func:`dpcore.accounting.calibrate_dpsgd_noise` with the same
-      ``steps``/``epochs``). σ = 0 runs without noise, for tests only:
-      such a plan has no guarantee and :meth:`DPSGDPlan.record` refuses it.
+    noise_multiplier: σ ≥ 0, given directly; or None to calibrate it for
+      ``epsilon`` at ``delta`` (:func:`dpcore.accounting.calibrate_dpsgd_noise`
+      over this q and T). σ = 0 runs without noise, for tests only: such a
+      plan has no guarantee and :meth:`DPSGDPlan.record` refuses it.
+    epsilon: the target ε σ is calibrated for (only without
+      ``noise_multiplier``); the plan keeps it.
+    delta: δ of the target, and the δ at which the plan's record states
+      the steps' stand-alone ε (optional with ``noise_multiplier``).
     steps: T; or
     epochs: E, turned into T by :func:`dpcore.dpsgd.num_steps` (exactly
       one of the two).
@@ -165,15 +203,35 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
       gaps when B is small against N, else one coin per row), ``"gaps"``
       or ``"bernoulli"``. Either has Poisson sampling's law; the gaps'
       table quantisation is bounded and recorded (``sampler_departure``).
+
+  Returns:
+    A :class:`DPSGDPlan` (relation add/remove one row).
+
+  Raises:
+    ValueError: an argument out of range, or neither (or both) of
+      ``noise_multiplier`` and ``epsilon``; one line naming the fix.
   """
   num_examples = validation.check_positive_int(num_examples, "num_examples")
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
-  noise_multiplier = validation.check_non_negative(noise_multiplier,
-                                                   "noise_multiplier")
   steps = accounting.dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                                  epochs=epochs)
+  if delta is not None:
+    delta = validation.check_delta(delta)
+  if noise_multiplier is None:
+    if epsilon is None or delta is None:
+      raise ValueError(
+          "give noise_multiplier=, or epsilon= and delta= to calibrate it.")
+    epsilon = validation.check_epsilon(epsilon)
+    noise_multiplier = accounting.calibrate_dpsgd_noise(
+        epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
+        steps=steps)
+  elif epsilon is not None:
+    raise ValueError(
+        "give noise_multiplier= or epsilon= (σ calibrated for it), not both.")
+  noise_multiplier = validation.check_non_negative(noise_multiplier,
+                                                   "noise_multiplier")
   if max_batch is None:
     max_batch = dpsgd.max_batch_size(
         num_examples, sampling_rate=sampling_rate, steps=steps,
@@ -190,7 +248,7 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
       max_batch=max_batch, method=sampler)
   return DPSGDPlan(num_examples, sampling_rate, steps, clip_norm,
                    noise_multiplier, max_batch, truncation, sampler,
-                   departure)
+                   departure, epsilon=epsilon, delta=delta)
 
 
 def nonprivate_plan(num_examples: int, *, sampling_rate: float,

@@ -43,8 +43,14 @@ from dpcore import validation
 from federated import sharding
 from federated.partition import Participants
 
+__all__ = [
+    "check_settings", "gather", "global_mesh", "initialize",
+    "local_block", "participant_block", "place_local", "replicate",
+    "spans_processes", "train_arguments",
+]
+
 if TYPE_CHECKING:  # feddpdr imports this module: its types for the checker
-  from federated.feddpdr import Plan, TrainOutput
+  from federated.feddpdr import FedDPDRPlan, TrainOutput
 
 
 def initialize(coordinator_address: str | None = None,
@@ -224,7 +230,8 @@ def _pad_rows(array, n_max: int):
   return np.pad(array, widths)
 
 
-def train_arguments(key: jax.Array, local: Participants, plan: Plan, *,
+def train_arguments(key: jax.Array, local: Participants,
+                    plan: FedDPDRPlan, *,
                     seeds: int, mesh: Mesh) -> tuple:
   """The arguments of :func:`federated.feddpdr.train`, as global arrays.
 
@@ -237,7 +244,7 @@ def train_arguments(key: jax.Array, local: Participants, plan: Plan, *,
     local: this process's participants only (:func:`local_block`'s
       block, in order); they are padded to the largest participant of the
       whole run, so every process's block has the same shape.
-    plan: :func:`federated.feddpdr.prepare`'s calibration of all N
+    plan: :func:`federated.feddpdr.make_plan`'s calibration of all N
       participants (from their sizes, known to every process).
     seeds: number of repeats.
     mesh: :func:`global_mesh`'s mesh.

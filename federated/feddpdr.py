@@ -50,8 +50,9 @@ is what ``privacy`` reports (beside the paper's nominal ε, labelled).
 
 Top k. ``topk="eigh"`` (default) finds every top-k basis exactly (DP-PCA
 by ``eigh``, the server's aggregate by a thin SVD); ``topk="subspace"``
-uses block subspace iteration for both (:func:`mechanisms.pca.dp_pca.dp_pca`
-and :func:`federated.aggregation.subspace_aggregate`). Either is
+uses block subspace iteration for both
+(:func:`mechanisms.pca.dp_pca.noisy_basis` and
+:func:`federated.aggregation.subspace_aggregate`). Either is
 post-processing of the noisy matrices; the server's start block comes from
 :func:`server_key`, a stream no noise is drawn from.
 
@@ -65,12 +66,17 @@ Compilation. :class:`Config` is :class:`Static` (what shapes the compiled
 program: mechanism, k, λ, loss, aggregations, top-k, tol, max_iter) plus
 the budget (ε, δ, calibration, split, neighbouring), which reaches the
 program only through the traced per-participant arrays σ, p and θ of
-:class:`Plan`. :func:`train` is one module-level ``jax.jit`` with static
+:class:`FedDPDRPlan`. :func:`train` is one module-level ``jax.jit`` with static
 arguments, so a sweep over ε or δ reuses one executable (JAX's own
 cache), and ``nonpriv`` reuses the ``feddpdr`` one (:func:`program`).
 
+The shape (:mod:`dpcore.shape`): :func:`make_plan` calibrates a frozen
+:class:`FedDPDRPlan` (ε, δ, the relation, every participant's σ, p, θ),
+``plan.record(ledger)`` records one participant's releases, and
+:func:`release` is the training release of the plan.
+
 Orchestration. :func:`execute` is the one place a run is put together:
-checks, calibration (:func:`prepare`), the participant chunk against a
+checks, calibration (:func:`make_plan`), the participant chunk against a
 memory budget (:func:`plan_chunk`), training (one padded array, buckets,
 a local mesh, or a mesh over several processes,
 :mod:`federated.distributed`), evaluation and the summary with its
@@ -99,7 +105,7 @@ Privacy:
   XᵢᵀXᵢ + Zᵢ itself, which is exactly the Gaussian mechanism's output that
   DP-PCA's guarantee is about (its top k is post-processing of it): the
   same σ, the same ledger entry, the same privacy record as ``"subspace"``
-  (:func:`prepare` does not look at the aggregation); the server's sum and
+  (:func:`make_plan` does not look at the aggregation); the server's sum and
   its top k are post-processing.
 
 Unequal sizes. Participants padded to one length waste the work done on
@@ -112,7 +118,7 @@ are those of the single padded array up to rounding (:func:`train`).
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
+from functools import cached_property, partial
 from typing import NamedTuple
 
 import jax
@@ -127,6 +133,17 @@ from federated.partition import Buckets, Participants
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 
+__all__ = [
+    "AGGREGATIONS", "Config", "ConvergenceError", "DESCRIPTIONS",
+    "FedDPDRPlan", "MECHANISMS", "MODEL_AGGREGATIONS", "Mechanism",
+    "NEIGHBOURING", "NOMINAL_NOTE", "Outcome", "RELATION", "SERVER_STREAM",
+    "Static", "TOPK", "TrainOutput", "TrainingJob", "check_chunk",
+    "check_data", "check_settings", "choose_chunk", "describe", "evaluate",
+    "execute", "make_plan", "memory_estimate", "participant_keys",
+    "plan_chunk", "program", "release", "run", "server_key", "summarise",
+    "train", "train_arguments",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class Mechanism:
@@ -136,7 +153,7 @@ class Mechanism:
     name: the ``mechanism`` setting.
     label: its name in tables and plots (the paper's).
     private: it adds noise and claims a guarantee. ``nonpriv`` does not:
-      its plan switches the noise off (:func:`prepare`) and its record
+      its plan switches the noise off (:func:`make_plan`) and its record
       claims nothing.
     reduces: each participant projects its rows on a k-dimensional PCA
       basis before its fits (DP-PCA; exact PCA when not private). False:
@@ -226,7 +243,7 @@ class Config(Static):
 
   The fields of :class:`Static`, which shape the compiled program, and the
   budget (ε, δ, calibration, split, neighbouring), which only changes the
-  host-side calibration (:func:`prepare`) and reaches the program as
+  host-side calibration (:func:`make_plan`) and reaches the program as
   traced arrays.
   """
   epsilon: float = 0.1
@@ -324,18 +341,33 @@ def program(config: Config | Static) -> Static:
 
   A mechanism runs the program its :class:`Mechanism` names: ``nonpriv``
   runs the ``feddpdr`` program with the noise switched off by its traced
-  arguments (:func:`prepare`), so the baseline and every private budget
+  arguments (:func:`make_plan`), so the baseline and every private budget
   share one executable; every other mechanism is its own.
   """
   static = _static(config)
   return dataclasses.replace(static, mechanism=static.description.program)
 
 
+RELATION = options.Relation.REPLACE_ONE
+"""The relation every run is accounted under: one row of one participant
+replaced (objective perturbation's; DP-PCA's σ may be calibrated for
+add/remove, ``Config.neighbouring``, but is recorded under this)."""
+
+
 @dataclasses.dataclass(frozen=True)
-class Plan:
-  """Host-side calibration of one experiment (one entry per participant).
+class FedDPDRPlan:
+  """Host-side calibration of one experiment (see :func:`make_plan`).
 
   Attributes:
+    epsilon: the guarantee ε of every participant's releases at
+      ``delta``, as the ledger composes them (:attr:`privacy`'s
+      ``epsilon``); None for ``nonpriv``. The budget setting the noise was
+      calibrated from is :attr:`epsilon_nominal`.
+    delta: δ of the setting; None for ``nonpriv``.
+    relation: :data:`RELATION` (replace one row of one participant).
+    config: the experiment (its :func:`program` selects the compiled
+      program :func:`release` runs).
+    num_classes: K.
     sigma: (N,) DP-PCA noise σ (0 where there is no private PCA).
     n: (N,) true sizes, float.
     p: (N,) objective-perturbation p of each fit (∞ for ``nonpriv``:
@@ -344,11 +376,20 @@ class Plan:
     epsilon_pca: ε₁ (None without private PCA).
     epsilon_fit: ε of each classifier (None when non-private).
     num_fits: classifiers per participant (K, or 1 for K = 2).
-    privacy: the privacy record (fields ``accounting.PRIVACY_FIELDS``) of
-      every participant's ledger (:func:`participant_ledger`; all the same),
-      with the paper's nominal ε beside it; a no-guarantee record for
-      ``nonpriv``.
+    pca: the participants' DP-PCA plan (one σ for all), or None without
+      private PCA.
+    fits: the participants' objective-perturbation plans, one per
+      distinct size (their records do not depend on n), or () when
+      non-private.
+    epsilon_nominal: the budget setting ε the noise was calibrated from
+      (the paper's nominal figure ε₁ + ε₂; with ``budget_per_classifier``
+      the guarantee is larger); None for ``nonpriv``.
   """
+  epsilon: float | None
+  delta: float | None
+  relation: options.Relation
+  config: Config
+  num_classes: int
   sigma: np.ndarray
   n: np.ndarray
   p: np.ndarray
@@ -356,27 +397,66 @@ class Plan:
   epsilon_pca: float | None
   epsilon_fit: float | None
   num_fits: int
-  privacy: dict
+  pca: dp_pca.PcaPlan | None = None
+  fits: tuple = ()
+  epsilon_nominal: float | None = None
+
+  def record(self, ledger: accounting.PrivacyLedger) -> None:
+    """Records one participant's releases: DP-PCA, then its K fits.
+
+    Every participant's ledger holds the same entries (neither σ nor the
+    per-fit ε depends on nᵢ), so one ledger stands for each of them.
+    DP-PCA is recorded under replace-one (the relation objective
+    perturbation is proven under), whatever σ was calibrated for.
+
+    Raises:
+      ValueError: a ``nonpriv`` plan (no guarantee).
+    """
+    if not self.fits:
+      raise ValueError(
+          "this plan is non-private (nonpriv: no noise): it has no DP "
+          "guarantee to record; report "
+          "accounting.no_guarantee_record(accounting.NON_PRIVATE) instead.")
+    if self.pca is not None:
+      self.pca.record(ledger, relation=self.relation)
+    self.fits[0].record(ledger)
+
+  @cached_property
+  def privacy(self) -> dict:
+    """The privacy record (fields ``accounting.PRIVACY_FIELDS``) of every
+    participant's ledger (:meth:`record`), with the paper's nominal ε
+    beside it; a no-guarantee record for ``nonpriv``."""
+    if not self.fits:
+      return accounting.no_guarantee_record(accounting.NON_PRIVATE)
+    ledger = accounting.PrivacyLedger()
+    self.record(ledger)
+    return ledger.report(self.delta, nominal_epsilon=self.epsilon_nominal,
+                         nominal_note=NOMINAL_NOTE)
 
 
-def participant_ledger(*, sigma: float, epsilon_fit: float, num_fits: int,
-                       delta: float, has_pca: bool
-                       ) -> accounting.PrivacyLedger:
-  """The ledger of one participant's releases: DP-PCA, then K fits.
+def make_plan(sizes, *, d: int, num_classes: int,
+              config: Config) -> FedDPDRPlan:
+  """Validates the settings and calibrates every participant's noise.
 
-  DP-PCA is recorded under replace-one (the relation objective
-  perturbation is proven under), whatever σ was calibrated for.
+  Args:
+    sizes: every participant's rows (public).
+    d: the data dimension.
+    num_classes: K.
+    config: the experiment; its budget (ε, δ, calibration, split,
+      neighbouring) is calibrated here.
+
+  Returns:
+    A :class:`FedDPDRPlan`; :func:`release` trains under it and
+    ``plan.record(ledger)`` records one participant's releases.
+
+  Raises:
+    TypeError, ValueError: bad settings or sizes (one line, named).
+
+  Privacy: per participant, (ε₁, δ) DP-PCA (Gaussian on XᵀX, σ for the
+  configured relation) and K ε₂/K-DP objective-perturbation fits (ε₂
+  each with ``budget_per_classifier``), composed by the ledger under
+  replace-one (module docstring).
   """
-  ledger = accounting.PrivacyLedger()
-  if has_pca:
-    dp_pca.record(ledger, sigma=sigma, delta=delta,
-                  neighbouring=options.Relation.REPLACE_ONE)
-  op.record(ledger, epsilon=epsilon_fit, count=num_fits)
-  return ledger
-
-
-def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
-  """Validates the settings and calibrates every participant's noise."""
   if not isinstance(config, Config):
     raise TypeError(f"config must be a feddpdr.Config, got {config!r}.")
   config.check(d=d)
@@ -398,34 +478,37 @@ def prepare(sizes, *, d: int, num_classes: int, config: Config) -> Plan:
   if not config.private:
     # σ = 0, θ = 0 and p = ∞ turn the noise off inside the private
     # program (:func:`_train_one`); the record claims nothing.
-    return Plan(np.zeros(count), sizes.astype(np.float64),
-                np.full(count, np.inf), np.zeros(count), None, None, num_fits,
-                accounting.no_guarantee_record(accounting.NON_PRIVATE))
+    return FedDPDRPlan(None, None, RELATION, config, num_classes,
+                       np.zeros(count), sizes.astype(np.float64),
+                       np.full(count, np.inf), np.zeros(count), None, None,
+                       num_fits)
   eps_pca = config.epsilon * config.pca_fraction if has_pca else None
   eps_train = config.epsilon - eps_pca if has_pca else config.epsilon
   eps_fit = (eps_train if config.budget_per_classifier
              else eps_train / num_fits)
-  sigma = 0.0
+  sigma, pca_plan = 0.0, None
   if has_pca:
-    sigma = dp_pca.pca_sigma(
-        epsilon=eps_pca, delta=config.delta, calibration=config.calibration,
-        sensitivity=dp_pca.sensitivity(config.neighbouring))
-  c = op.curvature_bound(config.loss, h=config.huber_h)
+    pca_plan = dp_pca.make_plan(
+        epsilon=eps_pca, delta=config.delta, k=config.k, dim=d,
+        relation=config.neighbouring, calibration=config.calibration)
+    sigma = pca_plan.sigma
   # p and θ depend on nᵢ only: computed once per distinct size.
   distinct, which = np.unique(sizes, return_inverse=True)
-  params = [op.perturbation_params(epsilon=eps_fit, n=int(n_i),
-                                   lam=config.lam, c=c) for n_i in distinct]
-  # Neither σ nor the per-fit ε depends on nᵢ: every participant's ledger
-  # holds the same entries, so one report stands for each of them.
-  ledger = participant_ledger(sigma=sigma, epsilon_fit=eps_fit,
-                              num_fits=num_fits, delta=config.delta,
-                              has_pca=has_pca)
-  privacy = ledger.report(config.delta, nominal_epsilon=config.epsilon,
-                          nominal_note=NOMINAL_NOTE)
-  return Plan(np.full(count, sigma), sizes.astype(np.float64),
-              np.asarray([q.p for q in params])[which],
-              np.asarray([q.theta for q in params])[which], eps_pca, eps_fit,
-              num_fits, privacy)
+  params = [op.make_plan(epsilon=eps_fit, n=int(n_i), lam=config.lam,
+                         loss=config.loss, h=config.huber_h,
+                         num_classes=num_classes) for n_i in distinct]
+  plan = FedDPDRPlan(None, config.delta, RELATION, config,
+                     num_classes, np.full(count, sigma),
+                     sizes.astype(np.float64),
+                     np.asarray([q.p for q in params])[which],
+                     np.asarray([q.theta for q in params])[which], eps_pca,
+                     eps_fit, num_fits, pca_plan, tuple(params),
+                     epsilon_nominal=config.epsilon)
+  # The plan's ε is the guarantee its record composes to, not the setting.
+  privacy = plan.privacy
+  plan = dataclasses.replace(plan, epsilon=privacy["epsilon"])
+  plan.__dict__["privacy"] = privacy  # the cached record, computed once
+  return plan
 
 
 class TrainOutput(NamedTuple):
@@ -496,7 +579,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
   steps, so the outputs do not depend on the bucketing (up to rounding).
 
   ``nonpriv`` is the ``feddpdr`` program with the noise off by its traced
-  arguments (:func:`prepare`: σ = 0, θ = 0, p = ∞, so DP-PCA adds 0·Z and
+  arguments (:func:`make_plan`: σ = 0, θ = 0, p = ∞, so DP-PCA adds 0·Z and
   each fit's b has radius Gamma/∞ = 0): the samplers run, add nothing, and
   both share one executable.
   """
@@ -549,7 +632,7 @@ def _train_one(key, x, labels, mask, sigma, n, p, theta, index=None, *,
     bases = jnp.zeros((count, 0, 0), dtype)
   elif mech.reduces:
     local_pca = each(
-        lambda kk, xi, mi, si: dp_pca.dp_pca(
+        lambda kk, xi, mi, si: dp_pca.noisy_basis(
             kk, xi, mi, k=k, sigma=si, topk=static.topk).components)
     bases = in_order([local_pca(pick(pca_keys, w), xi, mi, pick(sigma, w))
                       for xi, _, mi, w in groups], groups)
@@ -631,7 +714,7 @@ def train(keys, x, labels, mask, sigma, n, p, theta, index=None, *,
     x: (N, n_max, d) float32 rows (‖x‖ ≤ 1).
     labels: (N, n_max) class indices.
     mask: (N, n_max) 1 for real rows.
-    sigma, n, p, theta: (N,) arrays of :class:`Plan` (traced).
+    sigma, n, p, theta: (N,) arrays of :class:`FedDPDRPlan` (traced).
     config: the experiment, or its :class:`Static` part (static).
     num_classes: K (static).
     mesh: optional participant mesh (static; :mod:`federated.sharding`).
@@ -720,7 +803,7 @@ def check_data(participants: Participants | Buckets, x_test, y_test, *,
 
 
 def train_arguments(key: jax.Array, participants: Participants | Buckets,
-                    plan: Plan, *, seeds: int, mesh=None) -> tuple:
+                    plan: FedDPDRPlan, *, seeds: int, mesh=None) -> tuple:
   """The positional arguments of :func:`train`, typed and placed.
 
   Call under ``jax.enable_x64(True)`` (the fits' arrays are float64).
@@ -731,7 +814,7 @@ def train_arguments(key: jax.Array, participants: Participants | Buckets,
       :class:`federated.partition.Buckets` (then x, labels and mask are
       tuples, one array per bucket, and a ninth argument, ``index``,
       follows: see :func:`train`).
-    plan: :func:`prepare`'s calibration for these participants.
+    plan: :func:`make_plan`'s calibration for these participants.
     seeds: number of repeats.
     mesh: optional participant mesh; per-participant arrays are split
       over it, the keys replicated (one padded array only).
@@ -893,10 +976,10 @@ def plan_chunk(configs, *, sizes, d: int, num_classes: int, seeds: int,
     if worst > budget:
       raise memory.MemoryBudgetError(
           f"{prefix}participant_chunk={chunk} needs an estimated "
-          f"{memory.gib(worst)}, above the memory budget of "
-          f"{memory.gib(budget)}; give a smaller {prefix}participant_chunk,"
-          f" leave it out to have one chosen, or raise "
-          f"{prefix}memory_budget.")
+          f"{memory.size_text(worst)}, above the memory budget of "
+          f"{memory.size_text(budget)}; give a smaller "
+          f"{prefix}participant_chunk, leave it out to have one chosen, or "
+          f"raise {prefix}memory_budget.")
     return chunk, worst
   chosen, estimate = None, 0
   for config in configs:
@@ -908,12 +991,12 @@ def plan_chunk(configs, *, sizes, d: int, num_classes: int, seeds: int,
   return chosen, estimate
 
 
-def summarise(plan: Plan, out: TrainOutput, accuracy, per_participant, *,
+def summarise(plan: FedDPDRPlan, out: TrainOutput, accuracy, per_participant, *,
               config: Config) -> dict:
   """The results of one trained experiment, after the convergence check.
 
   Args:
-    plan: :func:`prepare`'s calibration.
+    plan: :func:`make_plan`'s calibration.
     out: :func:`train`'s outputs (host arrays or device arrays).
     accuracy, per_participant: :func:`evaluate`'s outputs.
     config: the experiment.
@@ -986,16 +1069,74 @@ class Outcome(NamedTuple):
   """What :func:`execute` returns.
 
   Attributes:
-    plan: :func:`prepare`'s calibration of every participant.
+    plan: :func:`make_plan`'s calibration of every participant.
     output: :func:`train`'s outputs (copied to every process's host when
       the mesh spans several processes).
     summary: :func:`summarise`'s dict (results and the privacy record).
     chunk: the participants mapped at once (None: all at once).
   """
-  plan: Plan
+  plan: FedDPDRPlan
   output: TrainOutput
   summary: dict
   chunk: int | None
+
+
+def _job(key, plan, participants, *, seeds, mesh, chunk) -> TrainingJob:
+  """The :func:`train` call of ``plan`` (call under ``enable_x64``)."""
+  if mesh is not None and distributed.spans_processes(mesh):
+    args = distributed.train_arguments(key, participants, plan, seeds=seeds,
+                                       mesh=mesh)
+  else:
+    args = train_arguments(key, participants, plan, seeds=seeds, mesh=mesh)
+  return TrainingJob(args, program(plan.config), plan.num_classes, mesh,
+                     chunk)
+
+
+def release(key: jax.Array, plan: FedDPDRPlan,
+            participants: Participants | Buckets, *, seeds: int = 1,
+            mesh=None, chunk: int | None = None) -> TrainOutput:
+  """The training release of a plan: every participant's noisy steps.
+
+  ``seeds`` repeats (vmapped over ``split(key, seeds)``) of the plan's
+  mechanism: each participant's DP-PCA and its objective-perturbation
+  fits, and, for the federated mechanisms, the server's aggregation
+  (:func:`train`, the one compiled program, on :func:`train_arguments`).
+  :func:`execute` runs the same call inside the whole pipeline (checks,
+  memory, evaluation, summary).
+
+  Args:
+    key: PRNG key; repeat s uses ``split(key, seeds)[s]``.
+    plan: from :func:`make_plan`, for these participants' sizes.
+    participants: padded data (labels as class indices), or buckets; with
+      a mesh over several processes, this process's block
+      (:func:`distributed.local_block`).
+    seeds: repeats.
+    mesh: optional participant mesh (:mod:`federated.sharding`,
+      :func:`distributed.global_mesh`).
+    chunk: participants mapped at once (None: all).
+
+  Returns:
+    :class:`TrainOutput` (global arrays over several processes).
+
+  Raises:
+    TypeError, ValueError: a plan not from :func:`make_plan`, bad seeds
+      or chunk.
+
+  Privacy: per participant, exactly the releases ``plan.record`` accounts
+  (DP-PCA's Gaussian noise on XᵀX, and K objective-perturbation fits),
+  under replace-one of a row of that participant; the server's steps and
+  the average are post-processing. ``nonpriv`` plans draw zero noise and
+  claim nothing.
+  """
+  validation.check_key(key)
+  if not isinstance(plan, FedDPDRPlan):
+    raise TypeError(f"plan must be a FedDPDRPlan (from make_plan), got "
+                    f"{type(plan).__name__}.")
+  seeds = validation.check_positive_int(seeds, "seeds")
+  chunk = check_chunk(chunk)
+  with jax.enable_x64(True):
+    return _job(key, plan, participants, seeds=seeds, mesh=mesh,
+                chunk=chunk)()
 
 
 def execute(key: jax.Array, participants: Participants | Buckets, x_test,
@@ -1060,7 +1201,7 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
   first = (participants.groups[0] if isinstance(participants, Buckets)
            else participants)
   d = np.shape(first.x)[-1]
-  plan = prepare(sizes, d=d, num_classes=num_classes, config=config)
+  plan = make_plan(sizes, d=d, num_classes=num_classes, config=config)
   if memory_budget is not None:
     processes = (len({dev.process_index for dev in mesh.devices.flat})
                  if several else 1)
@@ -1070,13 +1211,7 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
                           processes=processes)
   check_data(participants, x_test, y_test, num_classes=num_classes)
   with jax.enable_x64(True):
-    if several:
-      args = distributed.train_arguments(key, participants, plan,
-                                         seeds=seeds, mesh=mesh)
-    else:
-      args = train_arguments(key, participants, plan, seeds=seeds,
-                             mesh=mesh)
-    job = TrainingJob(args, program(config), num_classes, mesh, chunk)
+    job = _job(key, plan, participants, seeds=seeds, mesh=mesh, chunk=chunk)
     out = job() if train_with is None else train_with(job)
     if several:  # local mechanisms are scored on every participant's model
       out = distributed.gather(

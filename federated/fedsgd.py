@@ -34,9 +34,10 @@ Trust models (``trust``), each with its own accounting:
   Gaussian (σ, q, T) under adding or removing one participant with all its
   rows.
 
-Host side, :func:`make_plan` fixes every public fact (P, n, q, T, C, σ,
-the padded batch B, the trust model) and :meth:`FedSGDPlan.record` writes
-the run's ledger entries; :func:`train` is the pure release, key first.
+Host side, :func:`make_plan` fixes every public fact (P, n, q, T, C, σ
+given or calibrated for a target (ε, δ), the padded batch B, the trust
+model, the relation) and :meth:`FedSGDPlan.record` writes the run's ledger
+entries; :func:`release` is the pure release, key first, plan second.
 Sizes (rows per participant, P) are public, as everywhere in
 :mod:`federated`.
 """
@@ -69,7 +70,7 @@ PyTree = Any
 
 __all__ = [
     "FedSGDPlan", "RELATION", "TRUST_MODELS", "accuracy", "make_plan",
-    "softmax_loss", "softmax_params", "train",
+    "release", "softmax_loss", "softmax_params",
 ]
 
 TRUST_MODELS = options.FEDSGD_TRUST_MODELS
@@ -89,10 +90,11 @@ _ASSUMPTIONS = {
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["noise_multiplier"],
+    jax.tree_util.register_dataclass,
+    data_fields=["noise_multiplier", "epsilon", "delta"],
     meta_fields=["trust", "num_participants", "rows", "total_rows",
                  "sampling_rate", "steps", "clip_norm", "row_plan",
-                 "truncation_probability", "sampler_departure"])
+                 "truncation_probability", "sampler_departure", "relation"])
 @dataclasses.dataclass(frozen=True)
 class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
@@ -109,13 +111,21 @@ class FedSGDPlan:
     row_plan: the per-participant :class:`dpcore.trainer.DPSGDPlan` of
       the row-level trust models (n rows, B, the sampler), else None. It
       only samples and clips: its own σ is 0, the noise is this plan's.
-
-  A pytree whose one leaf is σ: under ``jax.jit`` a plan passed as an
-  argument gives one compiled program for every ε of the same run shape.
     truncation_probability: P(some participant's batch exceeds B in some
       step), the union bound over participants (0 for ``"participant"``).
     sampler_departure: the samplers' departure from exact Poisson
       sampling, over all participants and steps.
+    epsilon: the target ε σ was calibrated for (:func:`make_plan` with
+      ``epsilon=``); None when σ was given directly (the guarantee is the
+      ledger's, from σ, q and T).
+    delta: the δ at which :meth:`record` states the steps' stand-alone ε
+      (the target's δ when ``epsilon`` is set).
+    relation: add/remove one row (for ``"participant"``, one participant
+      with all its rows): :data:`RELATION`.
+
+  A pytree whose leaves are σ, ε and δ (the budget; the other facts are
+  static): under ``jax.jit`` a plan passed as an argument gives one
+  compiled program for every ε of the same run shape.
   """
   trust: str
   num_participants: int
@@ -128,6 +138,9 @@ class FedSGDPlan:
   row_plan: trainer.DPSGDPlan | None
   truncation_probability: float
   sampler_departure: float
+  epsilon: float | None
+  delta: float | None
+  relation: options.Relation = RELATION
 
   @property
   def divisor(self) -> float:
@@ -148,10 +161,20 @@ class FedSGDPlan:
       return self.noise_multiplier * math.sqrt(self.num_participants)
     return self.noise_multiplier
 
-  def record(self, ledger: accounting.PrivacyLedger, *, delta: float,
+  def record(self, ledger: accounting.PrivacyLedger, *,
              label: str | None = None) -> None:
-    """Records the run: T subsampled Gaussians and the sampling events."""
+    """Records the run: T subsampled Gaussians and the sampling events.
+
+    The steps' stand-alone ε is stated at the plan's δ.
+
+    Raises:
+      ValueError: σ = 0 (no guarantee), or a plan without δ.
+    """
     label = label or f"fedsgd_{self.trust}"
+    delta = self.delta
+    if delta is None:
+      raise ValueError("this plan has no delta: give make_plan(..., "
+                       "delta=...).")
     if self.trust == "participant":
       if self.noise_multiplier <= 0:
         raise ValueError(
@@ -161,15 +184,15 @@ class FedSGDPlan:
       ledger.record_subsampled_gaussian(
           noise_multiplier=self.noise_multiplier,
           sampling_rate=self.sampling_rate, steps=self.steps, delta=delta,
-          label=label, relation=RELATION)
+          label=label, relation=self.relation)
       return
     # The row-level run is DP-SGD's own record (one path): the participants'
     # σ, and their padding and sampler events summed over participants.
     dataclasses.replace(
         self.row_plan, noise_multiplier=float(self.noise_multiplier),
         truncation_probability=self.truncation_probability,
-        sampler_departure=self.sampler_departure).record(
-            ledger, delta=delta, label=label)
+        sampler_departure=self.sampler_departure,
+        delta=float(delta)).record(ledger, label=label)
 
   def settings(self) -> dict:
     """JSON-ready public settings (for records)."""
@@ -187,8 +210,9 @@ class FedSGDPlan:
 
 
 def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
-              noise_multiplier: float, steps: int | None = None,
-              epochs: float | None = None,
+              noise_multiplier: float | None = None,
+              epsilon: float | None = None, delta: float | None = None,
+              steps: int | None = None, epochs: float | None = None,
               overflow_probability: float = 1e-9) -> FedSGDPlan:
   """Validates a federated DP-SGD run and derives its public facts.
 
@@ -198,13 +222,24 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     sampling_rate: q in (0, 1]: per row, or per participant for
       ``"participant"``.
     clip_norm: C > 0.
-    noise_multiplier: σ ≥ 0 (σ = 0: no noise and no guarantee, tests
-      only). Calibrate with :func:`dpcore.accounting.calibrate_dpsgd_noise`
-      at the same q and T.
+    noise_multiplier: σ ≥ 0, given directly (σ = 0: no noise and no
+      guarantee, tests only); or None to calibrate it for ``epsilon`` at
+      ``delta`` (:func:`dpcore.accounting.calibrate_dpsgd_noise` at this q
+      and T).
+    epsilon: the target ε (only without ``noise_multiplier``).
+    delta: the target's δ, and the δ the record states the steps' ε at
+      (needed by :meth:`FedSGDPlan.record`).
     steps: T; or
     epochs: E (T = round(E/q), :func:`dpcore.dpsgd.num_steps`).
     overflow_probability: the padded batch B of a participant is chosen so
       that P(any participant's batch exceeds it in any step) ≤ this.
+
+  Returns:
+    A :class:`FedSGDPlan`.
+
+  Raises:
+    ValueError: an argument out of range, or neither (or both) of
+      ``noise_multiplier`` and ``epsilon``.
   """
   options.check_one_of(trust, TRUST_MODELS, "trust")
   sizes = np.asarray(sizes)
@@ -215,8 +250,20 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
   q = validation.check_in_range(sampling_rate, "sampling_rate", 0.0, 1.0,
                                 high_inclusive=True)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
-  sigma = validation.check_non_negative(noise_multiplier, "noise_multiplier")
   steps = accounting.dpsgd_steps(sampling_rate=q, steps=steps, epochs=epochs)
+  if delta is not None:
+    delta = validation.check_delta(delta)
+  if noise_multiplier is None:
+    if epsilon is None or delta is None:
+      raise ValueError(
+          "give noise_multiplier=, or epsilon= and delta= to calibrate it.")
+    epsilon = validation.check_epsilon(epsilon)
+    noise_multiplier = accounting.calibrate_dpsgd_noise(
+        epsilon=epsilon, delta=delta, sampling_rate=q, steps=steps)
+  elif epsilon is not None:
+    raise ValueError(
+        "give noise_multiplier= or epsilon= (σ calibrated for it), not both.")
+  sigma = validation.check_non_negative(noise_multiplier, "noise_multiplier")
   overflow_probability = validation.check_in_range(
       overflow_probability, "overflow_probability", 0.0, 1.0)
   count, rows, total = int(sizes.size), int(sizes.max()), int(sizes.sum())
@@ -229,7 +276,7 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     truncation = min(1.0, count * row_plan.truncation_probability)
     departure = min(1.0, count * row_plan.sampler_departure)
   return FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
-                    row_plan, truncation, departure)
+                    row_plan, truncation, departure, epsilon, delta)
 
 
 def softmax_params(d: int, num_classes: int) -> dict:
@@ -287,7 +334,7 @@ def _noise_like(key, tree, stddev):
       for a, k in zip(leaves, keys, strict=True)])
 
 
-def train(key: jax.Array, plan: FedSGDPlan,
+def release(key: jax.Array, plan: FedSGDPlan,
           loss: Callable[[PyTree, PyTree], jax.Array], params: PyTree,
           x, y, mask, optimizer: optax.GradientTransformation, *,
           chunk: int | None = None) -> trainer.TrainResult:
@@ -313,8 +360,11 @@ def train(key: jax.Array, plan: FedSGDPlan,
     plan's guarantee) and the (participant) steps whose batch exceeded B,
     summed.
 
-  Privacy: see the module docstring and :meth:`FedSGDPlan.record`. The
-  row mask is bounded to [0, 1] and multiplies the batch mask, so a
+  Privacy: under :attr:`FedSGDPlan.relation` (add/remove one row; for
+  ``"participant"``, one participant), T steps of the Poisson-subsampled
+  Gaussian mechanism (sensitivity C, noise σC) as the module docstring
+  describes for each trust model, recorded by :meth:`FedSGDPlan.record`.
+  The row mask is bounded to [0, 1] and multiplies the batch mask, so a
   padding row never enters a sum.
   """
   validation.check_key(key)

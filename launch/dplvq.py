@@ -44,6 +44,14 @@ candidate won and how many trials ran. Without ``--tune`` the recipe is
 the flags' values, whose defaults are the paper's fixed recipe, chosen
 before any data were seen.
 
+Memory: before a setting trains, its ``--parallel`` vmapped runs are
+compiled and XLA's count of the program's buffers, plus the data and the
+runs' row indices, is compared with ``--memory_budget`` (default 3/4 of
+the memory available); where it does not fit, fewer runs are vmapped
+together (each run keeps its key and rows, and the progress line says how
+many); where even one run does not fit, the setting is refused in one
+line naming the estimate and the budget.
+
 Every flag is checked before any data is read or code compiled (a mistake
 ends with one ``error:`` line and exit status 2), including the number of
 SGD steps T = E/q of one run, refused above ``--max_steps``. Every run
@@ -61,13 +69,14 @@ import os
 
 from absl import flags
 
+from dpcore import options
 from launch import common
 
 _DATASET = flags.DEFINE_string("dataset", "digits", "mnist, segment, har, "
                                "digits, ... (launch.data.load_dataset).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
-_MODEL = flags.DEFINE_enum("model", "glvq", ["glvq", "gmlvq"], "Model.")
-_TRAINER = flags.DEFINE_enum("trainer", "dpsgd", ["dpsgd", "sgd", "bfgs"],
+_MODEL = flags.DEFINE_enum("model", "glvq", options.LVQ_MODELS, "Model.")
+_TRAINER = flags.DEFINE_enum("trainer", "dpsgd", options.LVQ_TRAINERS,
                              "DP-SGD, or the non-private SGD / L-BFGS.")
 _EPSILON = flags.DEFINE_float("epsilon", 1.5, "Total ε (init + DP-SGD).")
 _DELTA = flags.DEFINE_float("delta", 1e-5, "δ.")
@@ -77,18 +86,18 @@ _EPOCHS = flags.DEFINE_integer("epochs", 50, "Epochs E (T = E/q steps).")
 _LR = flags.DEFINE_float("lr", None, "SGD learning rate (default: 0.05 for "
                          "both models).")
 _SIGMA_RULE = flags.DEFINE_enum(
-    "sigma_rule", "accountant", ["accountant", "paper"],
+    "sigma_rule", "accountant", options.LVQ_SIGMA_RULES,
     "σ from the RDP accountant for ε₂, or the paper's 2q√(T log(1/δ))/ε₂ "
     "(the ε it actually gives is reported).")
 _INIT_FRACTION = flags.DEFINE_float("init_fraction", 0.2, "ε₁ / ε.")
 _INIT = flags.DEFINE_enum(
-    "init_mechanism", "laplace", ["laplace", "gaussian"],
+    "init_mechanism", "laplace", options.LVQ_INIT_MECHANISMS,
     "Private init: the paper's Laplace on counts and sums, or one Gaussian "
     "mechanism on both (L2 sensitivity √(1+d); δ split in halves).")
 _FOLDS = flags.DEFINE_integer("folds", 5, "Folds of the CV.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Repeats of the k-fold CV.")
 _TRAIN_ON = flags.DEFINE_enum(
-    "train_on", "auto", ["auto", "one_fold", "other_folds"],
+    "train_on", "auto", options.LVQ_TRAIN_ON,
     "auto: one fold for mnist (paper), the other folds otherwise.")
 _BOUNDS = flags.DEFINE_string(
     "bounds", "auto", "Feature bounds: 'auto' (the dataset's public bounds; "
@@ -98,10 +107,17 @@ _BOUNDS = flags.DEFINE_string(
 _RANK = flags.DEFINE_integer("rank", None, "Rank of Ω (default: full).")
 _NORMALISE = flags.DEFINE_bool("normalise", False,
                                "Project Ω to trace(ΩᵀΩ)=1 after each step.")
-_PHI = flags.DEFINE_enum("phi", "identity", ["identity", "sigmoid"], "Φ.")
+_PHI = flags.DEFINE_enum("phi", "identity", options.LVQ_PHIS, "Φ.")
 _PPC = flags.DEFINE_integer("prototypes_per_class", 1, "Prototypes/class.")
 _BFGS_ITERS = flags.DEFINE_integer("bfgs_iterations", 100, "L-BFGS steps.")
-_PARALLEL = flags.DEFINE_integer("parallel", 5, "Runs vmapped together.")
+_PARALLEL = flags.DEFINE_integer("parallel", 5, "Runs vmapped together "
+                                  "(fewer where --memory_budget needs it).")
+_MEMORY_BUDGET = flags.DEFINE_string(
+    "memory_budget", "auto",
+    "Memory the runs may use, e.g. 8G or 512M; auto: 3/4 of the memory the "
+    "system reports available. Fewer than --parallel runs are vmapped "
+    "together where their estimate exceeds it (the same runs); a setting "
+    "that does not fit even one run at a time is refused before training.")
 _GHOST = flags.DEFINE_bool("ghost_clipping", True,
                            "Closed-form per-example norms (else vmap(grad)).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the splits and the noise.")
@@ -143,7 +159,17 @@ def _settings(experiment):
       rank=_RANK.value, normalise=_NORMALISE.value, phi=_PHI.value,
       prototypes_per_class=_PPC.value, bfgs_iterations=_BFGS_ITERS.value,
       parallel=_PARALLEL.value, ghost_clipping=_GHOST.value,
-      seed=_SEED.value)
+      seed=_SEED.value, memory_budget=_memory_budget())
+
+
+def _memory_budget():
+  """``--memory_budget`` in bytes (``auto``: 3/4 of the memory available,
+  None where the system does not say)."""
+  from dpcore import memory  # pylint: disable=g-import-not-at-top
+  text = _MEMORY_BUDGET.value
+  if text.strip().lower() == "auto":
+    return memory.default_budget()
+  return common.parse_bytes(text, "--memory_budget")
 
 
 _TUNE_FLAGS = ("tune_expected_trials", "tune_distribution", "tune_eta",

@@ -136,7 +136,7 @@ def test_walks_the_steps_a_user_needs(notebook):
   source = "".join("".join(c["source"]) for c in notebook["cells"])
   for needed in ("clipping.unit_rows", "calibrate_dpsgd_noise",
                  "trainer.make_plan", "ghost.layered", "trainer.train",
-                 "plan.record(ledger", "ledger.report", "fedsgd.train"):
+                 "plan.record(ledger", "ledger.report", "fedsgd.release"):
     assert needed in source, needed
 
 

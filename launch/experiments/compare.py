@@ -487,16 +487,15 @@ class FedDPDRFamily:
       # the tuning's larger ε the recipe's 1e-9 does not fit δ = 1e-5.
       plan = fedsgd.make_plan(n_fit, trust="server", sampling_rate=q,
                               steps=steps, clip_norm=recipe.clip_norm,
-                              noise_multiplier=sigma,
+                              noise_multiplier=sigma, delta=delta,
                               overflow_probability=TUNE_OVERFLOW)
       ledger = accounting.PrivacyLedger()
-      plan.record(ledger, delta=delta)
+      plan.record(ledger)
       train = tuning.trial_privacy(ledger,
                                    description=f"candidate {i} training")
       trials.append(tuning.disjoint(train, score,
                                     description=f"candidate {i}"))
-      traced = dataclasses.replace(plan, noise_multiplier=np.asarray(
-          plan.noise_multiplier, np.float32))
+      traced = jax.tree.map(lambda v: np.asarray(v, np.float32), plan)
       runs.append((recipe, traced))
       facts.append({"candidate": i, "recipe": dataclasses.asdict(recipe),
                     "sampling_rate": q, "steps": steps,
@@ -690,10 +689,10 @@ class LVQFamily:
         if private else 0.0)
     plan = trainer.make_plan(n, sampling_rate=q, steps=steps,
                              clip_norm=SOFTMAX_RECIPE["clip_norm"],
-                             noise_multiplier=sigma)
+                             noise_multiplier=sigma, delta=delta)
     if private:
       ledger = accounting.PrivacyLedger()
-      plan.record(ledger, delta=delta)
+      plan.record(ledger)
       privacy = ledger.report(delta)
     else:
       privacy = accounting.no_guarantee_record(accounting.NON_PRIVATE)

@@ -35,8 +35,8 @@ KEY_FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
               "seed", "scaling", "rank", "normalise", "phi", "init_variant",
               "tune")
 DEFAULT_LR = {"glvq": 0.05, "gmlvq": 0.05}
-MODELS = ("glvq", "gmlvq")
-TRAINERS = ("dpsgd", "sgd", "bfgs")
+MODELS = lvq_train.MODELS
+TRAINERS = lvq_train.TRAINERS
 DEFAULT_MAX_STEPS = 200_000
 # --bounds=LOW,HIGH is refused when it covers less than this share of a
 # set's public range (most values would be clipped to the box's faces).
@@ -69,6 +69,7 @@ class Settings:
   parallel: int = 5
   ghost_clipping: bool = True
   seed: int = 0
+  memory_budget: int | None = None
 
   def learning_rate(self, model: str) -> float:
     return self.lr or DEFAULT_LR[model]
@@ -144,6 +145,9 @@ def check_settings(s: Settings, *, max_steps: int = DEFAULT_MAX_STEPS
         "give at least 1.")
   _flag("--parallel", s.parallel,
         isinstance(s.parallel, int) and s.parallel >= 1, "give at least 1.")
+  _flag("--memory_budget", s.memory_budget, s.memory_budget is None or (
+      isinstance(s.memory_budget, int) and s.memory_budget >= 1),
+        "give a size such as 8G, or auto.")
   _flag("--max_steps", max_steps,
         isinstance(max_steps, int) and max_steps >= 1, "give at least 1.")
   steps = lvq_eval.sgd_steps(s.epochs, s.q)
@@ -310,7 +314,8 @@ def run_setting(key: jax.Array, prepared: Prepared, settings: Settings, *,
       init_mechanism=s.init_mechanism)
   protocol = lvq_eval.Protocol(
       folds=s.folds, repeats=s.repeats,
-      train_on_one_fold=train_on == "one_fold", parallel_runs=s.parallel)
+      train_on_one_fold=train_on == "one_fold", parallel_runs=s.parallel,
+      memory_budget=s.memory_budget)
   record = lvq_eval.evaluate_setting(
       jax.random.fold_in(key, 0),
       jax.random.fold_in(jax.random.fold_in(key, 1), tag), prepared.x,
@@ -569,7 +574,7 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
   the run's own.
 
   Privacy: one trial reads the training rows (DP-SGD and the private init,
-  as recorded by ``lvq_train.privacy_plan``) and the held-out rows (the
+  as recorded by ``lvq_train.DPLVQPlan.record``) and the held-out rows (the
   Laplace count) — disjoint rows, so its RDP is the larger of the two
   curves (:func:`dpcore.tuning.disjoint`), and, whatever candidate it
   draws, at most the largest over the candidates
@@ -590,18 +595,20 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
       n, folds=s.folds, train_on_one_fold=one_fold,
       validation_fraction=options.validation_fraction)
   score = tuning.score_privacy(options.score_epsilon)
-  configs, trials, plans = [], [], []
+  configs, trials, plans, dp_plans = [], [], [], []
   for i, cand in enumerate(options.candidates):
     c = candidate_settings(s, cand)
     steps = lvq_eval.sgd_steps(c.epochs, c.q)
     max_batch = dpsgd.max_batch_size(n_train, sampling_rate=c.q,
                                      steps=steps)
-    plan = lvq_train.privacy_plan(
-        epsilon=epsilon, delta=s.delta, sampling_rate=c.q, epochs=c.epochs,
-        dim=dim, init_fraction=c.init_fraction, sigma_rule=c.sigma_rule,
-        init_mechanism=c.init_mechanism, num_examples=n_train,
-        max_batch=max_batch)
-    train = tuning.trial_privacy(plan.ledger,
+    plan = lvq_train.make_plan(
+        n_train, epsilon=epsilon, delta=s.delta, sampling_rate=c.q,
+        epochs=c.epochs, clip_norm=c.clip, dim=dim, max_batch=max_batch,
+        init_fraction=c.init_fraction, sigma_rule=c.sigma_rule,
+        init_mechanism=c.init_mechanism)
+    ledger = accounting.PrivacyLedger()
+    plan.record(ledger)
+    train = tuning.trial_privacy(ledger,
                                  description=f"candidate {i} training")
     trials.append(tuning.disjoint(train, score,
                                   description=f"candidate {i}"))
@@ -609,17 +616,14 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
                   "steps": steps, "max_batch": max_batch,
                   "epsilon_trial": trials[-1].epsilon(s.delta),
                   "learning_rate": c.learning_rate(model)})
+    dp_plans.append(plan)
     configs.append(lvq_train.TrainConfig(
         model=model, trainer="dpsgd", num_classes=prepared.num_classes,
         prototypes_per_class=c.prototypes_per_class, rank=c.rank,
         normalise=c.normalise, phi_kind=c.phi, epochs=c.epochs,
-        sampling_rate=c.q, clip_norm=c.clip,
-        noise_multiplier=plan.noise_multiplier,
-        learning_rate=c.learning_rate(model),
-        epsilon_init=plan.epsilon_init, max_batch=max_batch,
-        bfgs_iterations=c.bfgs_iterations, ghost_clipping=c.ghost_clipping,
-        init_mechanism=c.init_mechanism,
-        init_noise_multiplier=plan.init_noise_multiplier or 1.0))
+        sampling_rate=c.q, learning_rate=c.learning_rate(model),
+        max_batch=max_batch, bfgs_iterations=c.bfgs_iterations,
+        ghost_clipping=c.ghost_clipping))
   trial = tuning.any_of(*trials, description="one trial: a candidate drawn "
                         "uniformly at random, trained, and scored")
   guarantee = tuning.tuned_guarantee(trial, options.count, delta=s.delta)
@@ -640,9 +644,11 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
     k_train, k_score = jax.random.split(tuning.trial_key(tune_key, i))
     res = lvq_eval.evaluate_trial(
         split_key, k_train, prepared.x, prepared.y, configs[int(c)],
-        folds=s.folds, repeats=s.repeats, train_on_one_fold=one_fold,
+        plan=dp_plans[int(c)], folds=s.folds, repeats=s.repeats,
+        train_on_one_fold=one_fold,
         validation_fraction=options.validation_fraction,
-        parallel_runs=s.parallel, cache=cache)
+        parallel_runs=s.parallel, memory_budget=s.memory_budget,
+        cache=cache)
     scores = np.asarray(tuning.noisy_accuracy(
         k_score, res.correct, n_val, epsilon=options.score_epsilon))
     better = scores > best

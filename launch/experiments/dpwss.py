@@ -509,9 +509,9 @@ def repeats_chunk(shape, *, repeats, max_iter, dtype, memory_budget,
                               fix="--memory_budget")
   if layout.chunk is not None and progress is not None:
     progress(f"repeat chunk {layout.chunk} of {repeats} (estimated "
-             f"{memory.gib(layout.estimate)} of a "
-             f"{memory.gib(memory_budget)} memory budget; --memory_budget "
-             f"or --repeats to change)")
+             f"{memory.size_text(layout.estimate)} of a "
+             f"{memory.size_text(memory_budget)} memory budget; "
+             f"--memory_budget or --repeats to change)")
   return layout.chunk
 
 

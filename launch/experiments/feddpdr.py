@@ -160,7 +160,7 @@ def check_against_data(config: feddpdr.Config, *, d: int, num_classes: int,
   if num_classes < 2:
     raise ValueError(f"the data set has {num_classes} class(es); a "
                      f"classifier needs at least 2.")
-  feddpdr.prepare(sizes, d=d, num_classes=num_classes, config=config)
+  feddpdr.make_plan(sizes, d=d, num_classes=num_classes, config=config)
 
 
 def record_settings(config: feddpdr.Config) -> dict:
@@ -515,9 +515,10 @@ def _fedsgd_program(learning_rate: float, d: int, num_classes: int,
 
   def run(keys, plan, x, y, mask):
     def one(key):
-      return fedsgd.train(key, plan, fedsgd.softmax_loss,
-                          fedsgd.softmax_params(d, num_classes), x, y, mask,
-                          optax.sgd(learning_rate), chunk=chunk).params
+      return fedsgd.release(key, plan, fedsgd.softmax_loss,
+                            fedsgd.softmax_params(d, num_classes), x, y,
+                            mask, optax.sgd(learning_rate),
+                            chunk=chunk).params
     return jax.vmap(one)(keys)
 
   return run
@@ -526,10 +527,10 @@ def _fedsgd_program(learning_rate: float, d: int, num_classes: int,
 def fedsgd_program(args, *, learning_rate: float, d: int, num_classes: int,
                    chunk: int | None):
   """The seed-vmapped federated DP-SGD run as a function of ``args``
-  ``(keys, plan, x, y, mask)``: one jit for every ε of a run shape (σ is
-  the plan's one traced leaf), its trace kept beside JAX's persistent cache
-  when that is on (:mod:`launch.programs`, as for the FedDPDR program), so
-  a second run neither traces nor compiles it."""
+  ``(keys, plan, x, y, mask)``: one jit for every ε of a run shape (σ, ε
+  and δ are the plan's traced leaves), its trace kept beside JAX's
+  persistent cache when that is on (:mod:`launch.programs`, as for the
+  FedDPDR program), so a second run neither traces nor compiles it."""
   run = _fedsgd_program(learning_rate, d, num_classes, chunk)
   cache = jax.config.jax_compilation_cache_dir
   if not cache or jax.process_count() > 1:
@@ -540,7 +541,8 @@ def fedsgd_program(args, *, learning_rate: float, d: int, num_classes: int,
   stored = programs.load_or_export(
       lambda *a: tuple(jax.tree.leaves(run(*a))), args, name="fedsgd_train",
       cache_dir=cache,
-      settings=(dataclasses.replace(plan, noise_multiplier=0.0),
+      settings=(dataclasses.replace(plan, noise_multiplier=0.0,
+                                    epsilon=None, delta=None),
                 learning_rate, d, num_classes, chunk),
       compiler_options=compiler_options())
   return lambda *a: jax.tree.unflatten(treedef, stored(*a))
@@ -571,15 +573,15 @@ def run_fedsgd(prepared: Prepared, *, sizes, seed: int, seeds: int,
                            steps=steps)
   plan = fedsgd.make_plan(parts.sizes, trust=recipe.trust, sampling_rate=q,
                           steps=steps, clip_norm=recipe.clip_norm,
-                          noise_multiplier=sigma)
+                          noise_multiplier=sigma, delta=delta)
   ledger = accounting.PrivacyLedger()
-  plan.record(ledger, delta=delta)
+  plan.record(ledger)
   num_classes = len(prepared.classes)
   keys = jax.random.split(jax.random.fold_in(key, 3), seeds)
-  # σ enters the program as a float32 array (the value a jit would trace
-  # it as), so the program's stored trace is keyed by its shape.
-  traced = dataclasses.replace(plan, noise_multiplier=np.asarray(
-      plan.noise_multiplier, np.float32))
+  # The plan's leaves (σ, δ) enter the program as float32 arrays (the
+  # values a jit would trace them as), so its stored trace is keyed by
+  # their shapes.
+  traced = jax.tree.map(lambda v: np.asarray(v, np.float32), plan)
   args = (keys, traced, parts.x, parts.y.astype(np.int32), parts.mask)
   program = fedsgd_program(args, learning_rate=recipe.learning_rate,
                            d=prepared.x_train.shape[1],

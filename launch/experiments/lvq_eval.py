@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, dpsgd, validation
+from dpcore import accounting, auditing, dpsgd, memory, validation
 from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import model as lvq
 from mechanisms.lvq import train as lvq_train
@@ -32,7 +32,12 @@ def sgd_steps(epochs: int, sampling_rate: float) -> int:
 
 
 class CVResult(NamedTuple):
-  """Test errors of every run, shape (repeats, folds), and diagnostics."""
+  """Test errors of every run, shape (repeats, folds), and diagnostics.
+
+  ``parallel_runs`` is the number of runs vmapped at once (fewer than
+  asked where the memory budget needed it); ``memory_estimate`` the peak
+  bytes estimated for it (None without a budget's check).
+  """
   errors: np.ndarray
   overflow_steps: int
   final_costs: np.ndarray
@@ -40,6 +45,71 @@ class CVResult(NamedTuple):
   seconds: float
   n_train: int
   n_test: int
+  parallel_runs: int | None = None
+  memory_estimate: int | None = None
+
+
+MEMORY_FIX = ("the memory budget (--memory_budget); one run holds its "
+              "training and test rows, its Poisson batches (--q) and, "
+              "without --ghost_clipping, a gradient per example")
+
+
+def host_bytes(x, *index_arrays) -> int:
+  """Bytes a CV evaluation holds beside its compiled runs, whatever their
+  number: the data as given, its float32 copy on the device and the copy
+  the compiled program holds as a constant, and each run's row indices
+  (with their padded copy)."""
+  n, d = np.shape(x)
+  data = np.asarray(x).nbytes + 2 * (n * d * 4) + n * 8
+  return int(data + sum(2 * np.asarray(a).nbytes for a in index_arrays))
+
+
+def fit_runs(batched, args: tuple, *, parallel_runs: int,
+             memory_budget: int | None, host: int):
+  """The runs vmapped at once: ``parallel_runs``, or fewer to fit memory.
+
+  :func:`dpcore.auditing.fit_batch` over ``batched`` (the jitted,
+  vmapped run) compiled for the first runs of ``args`` (one array per
+  run argument, runs first): XLA's count of the compiled program's
+  buffers plus ``host`` bytes must fit ``memory_budget`` (None: no
+  check). Each run keeps its own key and rows, so the runs are the same
+  whatever the batch.
+
+  Returns:
+    ``(compiled, batch, estimate)``.
+
+  Raises:
+    dpcore.memory.MemoryBudgetError: even one run at a time exceeds the
+      budget (one line naming the estimate, the budget and the fix).
+  """
+  runs = args[0].shape[0]
+
+  def compile_at(batch):
+    return batched.lower(*(a[:batch] for a in args)).compile()
+
+  return auditing.fit_batch(
+      min(parallel_runs, runs), compile_at, budget=memory_budget,
+      host_bytes=host, what=f"the {runs} CV runs (folds x repeats)",
+      fix=MEMORY_FIX)
+
+
+def _pad_runs(chunk: int, runs: int, keys, *index_arrays):
+  """Repeats the last run up to a multiple of ``chunk`` (one compiled
+  shape; the repeats are dropped from the results)."""
+  pad = -(-runs // chunk) * chunk - runs
+  if not pad:
+    return (keys, *index_arrays)
+  keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
+  return (keys, *(np.concatenate([a, np.repeat(a[-1:], pad, 0)])
+                  for a in index_arrays))
+
+
+def _say_batch(progress, label, chunk, asked, estimate, budget):
+  if progress is not None and chunk < asked:
+    progress(f"{label}: {chunk} runs vmapped at once, not {asked} "
+             f"(estimated {memory.size_text(estimate)} of a "
+             f"{memory.size_text(budget)} memory budget; --memory_budget to "
+             f"change)")
 
 
 def cv_splits(key: jax.Array, n: int, *, folds: int, repeats: int,
@@ -66,10 +136,28 @@ def cv_splits(key: jax.Array, n: int, *, folds: int, repeats: int,
   return np.stack(train), np.stack(test)
 
 
+def _check_plan(config: lvq_train.TrainConfig, plan) -> None:
+  if (config.trainer == "dpsgd") != (plan is not None):
+    raise ValueError(
+        "trainer='dpsgd' needs plan= (lvq_train.make_plan for the training "
+        "rows), and the non-private trainers take none; got trainer="
+        f"{config.trainer!r} with plan={'given' if plan else None}.")
+
+
+def fit(key: jax.Array, plan: lvq_train.DPLVQPlan | None, x, y,
+        config: lvq_train.TrainConfig):
+  """One run's model: :func:`lvq_train.release` under ``plan`` for
+  ``"dpsgd"``, else the non-private :func:`lvq_train.train`."""
+  if plan is not None:
+    return lvq_train.release(key, plan, x, y, config)
+  return lvq_train.train(key, x, y, config)
+
+
 def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
              config: lvq_train.TrainConfig, *,
+             plan: lvq_train.DPLVQPlan | None = None,
              folds: int = 5, repeats: int = 5, train_on_one_fold: bool = False,
-             parallel_runs: int = 5,
+             parallel_runs: int = 5, memory_budget: int | None = None,
              progress: Callable[[str], None] | None = None) -> CVResult:
   """Trains and tests ``config`` on every fold of every repeat.
 
@@ -81,18 +169,25 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
     x: (n, d) pooled data in [−1, 1]^d.
     y: (n,) class indices 0..k−1.
     config: trainer settings (validated here).
+    plan: for ``config.trainer="dpsgd"``, the :class:`lvq_train.DPLVQPlan`
+      of one run's training rows (σ, C, B, the init's budget); None for
+      the non-private trainers.
     folds: k of k-fold CV.
     repeats: how many times the k-fold split is redrawn.
     train_on_one_fold: train on one fold, test on the others (MNIST).
     parallel_runs: runs vmapped together per compiled call.
+    memory_budget: bytes the evaluation may use (None: no check); where
+      ``parallel_runs`` runs at once would exceed it, fewer are vmapped
+      at once (:func:`fit_runs`), with the same keys and rows per run.
     progress: optional callback for progress lines.
 
   Returns:
     A :class:`CVResult`. Each trained model, when ``config.trainer`` is
-    ``"dpsgd"``, carries the guarantee of ``lvq_train.privacy_plan`` for
-    its own training set (the evaluation protocol is not a release).
+    ``"dpsgd"``, carries the guarantee of ``plan`` for its own training
+    set (the evaluation protocol is not a release).
   """
   config = config.validate()
+  _check_plan(config, plan)
   x = lvq_init.check_box(x, "x")
   y = lvq_init.check_classes_present(y, config.num_classes, "y")
   parallel_runs = validation.check_positive_int(parallel_runs,
@@ -113,26 +208,27 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
                                      config.prototypes_per_class)
 
   def one_run(run_key, tr, te):
-    res = lvq_train.train(run_key, xd[tr], yd[tr], config)
+    res = fit(run_key, plan, xd[tr], yd[tr], config)
     err = lvq.error_rate(res.params, xd[te], yd[te], labels)
-    return err, res.overflow_steps, res.final_cost
+    return err, res.overflow_steps, lvq_train.mean_cost(
+        res.params, xd[tr], yd[tr], config)
 
   batched = jax.jit(jax.vmap(one_run))
-  chunk = min(parallel_runs, runs)
-  n_chunks = -(-runs // chunk)
-  pad = n_chunks * chunk - runs
+  asked = min(parallel_runs, runs)
   keys = jax.random.split(train_key, runs)
-  if pad:  # repeat the last run to keep one compiled shape; dropped below
-    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
-    train_idx = np.concatenate([train_idx, np.repeat(train_idx[-1:], pad, 0)])
-    test_idx = np.concatenate([test_idx, np.repeat(test_idx[-1:], pad, 0)])
   if progress is not None:
-    progress(f"{config.model}/{config.trainer}: compiling {chunk} vmapped "
-             f"runs ({runs} runs in {n_chunks} chunk(s))")
+    progress(f"{config.model}/{config.trainer}: compiling {asked} vmapped "
+             f"runs ({runs} runs in {-(-runs // asked)} chunk(s))")
   start = time.perf_counter()
-  compiled = batched.lower(keys[:chunk], train_idx[:chunk],
-                           test_idx[:chunk]).compile()
+  compiled, chunk, estimate = fit_runs(
+      batched, (keys, train_idx, test_idx), parallel_runs=parallel_runs,
+      memory_budget=memory_budget, host=host_bytes(x, train_idx, test_idx))
   compile_seconds = time.perf_counter() - start
+  _say_batch(progress, f"{config.model}/{config.trainer}", chunk, asked,
+             estimate, memory_budget)
+  n_chunks = -(-runs // chunk)
+  keys, train_idx, test_idx = _pad_runs(chunk, runs, keys, train_idx,
+                                        test_idx)
   errs, overflow, costs = [], [], []
   start = time.perf_counter()
   for c in range(n_chunks):
@@ -153,7 +249,7 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
   return CVResult(errors, int(np.concatenate(overflow)[:runs].sum()),
                   np.concatenate(costs)[:runs].reshape(repeats, folds),
                   compile_seconds, seconds, train_idx.shape[1],
-                  test_idx.shape[1])
+                  test_idx.shape[1], chunk, estimate)
 
 
 def carve_validation(train_idx: np.ndarray, fraction: float
@@ -198,9 +294,11 @@ class TrialResult(NamedTuple):
 
 
 def evaluate_trial(split_key: jax.Array, train_key: jax.Array, x, y,
-                   config: lvq_train.TrainConfig, *, folds: int,
+                   config: lvq_train.TrainConfig, *,
+                   plan: lvq_train.DPLVQPlan | None = None, folds: int,
                    repeats: int, train_on_one_fold: bool,
                    validation_fraction: float, parallel_runs: int = 5,
+                   memory_budget: int | None = None,
                    cache: dict | None = None) -> TrialResult:
   """Trains ``config`` on every CV run's training rows minus held-out rows.
 
@@ -210,8 +308,11 @@ def evaluate_trial(split_key: jax.Array, train_key: jax.Array, x, y,
   number of held-out rows it classifies correctly (the input of a private
   score, e.g. :func:`dpcore.tuning.noisy_accuracy`). ``cache`` (a dict
   kept by the caller) reuses the compiled runs of a config seen before.
+  ``plan``, ``parallel_runs`` and ``memory_budget`` are as in
+  :func:`evaluate`.
   """
   config = config.validate()
+  _check_plan(config, plan)
   x = lvq_init.check_box(x, "x")
   y = lvq_init.check_classes_present(y, config.num_classes, "y")
   train_idx, test_idx = cv_splits(split_key, x.shape[0], folds=folds,
@@ -231,30 +332,36 @@ def evaluate_trial(split_key: jax.Array, train_key: jax.Array, x, y,
   labels = lvq_init.prototype_labels(config.num_classes,
                                      config.prototypes_per_class)
   xd, yd = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)
-  chunk = min(validation.check_positive_int(parallel_runs, "parallel_runs"),
-              runs)
-  if config not in cache:
+  parallel_runs = validation.check_positive_int(parallel_runs,
+                                                "parallel_runs")
+  if (config, plan) not in cache:
     def one_run(run_key, tr, va, te):
-      res = lvq_train.train(run_key, xd[tr], yd[tr], config)
+      res = fit(run_key, plan, xd[tr], yd[tr], config)
       err = lvq.error_rate(res.params, xd[te], yd[te], labels)
       correct = jnp.sum(lvq.predict(res.params, xd[va], labels) == yd[va])
       return err, correct, res.overflow_steps
-    cache[config] = jax.jit(jax.vmap(one_run))
-  batched = cache[config]
-  n_chunks = -(-runs // chunk)
-  pad = n_chunks * chunk - runs
+    cache[config, plan] = jax.jit(jax.vmap(one_run))
+  batched = cache[config, plan]
   keys = jax.random.split(train_key, runs)
-  if pad:
-    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], pad, axis=0)])
-    train_idx = np.concatenate([train_idx, np.repeat(train_idx[-1:], pad, 0)])
-    val_idx = np.concatenate([val_idx, np.repeat(val_idx[-1:], pad, 0)])
-    test_idx = np.concatenate([test_idx, np.repeat(test_idx[-1:], pad, 0)])
+  # Compiled once per config and shapes, for the runs that fit the memory
+  # budget (the same keys and rows per run whatever their number).
+  fitted = ("fitted", config, plan, parallel_runs, memory_budget,
+            train_idx.shape, val_idx.shape, test_idx.shape)
+  if fitted not in cache:
+    cache[fitted] = fit_runs(
+        batched, (keys, train_idx, val_idx, test_idx),
+        parallel_runs=parallel_runs, memory_budget=memory_budget,
+        host=host_bytes(x, train_idx, val_idx, test_idx))
+  compiled, chunk, _ = cache[fitted]
+  n_chunks = -(-runs // chunk)
+  keys, train_idx, val_idx, test_idx = _pad_runs(
+      chunk, runs, keys, train_idx, val_idx, test_idx)
   start = time.perf_counter()
   errs, corr, over = [], [], []
   for c in range(n_chunks):
     sl = slice(c * chunk, (c + 1) * chunk)
     e, k, o = jax.block_until_ready(
-        batched(keys[sl], train_idx[sl], val_idx[sl], test_idx[sl]))
+        compiled(keys[sl], train_idx[sl], val_idx[sl], test_idx[sl]))
     errs.append(np.asarray(e))
     corr.append(np.asarray(k))
     over.append(np.asarray(o))
@@ -318,11 +425,14 @@ class Protocol:
     repeats: how many times the k-fold split is redrawn.
     train_on_one_fold: train on one fold, test on the others (MNIST).
     parallel_runs: runs vmapped together per compiled call.
+    memory_budget: bytes the evaluation may use (None: no check); fewer
+      runs are vmapped together where ``parallel_runs`` would exceed it.
   """
   folds: int = 5
   repeats: int = 5
   train_on_one_fold: bool = False
   parallel_runs: int = 5
+  memory_budget: int | None = None
 
 
 def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y,
@@ -372,22 +482,22 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y,
   max_batch = dpsgd.max_batch_size(n_train, sampling_rate=sampling_rate,
                                    steps=steps)
   privacy = accounting.no_guarantee_record(accounting.NON_PRIVATE)
-  details = None
-  sigma = init_sigma = 0.0
-  eps_init = 0.1
+  details = plan = None
   if trainer == "dpsgd":
-    plan = lvq_train.privacy_plan(
-        epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
-        epochs=epochs, dim=dim, init_fraction=st.init_fraction,
-        sigma_rule=st.sigma_rule, init_mechanism=st.init_mechanism,
-        num_examples=n_train, max_batch=max_batch)
+    plan = lvq_train.make_plan(
+        n_train, epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
+        epochs=epochs, clip_norm=st.clip_norm, dim=dim,
+        max_batch=max_batch, init_fraction=st.init_fraction,
+        sigma_rule=st.sigma_rule, init_mechanism=st.init_mechanism)
+    ledger = accounting.PrivacyLedger()
+    plan.record(ledger)
     sigma, eps_init = plan.noise_multiplier, plan.epsilon_init
     init_sigma = plan.init_noise_multiplier
-    privacy = plan.ledger.report(
+    privacy = ledger.report(
         delta, nominal_epsilon=epsilon,
         nominal_note="the target total ε (private init + DP-SGD) the noise "
                      "was calibrated for")
-    sgd_entry = next(e for e in plan.ledger.entries if e.label == "dpsgd")
+    sgd_entry = next(e for e in ledger.entries if e.label == "dpsgd")
     details = {
         "noise_multiplier": sigma, "epsilon_init": eps_init,
         "epsilon_sgd": sgd_entry.epsilon,
@@ -403,16 +513,14 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y,
       model=st.model, trainer=trainer, num_classes=st.num_classes,
       prototypes_per_class=st.prototypes_per_class, rank=st.rank,
       normalise=st.normalise, phi_kind=st.phi_kind, epochs=epochs,
-      sampling_rate=sampling_rate, clip_norm=st.clip_norm,
-      noise_multiplier=sigma if trainer == "dpsgd" else 1.0,
-      learning_rate=st.learning_rate, epsilon_init=eps_init,
+      sampling_rate=sampling_rate, learning_rate=st.learning_rate,
       max_batch=max_batch, bfgs_iterations=st.bfgs_iterations,
-      ghost_clipping=st.ghost_clipping, init_mechanism=st.init_mechanism,
-      init_noise_multiplier=init_sigma or 1.0)
-  res = evaluate(split_key, train_key, x, y, config, folds=folds,
+      ghost_clipping=st.ghost_clipping)
+  res = evaluate(split_key, train_key, x, y, config, plan=plan, folds=folds,
                  repeats=pr.repeats,
                  train_on_one_fold=pr.train_on_one_fold,
-                 parallel_runs=pr.parallel_runs, progress=progress)
+                 parallel_runs=pr.parallel_runs,
+                 memory_budget=pr.memory_budget, progress=progress)
   return {
       "model": st.model, "trainer": trainer,
       "epsilon": epsilon if trainer == "dpsgd" else None,
@@ -434,4 +542,7 @@ def evaluate_setting(split_key: jax.Array, train_key: jax.Array, x, y,
       "bfgs_iterations": st.bfgs_iterations if trainer == "bfgs" else None,
       "ghost_clipping": st.ghost_clipping,
       "init_mechanism": st.init_mechanism,
+      "parallel_runs": res.parallel_runs,
+      "memory_estimate": res.memory_estimate,
+      "memory_budget": pr.memory_budget,
   }

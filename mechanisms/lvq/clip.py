@@ -31,6 +31,9 @@ import jax.numpy as jnp
 from dpcore import clipping
 from mechanisms.lvq import model as lvq
 
+__all__ = ["clipped_gradient_sum", "clipped_gradient_sum_vmap",
+           "per_example_gradients"]
+
 
 def per_example_gradients(params, x, y, prototype_labels, *,
                           phi_kind: str = "identity"):
@@ -65,7 +68,7 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
   """Σᵢ maskᵢ · clip_C(∇ℓᵢ) over a batch, and the per-example norms ‖∇ℓᵢ‖.
 
   A raw jit/vmap kernel (no host-side checks); its validated entry point
-  is :func:`mechanisms.lvq.train.train`.
+  is :func:`mechanisms.lvq.train.release`.
 
   Args:
     params: GLVQ or GMLVQ params.

@@ -5,9 +5,30 @@ counts N_j and the class sums S_j = Σ_{c(x)=j} x with Laplace noise and
 sets each prototype to S̃_j / Ñ_j. Data must lie in the box [−1, 1]^d
 (see :func:`check_box`; :func:`dpcore.clipping.scale_to_box` maps public
 bounds onto it and clips every coordinate).
+
+Two mechanisms, each in the one shape (:mod:`dpcore.shape`): the paper's
+Laplace initialisation (:func:`make_laplace_plan` → :class:`LaplacePlan`,
+:func:`release_laplace`) and a Gaussian alternative
+(:func:`make_gaussian_plan` → :class:`GaussianPlan`,
+:func:`release_gaussian`). The exact class means
+(:func:`class_mean_prototypes`) are the non-private reference.
+
+>>> import jax, jax.numpy as jnp
+>>> from dpcore import accounting
+>>> x = jax.random.uniform(jax.random.key(0), (200, 3), minval=-1.0)
+>>> y = jnp.arange(200) % 2
+>>> plan = make_laplace_plan(epsilon=1.0, dim=3)
+>>> release_laplace(jax.random.key(1), plan, x, y, num_classes=2).shape
+(2, 3)
+>>> ledger = accounting.PrivacyLedger()
+>>> plan.record(ledger)
+>>> round(ledger.guarantee(1e-5).epsilon, 6)
+1.0
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +36,13 @@ import numpy as np
 
 from dpcore import calibration, clipping, noise, options, validation
 from dpcore.accounting import PrivacyLedger
+
+__all__ = [
+    "BOX_TOLERANCE", "GaussianPlan", "LaplacePlan", "RELATION",
+    "check_box", "check_classes_present", "check_init_inputs",
+    "class_mean_prototypes", "make_gaussian_plan", "make_laplace_plan",
+    "prototype_labels", "release_gaussian", "release_laplace",
+]
 
 RELATION = options.Relation.ADD_REMOVE
 """The private inits' relation: one row added or removed (counts, sums)."""
@@ -114,18 +142,150 @@ def class_mean_prototypes(key: jax.Array, x, y, *, num_classes: int,
   return _spread(key, means, prototypes_per_class, jitter)
 
 
-def private_prototypes(key: jax.Array, x, y, *, num_classes: int, epsilon,
-                       prototypes_per_class: int = 1, min_count: float = 1.0,
-                       jitter: float = 0.01) -> jax.Array:
+@dataclasses.dataclass(frozen=True)
+class LaplacePlan:
+  """The public facts of the Laplace initialisation.
+
+  Made by :func:`make_laplace_plan`.
+
+  Attributes:
+    epsilon: ε₁ of the whole initialisation (ε₁/2 for the counts, ε₁/2
+      for the sums).
+    delta: 0 (pure ε-DP).
+    relation: add/remove one row (:data:`RELATION`).
+    dim: d; the class sums' L1 sensitivity (the counts' is 1).
+  """
+  epsilon: float
+  delta: float
+  relation: options.Relation
+  dim: int
+
+  @property
+  def count_scale(self) -> float:
+    """The counts' Laplace scale, 2/ε₁ (sensitivity 1 at ε₁/2)."""
+    return 2.0 / self.epsilon
+
+  @property
+  def sum_scale(self) -> float:
+    """The sums' Laplace scale, 2d/ε₁ (sensitivity d at ε₁/2)."""
+    return 2.0 * self.dim / self.epsilon
+
+  def record(self, ledger: PrivacyLedger) -> None:
+    """Records the two Laplace releases (class counts, class sums)."""
+    half = self.epsilon / 2.0
+    ledger.record_laplace(
+        scale=calibration.laplace_scale(epsilon=half, sensitivity=1.0),
+        sensitivity=1.0, label="init_class_counts", relation=self.relation)
+    ledger.record_laplace(
+        scale=calibration.laplace_scale(epsilon=half,
+                                        sensitivity=float(self.dim)),
+        sensitivity=float(self.dim), label="init_class_sums",
+        relation=self.relation)
+
+
+def make_laplace_plan(*, epsilon: float, dim: int) -> LaplacePlan:
+  """The paper's private initialisation at ε₁ on d features.
+
+  Args:
+    epsilon: ε₁ > 0 of the whole initialisation.
+    dim: d, the features (rows in [−1, 1]^d).
+
+  Returns:
+    A :class:`LaplacePlan`; :func:`release_laplace` draws its noise and
+    ``plan.record(ledger)`` accounts it.
+
+  Raises:
+    ValueError: ε₁ not finite and > 0, or d not a positive integer.
+
+  Privacy: see :func:`release_laplace`.
+  """
+  epsilon = validation.check_epsilon(epsilon, "epsilon_init")
+  dim = validation.check_positive_int(dim, "dim")
+  return LaplacePlan(epsilon, 0.0, RELATION, dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianPlan:
+  """The public facts of the Gaussian initialisation.
+
+  Made by :func:`make_gaussian_plan`.
+
+  Attributes:
+    epsilon: ε₁ the noise is calibrated for.
+    delta: δ₁, its stand-alone δ.
+    relation: add/remove one row (:data:`RELATION`).
+    dim: d.
+    noise_multiplier: σ_init, the noise std per unit of L2 sensitivity.
+  """
+  epsilon: float
+  delta: float
+  relation: options.Relation
+  dim: int
+  noise_multiplier: float
+
+  @property
+  def sensitivity(self) -> float:
+    """√(1 + d): the L2 sensitivity of the counts and sums together."""
+    return float(np.sqrt(1.0 + self.dim))
+
+  def record(self, ledger: PrivacyLedger) -> None:
+    """Records the one Gaussian release (stand-alone δ = ``delta``)."""
+    sens = self.sensitivity
+    ledger.record_gaussian(sigma=self.noise_multiplier * sens,
+                           sensitivity=sens, delta=self.delta,
+                           label="init_gaussian_counts_sums",
+                           relation=self.relation)
+
+
+def make_gaussian_plan(*, epsilon: float, delta: float,
+                       dim: int) -> GaussianPlan:
+  """The Gaussian initialisation, (ε₁, δ₁)-DP on d features.
+
+  Args:
+    epsilon: ε₁.
+    delta: δ₁.
+    dim: d.
+
+  Returns:
+    A :class:`GaussianPlan` whose σ_init is
+    ``calibration.gaussian_sigma_analytic(ε₁, δ₁, 1)`` (per unit of
+    sensitivity).
+
+  Raises:
+    ValueError: an argument out of range, named.
+
+  Privacy: see :func:`release_gaussian`.
+  """
+  epsilon = validation.check_epsilon(epsilon, "epsilon_init")
+  delta = validation.check_delta(delta)
+  dim = validation.check_positive_int(dim, "dim")
+  sigma = calibration.gaussian_sigma_analytic(epsilon=epsilon, delta=delta,
+                                              sensitivity=1.0)
+  return GaussianPlan(epsilon, delta, RELATION, dim, sigma)
+
+
+def _check_plan(plan, kind, x):
+  if not isinstance(plan, kind):
+    raise TypeError(f"plan must be a {kind.__name__} (from make_"
+                    f"{kind.__name__[:-4].lower()}_plan), got {plan!r}.")
+  if jnp.shape(x)[1] != plan.dim:
+    raise ValueError(f"x has {jnp.shape(x)[1]} features and the plan "
+                     f"dim={plan.dim}; make the plan with dim=x.shape[1].")
+
+
+def release_laplace(key: jax.Array, plan: LaplacePlan, x, y, *,
+                    num_classes: int, prototypes_per_class: int = 1,
+                    min_count: float = 1.0,
+                    jitter: float = 0.01) -> jax.Array:
   """Class means from Laplace-noised counts and sums (jit/vmap-friendly).
 
   Args:
     key: PRNG key (consumed).
+    plan: from :func:`make_laplace_plan` (ε₁, d).
     x: (n, d) data in [−1, 1]^d (checked host-side by :func:`check_box`;
       clipped to the box here too, so the sensitivity holds for any input).
     y: (n,) class indices in 0..k−1.
     num_classes: k (public).
-    epsilon: ε₁ of the whole initialisation (may be traced).
     prototypes_per_class: prototypes per class (all start at the noisy mean
       plus data-independent jitter).
     min_count: noisy counts are floored at this before dividing (guards
@@ -140,14 +300,15 @@ def private_prototypes(key: jax.Array, x, y, *, num_classes: int, epsilon,
   the class sums over [−1, 1]^d have L1 sensitivity d (one row changes one
   class's sum by at most 1 per coordinate) and get Laplace(2d/ε₁). Each is
   ε₁/2-DP, together ε₁-DP (basic composition); dividing, flooring and
-  clipping are post-processing. Record with :func:`record_private_init`.
+  clipping are post-processing. ``plan.record(ledger)`` accounts it.
 
   Raises:
-    TypeError, ValueError: by :func:`check_init_inputs`, or a concrete
-      ``epsilon`` that is not finite and > 0.
+    TypeError, ValueError: by :func:`check_init_inputs`, a plan of another
+      kind, or a plan for another d.
   """
   check_init_inputs(key, x, y, num_classes)
-  validation.check_scale(epsilon, "epsilon", allow_zero=False)
+  _check_plan(plan, LaplacePlan, x)
+  epsilon = plan.epsilon
   d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
@@ -163,11 +324,10 @@ def private_prototypes(key: jax.Array, x, y, *, num_classes: int, epsilon,
   return _spread(spread_key, means, prototypes_per_class, jitter)
 
 
-def gaussian_private_prototypes(key: jax.Array, x, y, *, num_classes: int,
-                                noise_multiplier,
-                                prototypes_per_class: int = 1,
-                                min_count: float = 1.0,
-                                jitter: float = 0.01) -> jax.Array:
+def release_gaussian(key: jax.Array, plan: GaussianPlan, x, y, *,
+                     num_classes: int, prototypes_per_class: int = 1,
+                     min_count: float = 1.0,
+                     jitter: float = 0.01) -> jax.Array:
   """Class means from Gaussian-noised counts and sums (an alternative).
 
   Not the paper's mechanism: the counts and the class sums form one query
@@ -178,24 +338,24 @@ def gaussian_private_prototypes(key: jax.Array, x, y, *, num_classes: int,
 
   Args:
     key: PRNG key (consumed).
+    plan: from :func:`make_gaussian_plan` (σ_init, d).
     x: (n, d) data in [−1, 1]^d (clipped to the box here).
     y: (n,) class indices.
     num_classes: k.
-    noise_multiplier: σ_init, the noise std per unit of L2 sensitivity.
     prototypes_per_class, min_count, jitter: as in
-      :func:`private_prototypes`.
+      :func:`release_laplace`.
 
   Privacy: the Gaussian mechanism with noise multiplier σ_init on a query
-  of L2 sensitivity √(1 + d) (add/remove-one); (ε₁, δ₁)-DP for σ_init from
-  ``calibration.gaussian_sigma_analytic(ε₁, δ₁, 1)``. Record with
-  :func:`record_gaussian_init`.
+  of L2 sensitivity √(1 + d) (add/remove-one); (ε₁, δ₁)-DP, the plan's
+  calibration. ``plan.record(ledger)`` accounts it.
 
   Raises:
-    TypeError, ValueError: by :func:`check_init_inputs`, or a concrete
-      ``noise_multiplier`` that is not finite and ≥ 0.
+    TypeError, ValueError: by :func:`check_init_inputs`, a plan of another
+      kind, or a plan for another d.
   """
   check_init_inputs(key, x, y, num_classes)
-  validation.check_scale(noise_multiplier, "noise_multiplier")
+  _check_plan(plan, GaussianPlan, x)
+  noise_multiplier = plan.noise_multiplier
   d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
@@ -210,26 +370,3 @@ def gaussian_private_prototypes(key: jax.Array, x, y, *, num_classes: int,
   means = noisy_sums / jnp.maximum(noisy_counts, min_count)[:, None]
   means = jnp.clip(means, -1.0, 1.0)
   return _spread(spread_key, means, prototypes_per_class, jitter)
-
-
-def record_gaussian_init(ledger: PrivacyLedger, *, noise_multiplier: float,
-                         dim: int, delta: float) -> None:
-  """Records :func:`gaussian_private_prototypes` (stand-alone δ ``delta``)."""
-  sens = float(np.sqrt(1.0 + validation.check_positive_int(dim, "dim")))
-  ledger.record_gaussian(sigma=noise_multiplier * sens, sensitivity=sens,
-                         delta=delta, label="init_gaussian_counts_sums",
-                         relation=RELATION)
-
-
-def record_private_init(ledger: PrivacyLedger, *, epsilon: float, dim: int
-                        ) -> None:
-  """Records the two Laplace releases of :func:`private_prototypes`."""
-  epsilon = validation.check_epsilon(epsilon, "epsilon_init")
-  dim = validation.check_positive_int(dim, "dim")
-  half = epsilon / 2.0
-  ledger.record_laplace(
-      scale=calibration.laplace_scale(epsilon=half, sensitivity=1.0),
-      sensitivity=1.0, label="init_class_counts", relation=RELATION)
-  ledger.record_laplace(
-      scale=calibration.laplace_scale(epsilon=half, sensitivity=float(dim)),
-      sensitivity=float(dim), label="init_class_sums", relation=RELATION)

@@ -40,6 +40,12 @@ import jax.numpy as jnp
 
 from dpcore import options, validation
 
+__all__ = [
+    "Forward", "PHIS", "cost", "error_rate", "example_loss", "forward",
+    "init_omega", "is_gmlvq", "normalise_omega", "per_example_loss", "phi",
+    "predict", "project", "relative_difference", "squared_distances",
+]
+
 PHIS = options.LVQ_PHIS
 
 

@@ -1,13 +1,16 @@
 """Training G(M)LVQ: DP-SGD (private), plain SGD and L-BFGS (non-private).
 
-All trainers are pure functions ``train(key, x, y, ...)`` returning a
-:class:`dpcore.trainer.TrainResult`; they run a ``lax.scan`` over steps, so
-they jit and vmap over folds and repeats. DP-SGD and plain SGD are both
-:func:`dpcore.trainer.train`, on a :func:`dpcore.trainer.make_plan` and a
-:func:`dpcore.trainer.nonprivate_plan` of the same batches. The host-side
-:func:`make_plan` turns (ε, δ, q, E) into a :class:`DPLVQPlan`: the private
-initialisation's facts and the :class:`dpcore.trainer.DPSGDPlan` of the
-steps, whose :meth:`DPLVQPlan.record` writes both into a ledger.
+The private model is a mechanism of the one shape (:mod:`dpcore.shape`):
+the host-side :func:`make_plan` turns (ε, δ, q, E) into a frozen
+:class:`DPLVQPlan` — the private initialisation's plan
+(:mod:`mechanisms.lvq.init`) and the :class:`dpcore.trainer.DPSGDPlan` of
+the steps — whose :meth:`DPLVQPlan.record` writes both into a ledger, and
+:func:`release` trains under it: σ, C, B, q and T come from the plan, the
+model's settings from a :class:`TrainConfig`. The non-private references,
+plain SGD over the same Poisson batches (:func:`train_sgd`, on a
+:func:`dpcore.trainer.nonprivate_plan`) and L-BFGS (:func:`train_bfgs`),
+are :func:`train`. All return a :class:`dpcore.trainer.TrainResult` and
+run a ``lax.scan``, so they jit and vmap over folds and repeats.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import optax
 
 from dpcore import (
     accounting,
-    calibration,
     dpsgd,
     options,
     trainer,
@@ -29,6 +31,12 @@ from dpcore import (
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import model as lvq
+
+__all__ = [
+    "DPLVQPlan", "INIT_MECHANISMS", "MODELS", "RELATION", "SAMPLER",
+    "SIGMA_RULES", "TRAINERS", "TrainConfig", "init_params", "make_plan",
+    "mean_cost", "release", "train", "train_bfgs", "train_sgd",
+]
 
 MODELS = options.LVQ_MODELS
 TRAINERS = options.LVQ_TRAINERS
@@ -43,29 +51,28 @@ SAMPLER = "bernoulli"
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Static settings of one training run.
+  """Static settings of one training run: the model and its optimiser.
+
+  The privacy facts of a DP-SGD run (C, σ, the initialisation's ε₁ or
+  σ_init) are not here: they are the :class:`DPLVQPlan`'s, which
+  :func:`release` takes.
 
   Attributes:
     model: ``"glvq"`` or ``"gmlvq"``.
-    trainer: ``"dpsgd"``, ``"sgd"`` (non-private, same Poisson batches) or
-      ``"bfgs"`` (non-private full-batch L-BFGS).
+    trainer: ``"dpsgd"`` (:func:`release`), ``"sgd"`` (non-private, same
+      Poisson batches) or ``"bfgs"`` (non-private full-batch L-BFGS).
     num_classes: k.
     prototypes_per_class: prototypes per class.
     rank: rows of Ω (None: full, r = d).
     normalise: project Ω to trace(ΩᵀΩ) = 1 after every update (sklvq); the
       paper does not.
     phi_kind: ``"identity"`` (paper) or ``"sigmoid"``.
-    epochs: E; the number of steps is T = round(E / q).
-    sampling_rate: q.
-    clip_norm: C.
-    noise_multiplier: σ (DP-SGD only; ``DPLVQPlan.noise_multiplier``).
+    epochs: E; the number of steps is T = round(E / q) (for DP-SGD, the
+      plan's: :func:`release` checks that they agree).
+    sampling_rate: q (for DP-SGD, the plan's).
     learning_rate: SGD step size on the averaged gradient.
-    epsilon_init: ε₁ of the private initialisation (DP-SGD only).
-    init_mechanism: ``"laplace"`` (paper) or ``"gaussian"`` (see
-      :func:`lvq_init.gaussian_private_prototypes`).
-    init_noise_multiplier: σ_init of the Gaussian initialisation.
-    max_batch: padded Poisson batch size (from :func:`dpsgd.max_batch_size`;
-      for DP-SGD the plan's, ``DPLVQPlan.dpsgd.max_batch``).
+    max_batch: padded Poisson batch size (for DP-SGD, the plan's
+      ``dpsgd.max_batch``).
     bfgs_iterations: L-BFGS iterations.
     ghost_clipping: closed-form per-example norms (True) or vmap(grad).
   """
@@ -78,12 +85,7 @@ class TrainConfig:
   phi_kind: str = "identity"
   epochs: int = 50
   sampling_rate: float = 0.01
-  clip_norm: float = 0.5
-  noise_multiplier: float = 1.0
   learning_rate: float = 0.05
-  epsilon_init: float = 0.1
-  init_mechanism: str = "laplace"
-  init_noise_multiplier: float = 1.0
   max_batch: int = 256
   bfgs_iterations: int = 100
   ghost_clipping: bool = True
@@ -92,13 +94,6 @@ class TrainConfig:
     """T, by :func:`dpcore.dpsgd.num_steps` (the accountant's rule)."""
     return dpsgd.num_steps(epochs=self.epochs,
                            sampling_rate=self.sampling_rate)
-
-  def dpsgd_plan(self, num_examples: int) -> trainer.DPSGDPlan:
-    """The :class:`~dpcore.trainer.DPSGDPlan` this config runs on N rows."""
-    return trainer.make_plan(
-        num_examples, sampling_rate=self.sampling_rate, epochs=self.epochs,
-        clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
-        max_batch=self.max_batch, sampler=SAMPLER)
 
   def sgd_plan(self, num_examples: int) -> trainer.DPSGDPlan:
     """The non-private plan of plain SGD: the same batches, no clip/noise."""
@@ -121,17 +116,10 @@ class TrainConfig:
     validation.check_positive_int(self.epochs, "epochs")
     validation.check_in_range(self.sampling_rate, "q (sampling_rate)", 0.0,
                               1.0, high_inclusive=True)
-    validation.check_positive(self.clip_norm, "clip (clip_norm)")
     validation.check_positive(self.learning_rate, "learning_rate")
     validation.check_positive_int(self.max_batch, "max_batch")
     if self.rank is not None:
       validation.check_positive_int(self.rank, "rank")
-    if self.init_mechanism not in INIT_MECHANISMS:
-      raise ValueError(f"init_mechanism must be one of {INIT_MECHANISMS}, "
-                       f"got {self.init_mechanism!r}.")
-    if self.trainer == "dpsgd":
-      validation.check_positive(self.noise_multiplier, "noise_multiplier")
-      validation.check_epsilon(self.epsilon_init, "epsilon_init")
     return self
 
 
@@ -142,29 +130,47 @@ class DPLVQPlan:
   Attributes:
     epsilon: the target total ε (initialisation + DP-SGD).
     delta: δ of the target.
-    dim: d, the features (the Laplace init's sensitivity).
-    init_mechanism: ``"laplace"`` or ``"gaussian"``.
-    epsilon_init: ε₁ of the initialisation.
-    init_noise_multiplier: σ_init of the Gaussian initialisation (0 for
-      Laplace).
+    relation: add/remove one row (:data:`RELATION`), the relation of the
+      initialisation and of DP-SGD's Poisson subsampling.
+    init: the initialisation's plan, a :class:`lvq_init.LaplacePlan`
+      (ε₁-DP) or a :class:`lvq_init.GaussianPlan` ((ε₁, δ/2)-DP).
+    dpsgd: the :class:`dpcore.trainer.DPSGDPlan` of the steps (N, q, T, C,
+      σ, B, the one-coin-per-row sampler; its ``delta`` is ``sgd_delta``,
+      its ``epsilon`` ε₂ when σ was calibrated by the accountant).
     epsilon_sgd_target: ε₂ = ε − ε₁, the DP-SGD part's target.
     sgd_delta: δ of the DP-SGD part (δ with the Laplace init, δ/2 with the
       Gaussian one).
     sigma_rule: ``"accountant"`` or ``"paper"``.
-    dpsgd: the :class:`dpcore.trainer.DPSGDPlan` of the steps (N, q, T, C,
-      σ, B, the one-coin-per-row sampler); :meth:`TrainConfig.dpsgd_plan`
-      of a config with this σ, C and B is the same plan.
   """
   epsilon: float
   delta: float
-  dim: int
-  init_mechanism: str
-  epsilon_init: float
-  init_noise_multiplier: float
+  relation: options.Relation
+  init: lvq_init.LaplacePlan | lvq_init.GaussianPlan
+  dpsgd: trainer.DPSGDPlan
   epsilon_sgd_target: float
   sgd_delta: float
   sigma_rule: str
-  dpsgd: trainer.DPSGDPlan
+
+  @property
+  def dim(self) -> int:
+    """d, the features."""
+    return self.init.dim
+
+  @property
+  def init_mechanism(self) -> str:
+    """``"laplace"`` or ``"gaussian"``."""
+    return ("gaussian" if isinstance(self.init, lvq_init.GaussianPlan)
+            else "laplace")
+
+  @property
+  def epsilon_init(self) -> float:
+    """ε₁ of the initialisation."""
+    return self.init.epsilon
+
+  @property
+  def init_noise_multiplier(self) -> float:
+    """σ_init of the Gaussian initialisation (0 for Laplace)."""
+    return getattr(self.init, "noise_multiplier", 0.0)
 
   @property
   def noise_multiplier(self) -> float:
@@ -183,14 +189,8 @@ class DPLVQPlan:
     ``"dpsgd"``): the T subsampled Gaussian steps and, always, the padding
     to B rows' truncation event.
     """
-    if self.init_mechanism == "laplace":
-      lvq_init.record_private_init(ledger, epsilon=self.epsilon_init,
-                                   dim=self.dim)
-    else:
-      lvq_init.record_gaussian_init(
-          ledger, noise_multiplier=self.init_noise_multiplier, dim=self.dim,
-          delta=self.delta / 2.0)
-    self.dpsgd.record(ledger, delta=self.sgd_delta, label="dpsgd")
+    self.init.record(ledger)
+    self.dpsgd.record(ledger, label="dpsgd")
 
   def report(self) -> dict:
     """The model's privacy record (``accounting.PRIVACY_FIELDS``) at δ.
@@ -241,7 +241,7 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
   Returns:
     A :class:`DPLVQPlan`; ``plan.record(ledger)`` writes the init, the
     steps and the padding, and ``ledger.guarantee(delta)`` is the
-    guarantee.
+    guarantee; :func:`release` trains under it.
 
   Raises:
     ValueError: an argument out of range, named with its fix.
@@ -273,43 +273,45 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
   eps_init = init_fraction * epsilon
   eps_sgd = epsilon - eps_init
   delta_sgd = delta if init_mechanism == "laplace" else delta / 2.0
-  if sigma_rule == "accountant":
-    sigma = accounting.calibrate_dpsgd_noise(
-        epsilon=eps_sgd, delta=delta_sgd, sampling_rate=sampling_rate,
-        steps=steps)
+  if init_mechanism == "laplace":
+    init = lvq_init.make_laplace_plan(epsilon=eps_init, dim=dim)
   else:
+    init = lvq_init.make_gaussian_plan(epsilon=eps_init, delta=delta / 2.0,
+                                       dim=dim)
+  common = dict(sampling_rate=sampling_rate, epochs=epochs,
+                clip_norm=clip_norm, delta=delta_sgd, max_batch=max_batch,
+                sampler=SAMPLER)
+  if sigma_rule == "accountant":  # σ calibrated for (ε₂, δ₂) by the plan
+    run = trainer.make_plan(num_examples, epsilon=eps_sgd, **common)
+  else:  # the paper's σ, given: its guarantee is the ledger's
     sigma = dpsgd.paper_noise_multiplier(
         epsilon=eps_sgd, delta=delta_sgd, sampling_rate=sampling_rate,
         steps=steps)
-  init_sigma = 0.0
-  if init_mechanism == "gaussian":
-    init_sigma = calibration.gaussian_sigma_analytic(
-        epsilon=eps_init, delta=delta / 2.0, sensitivity=1.0)
-  run = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
-                          epochs=epochs, clip_norm=clip_norm,
-                          noise_multiplier=sigma, max_batch=max_batch,
-                          sampler=SAMPLER)
+    run = trainer.make_plan(num_examples, noise_multiplier=sigma, **common)
   assert run.steps == steps
-  return DPLVQPlan(epsilon, delta, dim, init_mechanism, eps_init, init_sigma,
-                   eps_sgd, delta_sgd, sigma_rule, run)
+  return DPLVQPlan(epsilon, delta, RELATION, init, run, eps_sgd, delta_sgd,
+                   sigma_rule)
 
 
-def init_params(key, x, y, config: TrainConfig, *, private: bool):
-  """Prototypes (exact or private class means) and a data-free Ω."""
-  if private and config.init_mechanism == "gaussian":
-    protos = lvq_init.gaussian_private_prototypes(
-        key, x, y, num_classes=config.num_classes,
-        noise_multiplier=config.init_noise_multiplier,
-        prototypes_per_class=config.prototypes_per_class)
-  elif private:
-    protos = lvq_init.private_prototypes(
-        key, x, y, num_classes=config.num_classes,
-        epsilon=config.epsilon_init,
-        prototypes_per_class=config.prototypes_per_class)
+def init_params(key, x, y, config: TrainConfig, init=None):
+  """Prototypes (exact, or private under ``init``) and a data-free Ω.
+
+  Args:
+    key: PRNG key of the prototypes.
+    x, y: the training rows and their class indices.
+    config: the model's settings.
+    init: None for the exact class means (non-private), or an
+      initialisation plan (:class:`lvq_init.LaplacePlan` or
+      :class:`lvq_init.GaussianPlan`) whose release gives the prototypes.
+  """
+  kwargs = dict(num_classes=config.num_classes,
+                prototypes_per_class=config.prototypes_per_class)
+  if isinstance(init, lvq_init.GaussianPlan):
+    protos = lvq_init.release_gaussian(key, init, x, y, **kwargs)
+  elif init is not None:
+    protos = lvq_init.release_laplace(key, init, x, y, **kwargs)
   else:
-    protos = lvq_init.class_mean_prototypes(
-        key, x, y, num_classes=config.num_classes,
-        prototypes_per_class=config.prototypes_per_class)
+    protos = lvq_init.class_mean_prototypes(key, x, y, **kwargs)
   params = {"prototypes": protos}
   if config.model == "gmlvq":
     params["omega"] = lvq.init_omega(x.shape[1], rank=config.rank,
@@ -345,42 +347,94 @@ def mean_cost(params: dict, x, y, config: TrainConfig) -> jax.Array:
   return _mean_cost(params, x, y, labels, config)
 
 
-def train_sgd(key: jax.Array, x, y, config: TrainConfig, *,
-              private: bool) -> trainer.TrainResult:
-  """DP-SGD (``private``) or plain SGD over Poisson batches, as lax.scan.
+def train_sgd(key: jax.Array, x, y,
+              config: TrainConfig) -> trainer.TrainResult:
+  """Plain SGD over Poisson batches from the exact init (non-private).
 
-  Both are :func:`dpcore.trainer.train` and draw the same batches from the
-  same key. DP-SGD runs ``config.dpsgd_plan(N)``: steps along
-  (Σ_batch clip_C(∇ℓᵢ) + N(0, σ²C²I)) / (qN) (closed-form clipped sums
-  when ``config.ghost_clipping``), after a private init. Plain SGD runs
-  ``config.sgd_plan(N)``, a :func:`dpcore.trainer.nonprivate_plan`: steps
-  along Σ_batch ∇ℓᵢ / (qN) from the exact init.
+  :func:`dpcore.trainer.train` on ``config.sgd_plan(N)``, a
+  :func:`dpcore.trainer.nonprivate_plan`: steps along Σ_batch ∇ℓᵢ / (qN),
+  the batches :func:`release` draws from the same key.
 
   Args:
     key: PRNG key.
-    x: (N, d) training data in [−1, 1]^d.
+    x: (N, d) training data.
     y: (N,) class indices.
     config: a validated :class:`TrainConfig`.
-    private: DP-SGD with private init, or plain SGD with exact init.
 
   Returns:
     A :class:`dpcore.trainer.TrainResult` (:func:`mean_cost` gives the
     final cost).
 
-  Privacy: with ``private``, ε₁-DP init (Laplace; or the Gaussian init)
-  followed by T steps of the Poisson-sampled Gaussian mechanism with noise
-  multiplier σ and sensitivity C (add/remove-one), padded to B rows; the
-  :class:`DPLVQPlan` of :func:`make_plan` records all three. Without it:
-  none.
+  Privacy: none (the non-private reference).
   """
   labels = lvq_init.prototype_labels(config.num_classes,
                                      config.prototypes_per_class)
   init_key, sample_key, noise_key = jax.random.split(key, 3)
-  params = init_params(init_key, x, y, config, private=private)
-  n = x.shape[0]
-  plan = config.dpsgd_plan(n) if private else config.sgd_plan(n)
-  return _run(trainer.TrainKeys(sample_key, noise_key), plan, params, x, y,
-              labels, config)
+  params = init_params(init_key, x, y, config)
+  return _run(trainer.TrainKeys(sample_key, noise_key),
+              config.sgd_plan(x.shape[0]), params, x, y, labels, config)
+
+
+def _check_plan_and_config(plan, config):
+  if not isinstance(plan, DPLVQPlan):
+    raise TypeError(f"plan must be a DPLVQPlan (from make_plan), got "
+                    f"{plan!r}.")
+  if not isinstance(config, TrainConfig):
+    raise TypeError(f"config must be a TrainConfig, got {config!r}.")
+  config.validate()
+  run = plan.dpsgd
+  for field, mine, plans in (
+      ("trainer", config.trainer, "dpsgd"),
+      ("sampling_rate", config.sampling_rate, run.sampling_rate),
+      ("steps()", config.steps(), run.steps),
+      ("max_batch", config.max_batch, run.max_batch)):
+    if mine != plans:
+      raise ValueError(
+          f"config.{field}={mine!r} differs from the plan's {plans!r}; "
+          f"build the config with the plan's q, epochs and max_batch "
+          f"(plan.dpsgd) and trainer='dpsgd'.")
+
+
+def release(key: jax.Array, plan: DPLVQPlan, x, y,
+            config: TrainConfig) -> trainer.TrainResult:
+  """A private G(M)LVQ model: private init, then DP-SGD (jit/vmap-able).
+
+  The prototypes come from the plan's initialisation
+  (:func:`lvq_init.release_laplace` or :func:`lvq_init.release_gaussian`),
+  then :func:`dpcore.trainer.train` runs ``plan.dpsgd``: steps along
+  (Σ_batch clip_C(∇ℓᵢ) + N(0, σ²C²I)) / (qN) (closed-form clipped sums
+  when ``config.ghost_clipping``). σ, C, B, q and T are the plan's.
+
+  Args:
+    key: PRNG key (split into the init's, the batches' and the noise's).
+    plan: from :func:`make_plan`, for N = ``x.shape[0]`` rows and d =
+      ``x.shape[1]`` features.
+    x: (N, d) training data in [−1, 1]^d.
+    y: (N,) class indices.
+    config: the model's settings (:class:`TrainConfig`, ``trainer`` =
+      ``"dpsgd"``; its q, epochs and max_batch must be the plan's).
+
+  Returns:
+    A :class:`dpcore.trainer.TrainResult`: the model, released under the
+    plan's guarantee.
+
+  Raises:
+    TypeError, ValueError: a plan or config of the wrong type, a config
+      that disagrees with the plan, or bad inputs (as :func:`train`).
+
+  Privacy: add/remove one training row; ε₁-DP init (Laplace; or the
+  (ε₁, δ/2)-DP Gaussian init) followed by T steps of the Poisson-sampled
+  Gaussian mechanism with noise multiplier σ and sensitivity C, padded to
+  B rows; ``plan.record(ledger)`` records all three.
+  """
+  _check_plan_and_config(plan, config)
+  lvq_init.check_init_inputs(key, x, y, config.num_classes)
+  labels = lvq_init.prototype_labels(config.num_classes,
+                                     config.prototypes_per_class)
+  init_key, sample_key, noise_key = jax.random.split(key, 3)
+  params = init_params(init_key, x, y, config, plan.init)
+  return _run(trainer.TrainKeys(sample_key, noise_key), plan.dpsgd, params,
+              x, y, labels, config)
 
 
 def _run(keys, plan, params, x, y, labels, config):
@@ -421,7 +475,7 @@ def train_bfgs(key: jax.Array, x, y,
   """
   labels = lvq_init.prototype_labels(config.num_classes,
                                      config.prototypes_per_class)
-  params = init_params(key, x, y, config, private=False)
+  params = init_params(key, x, y, config)
 
   def fun(p):
     return _mean_cost(_post(p, config), x, y, labels, config)
@@ -444,19 +498,29 @@ def train_bfgs(key: jax.Array, x, y,
 
 def train(key: jax.Array, x, y,
           config: TrainConfig) -> trainer.TrainResult:
-  """Dispatches on ``config.trainer`` (jit/vmap-friendly).
+  """The non-private trainers: dispatches on ``config.trainer`` (jit-able).
 
+  ``"sgd"`` is :func:`train_sgd`, ``"bfgs"`` :func:`train_bfgs`; the
+  private model (``"dpsgd"``) is :func:`release`, which takes its plan.
   Validates ``config`` (:meth:`TrainConfig.validate`) and the inputs as
   :func:`lvq_init.check_init_inputs` does (shapes always; finite data and
   labels in 0..k−1 where concrete). Host-side data checks that need the
   whole data set (every class present, the box [−1, 1]^d) are
   :func:`lvq_init.check_classes_present` and :func:`lvq_init.check_box`,
   run by ``launch.experiments.lvq_eval.evaluate``.
+
+  Raises:
+    TypeError, ValueError: a bad config or inputs; ``trainer="dpsgd"``
+      (use :func:`release`).
   """
   if not isinstance(config, TrainConfig):
     raise TypeError(f"config must be a TrainConfig, got {config!r}.")
   config.validate()
+  if config.trainer == "dpsgd":
+    raise ValueError(
+        "trainer='dpsgd' is the private release: call release(key, plan, "
+        "x, y, config) with plan = make_plan(...).")
   lvq_init.check_init_inputs(key, x, y, config.num_classes)
   if config.trainer == "bfgs":
     return train_bfgs(key, x, y, config)
-  return train_sgd(key, x, y, config, private=config.trainer == "dpsgd")
+  return train_sgd(key, x, y, config)

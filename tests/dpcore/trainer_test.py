@@ -12,7 +12,7 @@ import pytest
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
-from dpcore import accounting, dpsgd, trainer
+from dpcore import accounting, dpsgd, options, shape, trainer
 
 DELTA = 1e-5
 
@@ -117,6 +117,48 @@ def test_a_noiseless_plan_cannot_be_recorded():
   with pytest.raises(ValueError, match="no DP guarantee"):
     plan.record(ledger, delta=DELTA)
   assert not ledger.entries
+
+
+def test_the_plan_has_the_shape_and_its_own_delta():
+  # The docstring's run; its ε at /tmp/base (record(ledger, delta=1e-5)
+  # before the plan held δ) was 3.5030458677540453.
+  plan = trainer.make_plan(1000, sampling_rate=0.05, epochs=5,
+                           clip_norm=1.0, noise_multiplier=1.0, delta=DELTA)
+  shape.check_plan(plan)
+  assert plan.relation is options.Relation.ADD_REMOVE
+  assert plan.epsilon is None and plan.delta == DELTA
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert ledger.guarantee(DELTA).epsilon == 3.5030458677540453
+  # The old keyword gives the same entries; another δ is refused.
+  old = accounting.PrivacyLedger()
+  trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0,
+                    noise_multiplier=1.0).record(old, delta=DELTA)
+  assert old.report(DELTA) == ledger.report(DELTA)
+  with pytest.raises(ValueError, match="differs from the plan"):
+    plan.record(accounting.PrivacyLedger(), delta=1e-6)
+  with pytest.raises(ValueError, match="no delta"):
+    trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0,
+                      noise_multiplier=1.0).record(accounting.PrivacyLedger())
+  nonprivate = trainer.nonprivate_plan(1000, sampling_rate=0.05, epochs=5)
+  shape.check_plan(nonprivate)
+  assert nonprivate.epsilon is None and nonprivate.delta is None
+
+
+def test_the_plan_calibrates_sigma_for_a_target():
+  plan = trainer.make_plan(1000, sampling_rate=0.05, epochs=5,
+                           clip_norm=1.0, epsilon=2.0, delta=DELTA)
+  assert (plan.epsilon, plan.delta) == (2.0, DELTA)
+  assert plan.noise_multiplier == accounting.calibrate_dpsgd_noise(
+      epsilon=2.0, delta=DELTA, sampling_rate=0.05, epochs=5)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert ledger.report(DELTA)["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
+  with pytest.raises(ValueError, match="not both"):
+    trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0,
+                      epsilon=2.0, delta=DELTA, noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="epsilon= and delta="):
+    trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0)
 
 
 def test_record_writes_the_schema_fields():

@@ -40,7 +40,7 @@ def _run(key=KEY, participants=PARTICIPANTS, x_test=X, y_test=Y, **kwargs):
 
 
 def _prepare(sizes=(10, 10), d=4, num_classes=3, config=CONFIG):
-  return feddpdr.prepare(list(sizes), d=d, num_classes=num_classes,
+  return feddpdr.make_plan(list(sizes), d=d, num_classes=num_classes,
                          config=config)
 
 

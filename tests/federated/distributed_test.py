@@ -105,7 +105,7 @@ _PCA_SCRIPT = """
 
 def pca_sigma() -> float:
   """The DP-PCA σ of the layouts problem's FedDPDR run (ε = 100)."""
-  plan = feddpdr.prepare(layouts.SIZES[:4], d=layouts.D,
+  plan = feddpdr.make_plan(layouts.SIZES[:4], d=layouts.D,
                          num_classes=layouts.NUM_CLASSES,
                          config=layouts.config("feddpdr"))
   return float(plan.sigma[0])
@@ -115,8 +115,9 @@ def pca_and_aggregate(key, x, mask, sizes, mesh):
   """Per-participant DP-PCA (σ of :func:`pca_sigma`) and the aggregate."""
   weights = aggregation.size_weights(np.asarray(sizes, np.float64))
   each = sharding.over_participants(
-      lambda kk, xi, mi: dp_pca.dp_pca(kk, xi, mi, k=layouts.K,
-                                       sigma=pca_sigma()).components, mesh)
+      lambda kk, xi, mi: dp_pca.noisy_basis(kk, xi, mi, k=layouts.K,
+                                            sigma=pca_sigma()).components,
+      mesh)
 
   def run(key, x, mask):
     pca_keys, _ = feddpdr.participant_keys(key, x.shape[0])
@@ -237,7 +238,7 @@ _TRAIN_SCRIPT = """
         [parts.x[i][keep[i - start]] for i in range(start, stop)],
         [parts.y[i][keep[i - start]] for i in range(start, stop)])
     cfg = layouts.config("feddpdr")
-    plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+    plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     with jax.enable_x64(True):
       args = distributed.train_arguments(jax.random.key(2), local, plan,
@@ -381,7 +382,7 @@ def test_global_mesh_needs_a_multiple_of_the_devices():
 def test_train_arguments_check_the_local_block():
   parts, _, _ = layouts.problem(4)
   cfg = layouts.config("feddpdr")
-  plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=cfg)
   mesh = distributed.global_mesh(4)
   with jax.enable_x64(True):

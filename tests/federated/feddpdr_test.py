@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
-from dpcore import accounting, clipping
+from dpcore import accounting, clipping, options, shape
 from federated import aggregation, feddpdr, partition
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
@@ -31,7 +31,7 @@ def _blobs(n, d, classes, seed):
 def test_privacy_matches_independent_dp_accounting(budget_per_classifier):
   config = feddpdr.Config(epsilon=0.5, delta=1e-4,
                           budget_per_classifier=budget_per_classifier)
-  plan = feddpdr.prepare(np.array([1000, 2000]), d=30, num_classes=10,
+  plan = feddpdr.make_plan(np.array([1000, 2000]), d=30, num_classes=10,
                          config=config)
   eps1 = eps2 = 0.25
   per_fit = eps2 if budget_per_classifier else eps2 / 10
@@ -63,9 +63,9 @@ def test_add_remove_calibration_is_accounted_under_replace_one():
   # The paper calibrates DP-PCA for sensitivity 1 (add/remove); the run is
   # accounted under replace-one (√2), so the reported ε exceeds nominal.
   sizes = np.array([500, 500])
-  paper = feddpdr.prepare(sizes, d=30, num_classes=10, config=feddpdr.Config(
+  paper = feddpdr.make_plan(sizes, d=30, num_classes=10, config=feddpdr.Config(
       epsilon=0.5, neighbouring="add_remove"))
-  ours = feddpdr.prepare(sizes, d=30, num_classes=10, config=feddpdr.Config(
+  ours = feddpdr.make_plan(sizes, d=30, num_classes=10, config=feddpdr.Config(
       epsilon=0.5))
   np.testing.assert_allclose(ours.sigma[0], math.sqrt(2) * paper.sigma[0],
                              rtol=1e-9)
@@ -80,25 +80,26 @@ def test_add_remove_calibration_is_accounted_under_replace_one():
 
 def test_paper_calibration_and_other_mechanisms_budget():
   sizes = np.array([500, 500])
-  classic = feddpdr.prepare(sizes, d=30, num_classes=10, config=feddpdr.Config(
-      epsilon=0.5, calibration="classic", neighbouring="add_remove"))
+  classic = feddpdr.make_plan(
+      sizes, d=30, num_classes=10, config=feddpdr.Config(
+          epsilon=0.5, calibration="classic", neighbouring="add_remove"))
   np.testing.assert_allclose(classic.sigma[0], math.sqrt(
       2 * math.log(1.25 / 1e-4)) / 0.25)
-  dpml = feddpdr.prepare(sizes, d=30, num_classes=10,
+  dpml = feddpdr.make_plan(sizes, d=30, num_classes=10,
                          config=feddpdr.Config(mechanism="dpml",
                                                epsilon=0.5))
   assert dpml.epsilon_pca is None and dpml.epsilon_fit == pytest.approx(0.05)
   np.testing.assert_allclose(dpml.privacy["epsilon"], 0.5, rtol=1e-6)
-  nonpriv = feddpdr.prepare(sizes, d=30, num_classes=10,
+  nonpriv = feddpdr.make_plan(sizes, d=30, num_classes=10,
                             config=feddpdr.Config(mechanism="nonpriv"))
   assert nonpriv.privacy == accounting.no_guarantee_record(
       accounting.NON_PRIVATE)
   assert nonpriv.epsilon_fit is None and not np.any(nonpriv.sigma)
   with pytest.raises(ValueError, match="classic"):
-    feddpdr.prepare(sizes, d=30, num_classes=10, config=feddpdr.Config(
+    feddpdr.make_plan(sizes, d=30, num_classes=10, config=feddpdr.Config(
         epsilon=2.0, calibration="classic"))
   # p and θ use each participant's own n.
-  uneven = feddpdr.prepare(np.array([100, 10_000]), d=30, num_classes=10,
+  uneven = feddpdr.make_plan(np.array([100, 10_000]), d=30, num_classes=10,
                            config=feddpdr.Config(epsilon=0.5))
   assert uneven.theta[0] > uneven.theta[1]
 
@@ -120,7 +121,7 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
   xp[:, :60], yp[:, :60] = parts.x, parts.y
   mask = np.zeros((3, n_max), np.float32)
   mask[:, :60] = parts.mask
-  plan = feddpdr.prepare(parts.sizes, d=d, num_classes=classes,
+  plan = feddpdr.make_plan(parts.sizes, d=d, num_classes=classes,
                          config=config)
   key = jax.random.key(5)
   with jax.enable_x64(True):
@@ -135,8 +136,9 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
     pca_keys = [pair[0] for pair in pairs]
     fit_keys = [pair[1] for pair in pairs]
     bases = jnp.stack([
-        dp_pca.dp_pca(pca_keys[i], jnp.asarray(xs[i]), jnp.ones(sizes[i]),
-                      k=k, sigma=float(plan.sigma[i])).components
+        dp_pca.noisy_basis(pca_keys[i], jnp.asarray(xs[i]),
+                           jnp.ones(sizes[i]), k=k,
+                           sigma=float(plan.sigma[i])).components
         for i in range(3)])
     weights = aggregation.size_weights(np.array(sizes))
     basis = aggregation.subspace_aggregate(bases, weights)
@@ -250,7 +252,7 @@ def test_budgets_share_one_compiled_program(monkeypatch):
   betas = []
   for eps in (0.5, 50.0):
     config = feddpdr.Config(epsilon=eps, k=2, lam=1.0)
-    plan = feddpdr.prepare(parts.sizes, d=6, num_classes=3, config=config)
+    plan = feddpdr.make_plan(parts.sizes, d=6, num_classes=3, config=config)
     with jax.enable_x64(True):
       args = feddpdr.train_arguments(jax.random.key(1), parts, plan,
                                      seeds=1)
@@ -405,7 +407,7 @@ def test_nonpriv_is_the_private_program_with_the_noise_off():
   x, labels = _blobs(sum(sizes), d, classes, 7)
   xs, ys = np.split(x, [sizes[0]]), np.split(labels, [sizes[0]])
   parts = partition.pad(xs, ys)
-  plan = feddpdr.prepare(parts.sizes, d=d, num_classes=classes,
+  plan = feddpdr.make_plan(parts.sizes, d=d, num_classes=classes,
                          config=config)
   assert np.all(plan.sigma == 0) and np.all(plan.theta == 0)
   assert np.all(np.isinf(plan.p))
@@ -449,7 +451,7 @@ def test_subspace_topk_agrees_with_eigh_in_the_pipeline():
   runs = {}
   for topk in ("eigh", "subspace"):
     cfg = dataclasses.replace(layouts.config("nonpriv"), topk=topk)
-    plan = feddpdr.prepare(parts.sizes, d=layouts.D,
+    plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     with jax.enable_x64(True):
       args = feddpdr.train_arguments(jax.random.key(2), parts, plan,
@@ -460,3 +462,41 @@ def test_subspace_topk_agrees_with_eigh_in_the_pipeline():
     runs[topk]["sigma"] = np.asarray(plan.sigma)
   layouts.assert_same_runs(runs["subspace"], runs["eigh"], parts, x_test,
                            mechanism="nonpriv")
+
+
+# The privacy record's ε at /tmp/base (before the one shape: prepare and
+# participant_ledger) for sizes [1000, 2000], d = 30, K = 10, ε = 0.5,
+# δ = 1e-4, k = 5; the plan's record gives the same.
+BASE_EPSILON = [
+    ({}, 0.38590900133424855),
+    ({"mechanism": "dpml"}, 0.5),
+    ({"budget_per_classifier": True}, 2.75),
+    ({"neighbouring": "add_remove"}, 0.49614018343383637),
+    ({"calibration": "classic"}, 0.3046824557805051),
+]
+
+
+@pytest.mark.parametrize("settings, epsilon", BASE_EPSILON)
+def test_the_plan_has_the_shape_and_records_as_before(settings, epsilon):
+  config = feddpdr.Config(epsilon=0.5, delta=1e-4, k=5, **settings)
+  plan = feddpdr.make_plan(np.array([1000, 2000]), d=30, num_classes=10,
+                           config=config)
+  shape.check_plan(plan)
+  shape.check_release(feddpdr.release)
+  assert (plan.epsilon, plan.delta) == (epsilon, 1e-4)
+  assert plan.epsilon_nominal == 0.5
+  assert plan.relation is options.Relation.REPLACE_ONE
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert ledger.guarantee(1e-4).epsilon == epsilon
+  assert plan.privacy["epsilon"] == epsilon
+  assert ledger.relation is options.Relation.REPLACE_ONE
+
+
+def test_a_nonprivate_plan_refuses_to_record():
+  plan = feddpdr.make_plan(np.array([10, 20]), d=30, num_classes=10,
+                           config=feddpdr.Config(mechanism="nonpriv", k=5))
+  shape.check_plan(plan)
+  assert plan.epsilon is None and plan.delta is None
+  with pytest.raises(ValueError, match="no_guarantee_record"):
+    plan.record(accounting.PrivacyLedger())

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from dpcore import accounting, clipping, ghost, trainer
+from dpcore import accounting, clipping, ghost, options, shape, trainer
 from federated import fedsgd, partition
 
 D, K = 6, 3
@@ -29,7 +29,7 @@ def _one_step(trust, parts, sizes, *, q=1.0, sigma=0.0, clip=0.3, lr=1.0,
   plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=q, steps=1,
                           clip_norm=clip, noise_multiplier=sigma)
   init = fedsgd.softmax_params(D, K)
-  out = fedsgd.train(jax.random.key(key), plan, loss, init, parts.x,
+  out = fedsgd.release(jax.random.key(key), plan, loss, init, parts.x,
                      parts.y, parts.mask, optax.sgd(lr), chunk=chunk)
   return plan, out.params
 
@@ -95,7 +95,7 @@ def test_noise_has_the_trust_models_scale(trust, factor):
                           clip_norm=clip, noise_multiplier=sigma)
 
   def run(key):
-    out = fedsgd.train(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
+    out = fedsgd.release(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
                        parts.x, parts.y, parts.mask, optax.sgd(1.0))
     return -out.params["out"]["w"].reshape(-1) * plan.divisor
 
@@ -117,7 +117,7 @@ def test_chunks_do_not_change_the_result_and_keys_do():
                           clip_norm=0.5, noise_multiplier=1.0)
 
   def run(key, chunk):
-    return fedsgd.train(key, plan, fedsgd.softmax_loss,
+    return fedsgd.release(key, plan, fedsgd.softmax_loss,
                         fedsgd.softmax_params(D, K), parts.x, parts.y,
                         parts.mask, optax.sgd(0.5), chunk=chunk).params
 
@@ -133,13 +133,15 @@ def test_chunks_do_not_change_the_result_and_keys_do():
 def test_the_ledger_records_the_plan():
   sizes = [300, 200]
   plan = fedsgd.make_plan(sizes, trust="server", sampling_rate=0.05,
-                          steps=100, clip_norm=1.0, noise_multiplier=1.1)
+                          steps=100, clip_norm=1.0, noise_multiplier=1.1,
+                          delta=1e-5)
   ledger = accounting.PrivacyLedger()
-  plan.record(ledger, delta=1e-5)
+  plan.record(ledger)
   central = trainer.make_plan(500, sampling_rate=0.05, steps=100,
-                              clip_norm=1.0, noise_multiplier=1.1)
+                              clip_norm=1.0, noise_multiplier=1.1,
+                              delta=1e-5)
   reference = accounting.PrivacyLedger()
-  central.record(reference, delta=1e-5)
+  central.record(reference)
   # The same subsampled Gaussian (the padding, paid per participant, moves
   # the δ left for it a little).
   assert ledger.report(1e-5)["epsilon_rdp"] == pytest.approx(
@@ -148,14 +150,18 @@ def test_the_ledger_records_the_plan():
   assert 0 < plan.truncation_probability <= 1e-9
   participant = fedsgd.make_plan(sizes, trust="participant",
                                  sampling_rate=0.5, steps=10, clip_norm=1.0,
-                                 noise_multiplier=1.0)
+                                 noise_multiplier=1.0, delta=1e-5)
   ledger = accounting.PrivacyLedger()
-  participant.record(ledger, delta=1e-5)
+  participant.record(ledger)
   assert [e.kind for e in ledger.entries] == ["subsampled_gaussian"]
   with pytest.raises(ValueError, match="no DP"):
     fedsgd.make_plan(sizes, trust="local", sampling_rate=0.5, steps=1,
-                     clip_norm=1.0, noise_multiplier=0.0).record(
-                         accounting.PrivacyLedger(), delta=1e-5)
+                     clip_norm=1.0, noise_multiplier=0.0,
+                     delta=1e-5).record(accounting.PrivacyLedger())
+  with pytest.raises(ValueError, match="no delta"):
+    fedsgd.make_plan(sizes, trust="server", sampling_rate=0.5, steps=1,
+                     clip_norm=1.0, noise_multiplier=1.0).record(
+                         accounting.PrivacyLedger())
 
 
 def test_bad_input_is_refused():
@@ -172,11 +178,11 @@ def test_bad_input_is_refused():
   plan = fedsgd.make_plan([3, 2, 2], trust="server", sampling_rate=0.5,
                           steps=1, clip_norm=1.0, noise_multiplier=1.0)
   with pytest.raises(ValueError, match="leading axes"):
-    fedsgd.train(jax.random.key(0), plan, fedsgd.softmax_loss,
+    fedsgd.release(jax.random.key(0), plan, fedsgd.softmax_loss,
                  fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
                  optax.sgd(1.0))
   with pytest.raises(ValueError, match="chunk"):
-    fedsgd.train(jax.random.key(0), fedsgd.make_plan(
+    fedsgd.release(jax.random.key(0), fedsgd.make_plan(
         [3, 2], trust="server", sampling_rate=0.5, steps=1, clip_norm=1.0,
         noise_multiplier=1.0), fedsgd.softmax_loss,
         fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
@@ -194,7 +200,7 @@ def test_one_program_serves_every_noise_multiplier():
   @jax.jit
   def run(key, plan):
     traces.append(1)
-    return fedsgd.train(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
+    return fedsgd.release(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
                         parts.x, parts.y, parts.mask,
                         optax.sgd(1.0)).params["out"]["w"]
 
@@ -206,3 +212,47 @@ def test_one_program_serves_every_noise_multiplier():
   assert len(traces) == 1
   # Same key, σ four times larger: the noise is exactly four times larger.
   np.testing.assert_allclose(outs[1], 4.0 * outs[0], rtol=1e-5, atol=1e-7)
+
+
+# The ε each trust model's record gave at /tmp/base (before the one shape,
+# with record(ledger, delta=1e-5)); the plan's own δ records the same.
+BASE_EPSILON = {"server": 2.887023027961277, "local": 2.887023027961277,
+                "participant": 2.886821941473764}
+
+
+@pytest.mark.parametrize("trust", sorted(BASE_EPSILON))
+def test_the_plan_has_the_shape_and_records_as_before(trust):
+  plan = fedsgd.make_plan([200, 150, 150], trust=trust, sampling_rate=0.05,
+                          steps=100, clip_norm=1.0, noise_multiplier=1.1,
+                          delta=1e-5)
+  shape.check_plan(plan)
+  shape.check_release(fedsgd.release)
+  assert plan.relation is options.Relation.ADD_REMOVE
+  assert plan.epsilon is None and plan.delta == 1e-5
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert ledger.guarantee(1e-5).epsilon == BASE_EPSILON[trust]
+
+
+def test_the_plan_calibrates_sigma_for_a_target():
+  plan = fedsgd.make_plan([200, 300], trust="server", sampling_rate=0.05,
+                          steps=100, clip_norm=1.0, epsilon=2.0, delta=1e-5)
+  assert plan.epsilon == 2.0
+  assert plan.noise_multiplier == accounting.calibrate_dpsgd_noise(
+      epsilon=2.0, delta=1e-5, sampling_rate=0.05, steps=100)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  # The RDP figure is the target (the padding's event moves it a little);
+  # the ledger's best composition is below it.
+  report = ledger.report(1e-5)
+  assert report["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
+  assert report["epsilon"] <= 2.0 * (1 + 1e-3)
+  # σ, ε and δ are the pytree's leaves: one program for every budget.
+  assert jax.tree.leaves(plan) == [plan.noise_multiplier, 2.0, 1e-5]
+  with pytest.raises(ValueError, match="not both"):
+    fedsgd.make_plan([200, 300], trust="server", sampling_rate=0.05,
+                     steps=100, clip_norm=1.0, epsilon=2.0, delta=1e-5,
+                     noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="epsilon= and delta="):
+    fedsgd.make_plan([200, 300], trust="server", sampling_rate=0.05,
+                     steps=100, clip_norm=1.0, epsilon=2.0)

@@ -22,7 +22,8 @@ from launch.data import loaders
 from launch.experiments import lvq_eval
 
 def fake_evaluate(split_key, train_key, x, y, config, *, folds, repeats,
-                  train_on_one_fold, parallel_runs, progress):
+                  train_on_one_fold, parallel_runs, progress, plan=None,
+                  memory_budget=None):
   shape = (repeats, folds)
   return lvq_eval.CVResult(np.full(shape, 0.25), 0, np.zeros(shape), 0.0,
                            0.0, 10, 10)
@@ -84,6 +85,10 @@ BEFORE_LOAD = {
                         "--figure_epsilons"),
     "models": (["--table", "--models=foo"], "--models='foo': unknown"),
     "max_steps": (["--max_steps=0"], "--max_steps=0"),
+    "memory_budget": (["--memory_budget=lots"],
+                      "--memory_budget='lots' is not a size"),
+    "memory_budget_zero": (["--memory_budget=0"],
+                           "--memory_budget='0' must be a positive size"),
     "unknown_flag": (["--epsilno=1"], "epsilno"),
 }
 

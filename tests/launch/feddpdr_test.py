@@ -269,7 +269,7 @@ def test_training_program_equals_the_library_train(tmp_path):
   y = rng.integers(0, 3, size=90)
   parts = partition.partition(jax.random.key(0), x, y, sizes=(40, 50))
   config = fed.Config(epsilon=2.0, k=3, lam=1.0)
-  plan = fed.prepare(parts.sizes, d=6, num_classes=3, config=config)
+  plan = fed.make_plan(parts.sizes, d=6, num_classes=3, config=config)
   assert launch.compiler_options() == launch.CPU_COMPILER_OPTIONS
   options = tuple(sorted(launch.CPU_COMPILER_OPTIONS.items()))
   before = jax.config.jax_compilation_cache_dir

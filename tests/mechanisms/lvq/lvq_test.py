@@ -11,7 +11,7 @@ import pytest
 from dp_accounting import rdp
 from scipy import stats
 
-from dpcore import accounting, dpsgd, trainer
+from dpcore import accounting, dpsgd, options, shape, trainer
 from launch.experiments import lvq_eval
 from mechanisms.lvq import clip as lvq_clip
 from mechanisms.lvq import init as lvq_init
@@ -149,8 +149,9 @@ def test_private_init_noise_scales_and_ledger():
   x = jnp.zeros((1000, 4))
   y = jnp.repeat(jnp.arange(2), 500)
   eps = 0.5
-  draws = jax.vmap(lambda k: lvq_init.private_prototypes(
-      k, x, y, num_classes=2, epsilon=eps))(
+  plan = lvq_init.make_laplace_plan(epsilon=eps, dim=4)
+  draws = jax.vmap(lambda k: lvq_init.release_laplace(
+      k, plan, x, y, num_classes=2))(
           jax.random.split(jax.random.key(0), 4000))
   # Sum noise Laplace(2d/ε) over a count of 500 (count noise ≪ 500):
   # prototype noise ≈ Laplace(2d/(500 ε)).
@@ -159,7 +160,7 @@ def test_private_init_noise_scales_and_ledger():
   assert stats.kstest(z, "laplace", args=(0, scale)).pvalue > 1e-3
   assert stats.kstest(z, "laplace", args=(0, 0.8 * scale)).pvalue < 1e-6
   ledger = lvq_train.accounting.PrivacyLedger()
-  lvq_init.record_private_init(ledger, epsilon=eps, dim=4)
+  plan.record(ledger)
   entries = ledger.entries
   assert [e.params["scale"] for e in entries] == pytest.approx(
       [2 / eps, 2 * 4 / eps])
@@ -171,31 +172,45 @@ def test_private_init_recovers_means_at_large_epsilon_and_stays_in_box():
   params, x, y, labels = _problem(4)
   means = lvq_init.class_mean_prototypes(jax.random.key(0), x, y,
                                          num_classes=K)
-  priv = lvq_init.private_prototypes(jax.random.key(1), x, y, num_classes=K,
-                                     epsilon=1e9)
+  priv = lvq_init.release_laplace(
+      jax.random.key(1), lvq_init.make_laplace_plan(epsilon=1e9, dim=D), x,
+      y, num_classes=K)
   np.testing.assert_allclose(priv, means, atol=1e-4)
-  noisy = lvq_init.private_prototypes(jax.random.key(1), x, y,
-                                      num_classes=K, epsilon=1e-3)
+  noisy = lvq_init.release_laplace(
+      jax.random.key(1), lvq_init.make_laplace_plan(epsilon=1e-3, dim=D), x,
+      y, num_classes=K)
   assert float(jnp.max(jnp.abs(noisy))) <= 1.0
+
+
+def _noiseless_plan(*, n, q, epochs, max_batch):
+  # A plan with (practically) no noise and no clipping, for tests only:
+  # σ = 0, C = 1e9 and ε₁ = 1e12 (no guarantee; never recorded).
+  run = trainer.make_plan(n, sampling_rate=q, epochs=epochs, clip_norm=1e9,
+                          noise_multiplier=0.0, max_batch=max_batch,
+                          sampler=lvq_train.SAMPLER)
+  init = lvq_init.LaplacePlan(1e12, 0.0, lvq_init.RELATION, D)
+  return lvq_train.DPLVQPlan(1e12, 1e-5, lvq_train.RELATION, init, run,
+                             1e12, 1e-5, "accountant")
 
 
 def test_dp_trainer_without_noise_equals_plain_sgd():
   params, x, y, labels = _problem(5)
   cfg = lvq_train.TrainConfig(
       model="gmlvq", trainer="dpsgd", num_classes=K, epochs=3,
-      sampling_rate=0.2, clip_norm=1e9, noise_multiplier=0.0,
-      learning_rate=0.1, epsilon_init=1e12, max_batch=N)
+      sampling_rate=0.2, learning_rate=0.1, max_batch=N)
+  plan = _noiseless_plan(n=N, q=0.2, epochs=3, max_batch=N)
   key = jax.random.key(7)
-  dp = lvq_train.train_sgd(key, x, y, cfg, private=True)
-  plain = lvq_train.train_sgd(key, x, y, cfg, private=False)
-  dp_vmap = lvq_train.train_sgd(
-      key, x, y, dataclasses.replace(cfg, ghost_clipping=False), private=True)
+  dp = lvq_train.release(key, plan, x, y, cfg)
+  plain = lvq_train.train_sgd(key, x, y, cfg)
+  dp_vmap = lvq_train.release(
+      key, plan, x, y, dataclasses.replace(cfg, ghost_clipping=False))
   for k in plain.params:
     np.testing.assert_allclose(dp.params[k], plain.params[k], atol=2e-5)
     np.testing.assert_allclose(dp_vmap.params[k], plain.params[k], atol=2e-5)
   # And the noise, when on, does change the result.
-  noisy = lvq_train.train_sgd(
-      key, x, y, dataclasses.replace(cfg, noise_multiplier=1.0), private=True)
+  noisy = lvq_train.release(key, dataclasses.replace(
+      plan, dpsgd=dataclasses.replace(plan.dpsgd, noise_multiplier=1.0)),
+                            x, y, cfg)
   assert not np.allclose(noisy.params["omega"], plain.params["omega"],
                          atol=1e-3)
   assert isinstance(plain, trainer.TrainResult)
@@ -209,7 +224,10 @@ def test_plain_sgd_is_the_trainer_on_a_non_private_plan():
   labels = lvq_init.prototype_labels(K, 1)
   cfg = lvq_train.TrainConfig(model="gmlvq", trainer="sgd", num_classes=K,
                               epochs=2, sampling_rate=0.25, max_batch=20)
-  private, plain = cfg.dpsgd_plan(N), cfg.sgd_plan(N)
+  private = lvq_train.make_plan(N, epsilon=1.0, delta=1e-5, epochs=2,
+                                sampling_rate=0.25, clip_norm=0.5, dim=D,
+                                max_batch=20).dpsgd
+  plain = cfg.sgd_plan(N)
   assert private.private and not plain.private
   assert plain.clip_norm == np.inf and plain.noise_multiplier == 0.0
   for field in ("num_examples", "sampling_rate", "steps", "max_batch",
@@ -222,7 +240,7 @@ def test_plain_sgd_is_the_trainer_on_a_non_private_plan():
   # The same run by hand through the generic trainer with its default
   # unclipped sum (the gradient of the masked sum of per-example losses).
   init_key, sample_key, noise_key = jax.random.split(key, 3)
-  start = lvq_train.init_params(init_key, x, y, cfg, private=False)
+  start = lvq_train.init_params(init_key, x, y, cfg)
 
   def loss(p, example):
     return lvq.example_loss(p, example[0], example[1], labels)
@@ -282,7 +300,8 @@ def test_padded_poisson_batches_are_paid_for():
   assert 0.0 < p <= 1e-9 and p == plan.dpsgd.truncation_probability
   # The same releases without the padding's event, for comparison.
   unpadded = accounting.PrivacyLedger()
-  lvq_init.record_private_init(unpadded, epsilon=plan.epsilon_init, dim=19)
+  lvq_init.make_laplace_plan(epsilon=plan.epsilon_init, dim=19).record(
+      unpadded)
   unpadded.record_subsampled_gaussian(
       noise_multiplier=plan.noise_multiplier, sampling_rate=0.01,
       steps=5000, delta=1e-5, label="dpsgd", relation=lvq_train.RELATION)
@@ -302,14 +321,18 @@ def test_trainer_and_plan_count_the_same_steps(epochs, q):
   plan = lvq_train.make_plan(n, epsilon=1.0, delta=1e-5, sampling_rate=q,
                              epochs=epochs, clip_norm=0.5, dim=4,
                              max_batch=n)
-  cfg = lvq_train.TrainConfig(epochs=epochs, sampling_rate=q, max_batch=n,
-                              clip_norm=0.5,
-                              noise_multiplier=plan.noise_multiplier)
+  cfg = lvq_train.TrainConfig(epochs=epochs, sampling_rate=q, max_batch=n)
   (entry,) = [e for e in _ledger(plan).entries if e.label == "dpsgd"]
   steps = dpsgd.num_steps(epochs=epochs, sampling_rate=q)
   assert cfg.steps() == plan.steps == entry.params["steps"] == steps
-  # The plan recorded is the plan the trainer runs.
-  assert cfg.dpsgd_plan(n) == plan.dpsgd
+  # The plan recorded is the plan the release runs, and a config that
+  # disagrees with it is refused.
+  assert plan.dpsgd.noise_multiplier == plan.noise_multiplier
+  x = jnp.zeros((n, 4))
+  y = jnp.arange(n) % 2
+  with pytest.raises(ValueError, match="max_batch"):
+    lvq_train.release(jax.random.key(0), plan, x, y,
+                      dataclasses.replace(cfg, num_classes=2, max_batch=n - 1))
   assert accounting.dpsgd_epsilon(
       noise_multiplier=plan.noise_multiplier, sampling_rate=q,
       epochs=epochs, delta=1e-5) == entry.epsilon
@@ -356,19 +379,25 @@ def test_bad_inputs_give_clear_errors():
       lvq_train.TrainConfig(sampling_rate=q).validate()
   for clip in (0.0, -1.0):
     with pytest.raises(ValueError, match="clip"):
-      lvq_train.TrainConfig(clip_norm=clip).validate()
+      lvq_train.make_plan(100, epsilon=1.0, sampling_rate=0.01,
+                          **{**kw, "clip_norm": clip})
+  with pytest.raises(ValueError, match="release"):
+    lvq_train.train(jax.random.key(0), x, y,
+                    lvq_train.TrainConfig(num_classes=K))
   y_missing = jnp.where(y == 2, 0, y)
   with pytest.raises(ValueError, match="no rows of class index \\[2\\]"):
     lvq_init.check_classes_present(y_missing, K)
   with pytest.raises(ValueError, match="no rows"):
     lvq_eval.evaluate(jax.random.key(0), jax.random.key(1), x, y_missing,
-                      lvq_train.TrainConfig(num_classes=K), folds=2,
+                      lvq_train.TrainConfig(num_classes=K, trainer="sgd"),
+                      folds=2,
                       repeats=1)
   with pytest.raises(ValueError, match="outside the declared box"):
     lvq_init.check_box(x * 2.0)
   with pytest.raises(ValueError, match="outside the declared box"):
     lvq_eval.evaluate(jax.random.key(0), jax.random.key(1), x * 2.0, y,
-                      lvq_train.TrainConfig(num_classes=K), folds=2,
+                      lvq_train.TrainConfig(num_classes=K, trainer="sgd"),
+                      folds=2,
                       repeats=1)
 
 
@@ -377,8 +406,12 @@ def test_gaussian_init_noise_scale_and_plan():
   x = jnp.zeros((2 * n_per, d))
   y = jnp.repeat(jnp.arange(2), n_per)
   sigma = 3.0
-  draws = jax.vmap(lambda k: lvq_init.gaussian_private_prototypes(
-      k, x, y, num_classes=2, noise_multiplier=sigma))(
+  # A plan's σ_init set by hand (the calibration is tested below).
+  fixed = dataclasses.replace(
+      lvq_init.make_gaussian_plan(epsilon=1.0, delta=1e-6, dim=d),
+      noise_multiplier=sigma)
+  draws = jax.vmap(lambda k: lvq_init.release_gaussian(
+      k, fixed, x, y, num_classes=2))(
           jax.random.split(jax.random.key(1), 4000))
   # Sum noise N(0, (σ√(1+d))²) over a count of ≈500: std σ√(1+d)/500.
   scale = sigma * np.sqrt(1 + d) / n_per
@@ -411,12 +444,66 @@ def test_private_init_clips_data_to_the_box(init):
   wild[:4] *= 40.0
   key = jax.random.key(7)
   if init == "laplace":
-    run = lambda rows: lvq_init.private_prototypes(  # noqa: E731
-        key, jnp.asarray(rows), jnp.asarray(y), num_classes=3, epsilon=50.0)
+    plan = lvq_init.make_laplace_plan(epsilon=50.0, dim=5)
+    run = lambda rows: lvq_init.release_laplace(  # noqa: E731
+        key, plan, jnp.asarray(rows), jnp.asarray(y), num_classes=3)
   else:
-    run = lambda rows: lvq_init.gaussian_private_prototypes(  # noqa: E731
-        key, jnp.asarray(rows), jnp.asarray(y), num_classes=3,
+    plan = dataclasses.replace(
+        lvq_init.make_gaussian_plan(epsilon=1.0, delta=1e-6, dim=5),
         noise_multiplier=0.01)
+    run = lambda rows: lvq_init.release_gaussian(  # noqa: E731
+        key, plan, jnp.asarray(rows), jnp.asarray(y), num_classes=3)
   np.testing.assert_allclose(run(wild), run(np.clip(wild, -1, 1)),
                              rtol=1e-6, atol=1e-6)
   assert not np.allclose(run(wild), run(x), atol=1e-3)
+
+
+# The ε of each plan's record, computed at /tmp/base (before the one
+# shape) with the old recording functions (privacy_plan's ledger,
+# record_private_init, record_gaussian_init): the plans record the same.
+BASE_EPSILON = {
+    ("accountant", "laplace"): 1.1940716300596244,
+    ("accountant", "gaussian"): 0.9965888021582997,
+    ("paper", "laplace"): 1.053155014942877,
+    ("paper", "gaussian"): 0.8586500877554583,
+}
+
+
+@pytest.mark.parametrize("rule, init", sorted(BASE_EPSILON))
+def test_plans_have_the_shape_and_record_as_before(rule, init):
+  plan = lvq_train.make_plan(1848, epsilon=1.5, delta=1e-5,
+                             sampling_rate=0.01, epochs=5, clip_norm=0.5,
+                             dim=19, sigma_rule=rule, init_mechanism=init,
+                             max_batch=60)
+  for p in (plan, plan.init, plan.dpsgd):
+    shape.check_plan(p)
+  assert plan.relation == plan.init.relation == plan.dpsgd.relation == (
+      options.Relation.ADD_REMOVE)
+  assert plan.dpsgd.delta == plan.sgd_delta
+  # σ calibrated by the plan keeps its target; the paper's σ is given.
+  assert plan.dpsgd.epsilon == (plan.epsilon_sgd_target
+                                if rule == "accountant" else None)
+  assert _ledger(plan).guarantee(1e-5).epsilon == BASE_EPSILON[rule, init]
+  for fn in (lvq_train.release, lvq_init.release_laplace,
+             lvq_init.release_gaussian):
+    shape.check_release(fn)
+
+
+def test_init_plans_record_as_before():
+  ledger = accounting.PrivacyLedger()
+  lvq_init.make_laplace_plan(epsilon=0.5, dim=4).record(ledger)
+  assert ledger.guarantee(1e-5).epsilon == 0.49996000119999157
+  gaussian = dataclasses.replace(
+      lvq_init.make_gaussian_plan(epsilon=1.0, delta=1e-6, dim=4),
+      noise_multiplier=3.0)
+  ledger = accounting.PrivacyLedger()
+  gaussian.record(ledger)
+  assert ledger.guarantee(1e-5).epsilon == 1.271087773716238
+  with pytest.raises(ValueError, match="dim"):
+    lvq_init.release_laplace(jax.random.key(0),
+                             lvq_init.make_laplace_plan(epsilon=1.0, dim=3),
+                             jnp.zeros((4, 2)), jnp.arange(4) % 2,
+                             num_classes=2)
+  with pytest.raises(TypeError, match="LaplacePlan"):
+    lvq_init.release_laplace(jax.random.key(0), gaussian, jnp.zeros((4, 4)),
+                             jnp.arange(4) % 2, num_classes=2)
