@@ -106,7 +106,7 @@ def test_the_chosen_chunk_is_the_largest_that_fits():
   assert feddpdr.choose_chunk(1000, 60, 784, budget=whole, **kw) == (
       None, whole)
   with pytest.raises(memory.MemoryBudgetError,
-                     match=r"1000 participants .*GiB even one at a time.*"
+                     match=r"1000 participants .*[KMG]iB even one at a time.*"
                      r"--memory_budget"):
     feddpdr.choose_chunk(1000, 60, 784, budget=one - 1, prefix="--", **kw)
   # The estimate grows with the chunk, the seeds and d², not with nothing.

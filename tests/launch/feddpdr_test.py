@@ -339,7 +339,7 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and "--memory_budget" in last
-  assert "GiB" in last and "compiling" not in proc.stderr
+  assert "MiB" in last and "compiling" not in proc.stderr
   assert not out.exists() or out.read_text() == ""
 
 
