@@ -24,7 +24,7 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping, dpsgd, tuning
+from dpcore import accounting, clipping, dpsgd, tuning, validation
 from launch import common
 from launch.data import loaders as data
 from launch.experiments import lvq_eval
@@ -95,36 +95,35 @@ def _flag(flag, value, ok, fix):
     raise ValueError(f"{flag}={value!r}: {fix}")
 
 
+# The flags of launch.dplvq whose names differ from the library's.
+FLAG_NAMES = {"sampling_rate": "q", "clip_norm": "clip",
+              "learning_rate": "lr", "phi_kind": "phi"}
+
+
 def check_settings(s: Settings, *, max_steps: int = DEFAULT_MAX_STEPS
                    ) -> int:
   """Refuses bad shared settings before any data is read; returns T.
 
-  Every message names the flag, the value and the fix. T = round(E/q) is
-  the number of (DP-)SGD steps of one run; above ``max_steps`` the setting
-  is refused (``--max_steps`` allows it).
+  The model's and the plan's settings are checked by the library
+  (:meth:`lvq_train.TrainConfig.validate`,
+  :func:`lvq_train.check_plan_settings`), the protocol's here; every
+  message names the flag and the value. T = round(E/q) is the number of
+  (DP-)SGD steps of one run; above ``max_steps`` the setting is refused
+  (``--max_steps`` allows it).
   """
-  def number(v):
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)
-            and np.isfinite(v))
-
-  _flag("--delta", s.delta, number(s.delta) and 0 < s.delta < 1,
-        "δ must satisfy 0 < δ < 1 (e.g. --delta=1e-5).")
-  _flag("--q", s.q, number(s.q) and 0 < s.q <= 1,
-        "the Poisson sampling rate must lie in (0, 1] (e.g. --q=0.01).")
-  _flag("--clip", s.clip, number(s.clip) and s.clip > 0,
-        "the clipping norm must be > 0 (e.g. --clip=0.5).")
-  _flag("--epochs", s.epochs, isinstance(s.epochs, int) and s.epochs >= 1,
-        "give a whole number of epochs ≥ 1.")
-  _flag("--lr", s.lr, s.lr is None or (number(s.lr) and s.lr > 0),
-        "the learning rate must be > 0 (or omit it for 0.05).")
-  _flag("--sigma_rule", s.sigma_rule, s.sigma_rule in ("accountant", "paper"),
-        "choose accountant or paper.")
-  _flag("--init_fraction", s.init_fraction,
-        number(s.init_fraction) and 0 < s.init_fraction < 1,
-        "ε₁/ε must lie in (0, 1) (paper: 0.2).")
-  _flag("--init_mechanism", s.init_mechanism,
-        s.init_mechanism in ("laplace", "gaussian"),
-        "choose laplace or gaussian.")
+  lvq_train.check_plan_settings(
+      epsilon=None, delta=s.delta, sampling_rate=s.q, epochs=s.epochs,
+      clip_norm=s.clip, init_fraction=s.init_fraction,
+      sigma_rule=s.sigma_rule, init_mechanism=s.init_mechanism,
+      prefix="--", names=FLAG_NAMES)
+  lvq_train.TrainConfig(
+      model="glvq", trainer="sgd", rank=s.rank, normalise=s.normalise,
+      phi_kind=s.phi, epochs=s.epochs, sampling_rate=s.q,
+      learning_rate=DEFAULT_LR["glvq"] if s.lr is None else s.lr,
+      prototypes_per_class=s.prototypes_per_class,
+      bfgs_iterations=s.bfgs_iterations,
+      ghost_clipping=s.ghost_clipping).validate(prefix="--",
+                                                names=FLAG_NAMES)
   _flag("--folds", s.folds, isinstance(s.folds, int) and s.folds >= 2,
         "k-fold cross-validation needs at least 2 folds (e.g. --folds=5).")
   _flag("--repeats", s.repeats, isinstance(s.repeats, int) and s.repeats >= 1,
@@ -132,17 +131,6 @@ def check_settings(s: Settings, *, max_steps: int = DEFAULT_MAX_STEPS
   _flag("--train_on", s.train_on,
         s.train_on in ("auto", "one_fold", "other_folds"),
         "choose auto, one_fold or other_folds.")
-  _flag("--rank", s.rank,
-        s.rank is None or (isinstance(s.rank, int) and s.rank >= 1),
-        "the rank of Ω must be ≥ 1 (or omit it for full rank).")
-  _flag("--phi", s.phi, s.phi in ("identity", "sigmoid"),
-        "choose identity or sigmoid.")
-  _flag("--prototypes_per_class", s.prototypes_per_class,
-        isinstance(s.prototypes_per_class, int)
-        and s.prototypes_per_class >= 1, "give at least 1.")
-  _flag("--bfgs_iterations", s.bfgs_iterations,
-        isinstance(s.bfgs_iterations, int) and s.bfgs_iterations >= 1,
-        "give at least 1.")
   _flag("--parallel", s.parallel,
         isinstance(s.parallel, int) and s.parallel >= 1, "give at least 1.")
   _flag("--memory_budget", s.memory_budget, s.memory_budget is None or (
@@ -161,14 +149,11 @@ def check_settings(s: Settings, *, max_steps: int = DEFAULT_MAX_STEPS
 
 
 def check_run(*, model: str, trainer: str, epsilon) -> None:
-  """Refuses a bad (model, trainer, ε) of a single run."""
-  _flag("--model", model, model in MODELS, f"choose one of {MODELS}.")
-  _flag("--trainer", trainer, trainer in TRAINERS,
-        f"choose one of {TRAINERS}.")
+  """Refuses a bad (model, trainer, ε) of a single run (by the library's
+  checks, naming the flags)."""
+  lvq_train.TrainConfig(model=model, trainer=trainer).validate(prefix="--")
   if trainer == "dpsgd":
-    _flag("--epsilon", epsilon,
-          isinstance(epsilon, (int, float)) and np.isfinite(epsilon)
-          and epsilon > 0, "the total ε must be > 0 (e.g. --epsilon=1.5).")
+    validation.check_epsilon(epsilon, "--epsilon")
 
 
 def parse_models(text: str) -> list[str]:

@@ -10,7 +10,14 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping, memory, metrics, options
+from dpcore import (
+    accounting,
+    clipping,
+    memory,
+    metrics,
+    options,
+    validation,
+)
 from launch import common
 from launch.data import loaders as data
 from mechanisms.erm import output_perturbation
@@ -188,6 +195,11 @@ def _number(value, flag, *, low=None, low_open=True, integer=False,
   return value
 
 
+# launch.dpwss's flags whose names differ from the library's.
+FLAG_NAMES = {"selection_epsilon": "epsilon", "epsilon": "total_epsilon",
+              "eps": "eps_stop"}
+
+
 def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
                   c=1.0, kernel="rbf", gamma=None, coef0=0.0, degree=3,
                   eps_stop=1e-3, max_iter=None, release="none",
@@ -203,37 +215,22 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
   """
   del unused
   options.check_one_of(wss, options.DPWSS_WSS, "--wss")
-  if selection not in dpwss.SELECTIONS:
-    raise ValueError(f"--selection={selection!r}: choose 'paper' (the "
-                     f"paper's DPWSS, no guarantee) or 'private'.")
-  if not (isinstance(delta, (int, float)) and 0.0 < delta < 1.0):
-    raise ValueError(f"--delta={delta!r}: δ must satisfy 0 < δ < 1 "
-                     f"(e.g. --delta=1e-5).")
   if wss == "dpwss":
-    _number(epsilon, "--epsilon", low=0.0,
-            fix="ε per draw must be > 0 (e.g. --epsilon=1).")
-    if not (isinstance(sigma, (int, float)) and 0.0 < sigma < 1.0):
-      raise ValueError(f"--sigma={sigma!r}: σ must lie in (0, 1) "
-                       f"(e.g. --sigma=0.5).")
-    if total_epsilon is not None:
-      _number(total_epsilon, "--total_epsilon", low=0.0)
-      if max_iter is None:
-        raise ValueError("--total_epsilon needs --max_iter: the budget is "
-                         "split over the selections of max_iter "
-                         "iterations.")
-    if selection == "private" and max_iter is None:
-      raise ValueError("--selection=private runs exactly --max_iter "
-                       "iterations (its stopping rule may not read the "
-                       "data); pass --max_iter=T, e.g. --max_iter=2000.")
-  _number(c, "--c", low=0.0)
-  _number(eps_stop, "--eps_stop", low=0.0)
+    dpwss.check_settings(
+        sigma=sigma, delta=delta, selection=selection, max_iter=max_iter,
+        selection_epsilon=epsilon if total_epsilon is None else None,
+        epsilon=total_epsilon, prefix="--", names=FLAG_NAMES)
+  else:
+    dpwss.check_selection(selection, "--selection")
+    validation.check_delta(delta, "--delta")
+  smo_train.check_solver_settings(c=c, eps=eps_stop, max_iter=max_iter,
+                                  dtype=dtype, prefix="--",
+                                  names=FLAG_NAMES)
   options.check_one_of(kernel, options.KERNELS, "--kernel")
   if gamma is not None:
     _number(gamma, "--gamma", low=0.0, fix="omit it for 1/num_features.")
   _number(coef0, "--coef0")
   _number(degree, "--degree", low=1, low_open=False, integer=True)
-  if max_iter is not None:
-    _number(max_iter, "--max_iter", low=1, low_open=False, integer=True)
   _number(repeats, "--repeats", low=1, low_open=False, integer=True)
   options.check_one_of(release, options.DPWSS_RELEASES, "--release")
   if release != "none":
@@ -243,7 +240,6 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
     check_release_scaling(scaling)
   options.check_one_of(scaling, SCALINGS, "--scaling")
   options.check_one_of(evaluate, options.EVAL_SPLITS, "--eval")
-  options.check_one_of(dtype, options.SOLVER_DTYPES, "--dtype")
 
 
 def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",

@@ -34,8 +34,9 @@ from mechanisms.lvq import model as lvq
 
 __all__ = [
     "DPLVQPlan", "INIT_MECHANISMS", "MODELS", "RELATION", "SAMPLER",
-    "SIGMA_RULES", "TRAINERS", "TrainConfig", "init_params", "make_plan",
-    "mean_cost", "release", "train", "train_bfgs", "train_sgd",
+    "SIGMA_RULES", "TRAINERS", "TrainConfig", "check_plan_settings",
+    "init_params", "make_plan", "mean_cost", "release", "train",
+    "train_bfgs", "train_sgd",
 ]
 
 MODELS = options.LVQ_MODELS
@@ -101,25 +102,44 @@ class TrainConfig:
         num_examples, sampling_rate=self.sampling_rate, epochs=self.epochs,
         max_batch=self.max_batch, sampler=SAMPLER)
 
-  def validate(self) -> TrainConfig:
-    if self.model not in MODELS:
-      raise ValueError(f"model must be one of {MODELS}, got {self.model!r}.")
-    if self.trainer not in TRAINERS:
-      raise ValueError(
-          f"trainer must be one of {TRAINERS}, got {self.trainer!r}.")
-    if self.phi_kind not in lvq.PHIS:
-      raise ValueError(
-          f"phi_kind must be one of {lvq.PHIS}, got {self.phi_kind!r}.")
-    validation.check_positive_int(self.num_classes, "num_classes")
+  def validate(self, *, prefix: str = "",
+               names: dict[str, str] | None = None) -> TrainConfig:
+    """Checks every field (host side, before tracing).
+
+    Args:
+      prefix: what the messages put before each setting's name: ``"--"``
+        when the settings came from command-line flags.
+      names: the shown name of a field whose flag is spelt otherwise
+        (e.g. ``{"sampling_rate": "q"}``); other fields keep their names.
+
+    Returns:
+      ``self``.
+
+    Raises:
+      ValueError: one line naming the setting and the fix.
+    """
+    name = _namer(prefix, names)
+    for field, allowed in (("model", MODELS), ("trainer", TRAINERS),
+                           ("phi_kind", lvq.PHIS)):
+      value = getattr(self, field)
+      if value not in allowed:
+        raise ValueError(f"{name(field)} must be one of {allowed}, got "
+                         f"{value!r}.")
+    validation.check_positive_int(self.num_classes, name("num_classes"))
     if self.num_classes < 2:
-      raise ValueError("num_classes must be ≥ 2 (LVQ needs a wrong class).")
-    validation.check_positive_int(self.epochs, "epochs")
-    validation.check_in_range(self.sampling_rate, "q (sampling_rate)", 0.0,
+      raise ValueError(f"{name('num_classes')} must be ≥ 2 (LVQ needs a "
+                       f"wrong class).")
+    validation.check_positive_int(self.epochs, name("epochs"))
+    validation.check_in_range(self.sampling_rate, name("sampling_rate"), 0.0,
                               1.0, high_inclusive=True)
-    validation.check_positive(self.learning_rate, "learning_rate")
-    validation.check_positive_int(self.max_batch, "max_batch")
+    validation.check_positive(self.learning_rate, name("learning_rate"))
+    validation.check_positive_int(self.max_batch, name("max_batch"))
     if self.rank is not None:
-      validation.check_positive_int(self.rank, "rank")
+      validation.check_positive_int(self.rank, name("rank"))
+    validation.check_positive_int(self.prototypes_per_class,
+                                  name("prototypes_per_class"))
+    validation.check_positive_int(self.bfgs_iterations,
+                                  name("bfgs_iterations"))
     return self
 
 
@@ -211,6 +231,63 @@ class DPLVQPlan:
         nominal_note=note)
 
 
+# How a setting is named in messages when no flag spelling is given: the
+# names :func:`make_plan` has always used.
+_DEFAULT_NAMES = {"sampling_rate": "q (sampling_rate)",
+                  "clip_norm": "clip (clip_norm)"}
+
+
+def _namer(prefix: str, names: dict[str, str] | None):
+  """``field`` → its name in messages: ``prefix`` + its (flag) name."""
+  names = dict(names or {})
+
+  def name(field):
+    if field in names:
+      return prefix + names[field]
+    return prefix + (field if prefix else _DEFAULT_NAMES.get(field, field))
+  return name
+
+
+def check_plan_settings(*, epsilon: float | None, delta: float,
+                        sampling_rate: float, epochs: int, clip_norm: float,
+                        init_fraction: float = 0.2,
+                        sigma_rule: str = "accountant",
+                        init_mechanism: str = "laplace", prefix: str = "",
+                        names: dict[str, str] | None = None) -> None:
+  """Checks :func:`make_plan`'s settings that need no data (host side).
+
+  :func:`make_plan` runs it; a caller may run it first, before any data
+  is read, with the names its users know.
+
+  Args:
+    epsilon, delta, sampling_rate, epochs, clip_norm, init_fraction,
+      sigma_rule, init_mechanism: as :func:`make_plan`; ``epsilon`` None
+      leaves it unchecked (not known yet).
+    prefix: what the messages put before each setting's name: ``"--"``
+      when the settings came from command-line flags.
+    names: the shown name of a setting whose flag is spelt otherwise
+      (e.g. ``{"sampling_rate": "q", "clip_norm": "clip"}``).
+
+  Raises:
+    ValueError: one line naming the setting and the fix.
+  """
+  name = _namer(prefix, names)
+  if epsilon is not None:
+    validation.check_epsilon(epsilon, name("epsilon"))
+  validation.check_delta(delta, name("delta"))
+  validation.check_in_range(sampling_rate, name("sampling_rate"), 0.0, 1.0,
+                            high_inclusive=True)
+  validation.check_positive_int(epochs, name("epochs"))
+  validation.check_in_range(init_fraction, name("init_fraction"), 0.0, 1.0)
+  if sigma_rule not in SIGMA_RULES:
+    raise ValueError(f"{name('sigma_rule')} must be one of {SIGMA_RULES}, "
+                     f"got {sigma_rule!r}.")
+  if init_mechanism not in INIT_MECHANISMS:
+    raise ValueError(f"{name('init_mechanism')} must be one of "
+                     f"{INIT_MECHANISMS}, got {init_mechanism!r}.")
+  validation.check_positive(clip_norm, name("clip_norm"))
+
+
 def make_plan(num_examples: int, *, epsilon: float, delta: float,
               sampling_rate: float, epochs: int, clip_norm: float, dim: int,
               max_batch: int | None = None, init_fraction: float = 0.2,
@@ -253,21 +330,14 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
   noise σC), padded to B with the truncation probability recorded; the
   ledger composes them to the (ε, δ) it reports.
   """
-  epsilon = validation.check_epsilon(epsilon)
-  delta = validation.check_delta(delta)
-  sampling_rate = validation.check_in_range(
-      sampling_rate, "q (sampling_rate)", 0.0, 1.0, high_inclusive=True)
-  epochs = validation.check_positive_int(epochs, "epochs")
-  init_fraction = validation.check_in_range(init_fraction, "init_fraction",
-                                            0.0, 1.0)
-  if sigma_rule not in SIGMA_RULES:
-    raise ValueError(
-        f"sigma_rule must be one of {SIGMA_RULES}, got {sigma_rule!r}.")
-  if init_mechanism not in INIT_MECHANISMS:
-    raise ValueError(f"init_mechanism must be one of {INIT_MECHANISMS}, "
-                     f"got {init_mechanism!r}.")
+  check_plan_settings(
+      epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
+      epochs=epochs, clip_norm=clip_norm, init_fraction=init_fraction,
+      sigma_rule=sigma_rule, init_mechanism=init_mechanism)
+  epsilon, delta = float(epsilon), float(delta)
+  sampling_rate, init_fraction = float(sampling_rate), float(init_fraction)
+  epochs, clip_norm = int(epochs), float(clip_norm)
   num_examples = validation.check_positive_int(num_examples, "num_examples")
-  clip_norm = validation.check_positive(clip_norm, "clip (clip_norm)")
   dim = validation.check_positive_int(dim, "dim")
   steps = dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
   eps_init = init_fraction * epsilon

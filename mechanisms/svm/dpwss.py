@@ -230,10 +230,11 @@ def selections_per_iteration(selection: str) -> int:
   return 2 if check_selection(selection) == "private" else 1
 
 
-def check_selection(selection) -> str:
-  """``selection`` if it is ``"paper"`` or ``"private"``; else ValueError."""
+def check_selection(selection, name: str = "selection") -> str:
+  """``selection`` if it is ``"paper"`` or ``"private"``; else ValueError
+  naming it ``name`` (e.g. ``"--selection"`` for a flag)."""
   if selection not in SELECTIONS:
-    raise ValueError(f"selection must be 'paper' (the paper's DPWSS, no "
+    raise ValueError(f"{name} must be 'paper' (the paper's DPWSS, no "
                      f"guarantee) or 'private' (both indices private), got "
                      f"{selection!r}.")
   return selection
@@ -399,6 +400,60 @@ class DPWSSPlan:
     return report
 
 
+def check_settings(*, sigma: float, selection_epsilon: float | None = None,
+                   epsilon: float | None = None,
+                   delta: float = DEFAULT_DELTA, selection: str = "paper",
+                   max_iter: int | None = None, prefix: str = "",
+                   names: dict[str, str] | None = None) -> None:
+  """Checks :func:`make_plan`'s settings (host side, before any data).
+
+  :func:`make_plan` runs it; a caller may run it first with the names its
+  users know.
+
+  Args:
+    sigma, selection_epsilon, epsilon, delta, selection, max_iter: as
+      :func:`make_plan`.
+    prefix: what the messages put before each setting's name: ``"--"``
+      when the settings came from command-line flags.
+    names: the shown name of a setting spelt otherwise where it was given
+      (e.g. ``{"selection_epsilon": "epsilon", "epsilon":
+      "total_epsilon"}``); the others keep their names.
+
+  Raises:
+    ValueError: one line naming the setting and the fix.
+  """
+  given = dict(names or {})
+
+  def n(field):
+    return prefix + given.get(field, field)
+  check_selection(selection, n("selection"))
+  if (selection_epsilon is None) == (epsilon is None):
+    raise ValueError(
+        f"give exactly one of {n('selection_epsilon')} (ε of each draw) "
+        f"and {n('epsilon')} (a total target split over the draws of "
+        f"{n('max_iter')} iterations).")
+  validation.check_in_range(sigma, n("sigma"), 0.0, 1.0)
+  validation.check_delta(delta, n("delta"))
+  if max_iter is not None:
+    validation.check_positive_int(max_iter, n("max_iter"))
+  if selection == "private" and max_iter is None:
+    raise ValueError(
+        f"{n('selection')}='private' runs exactly {n('max_iter')} "
+        f"iterations (its stopping rule may not read the data); pass "
+        f"{n('max_iter')}=T.")
+  if epsilon is not None:
+    if max_iter is None:
+      raise ValueError(
+          f"a total {n('epsilon')} is split over the draws of "
+          f"{n('max_iter')} iterations; pass {n('max_iter')}=T, or give "
+          f"{n('selection_epsilon')} (ε per draw).")
+    # Named as epsilon_per_selection names it, where no name was given.
+    validation.check_epsilon(epsilon, n("epsilon") if prefix or names
+                             else "total_epsilon")
+  else:
+    validation.check_epsilon(selection_epsilon, n("selection_epsilon"))
+
+
 def make_plan(*, sigma: float, selection_epsilon: float | None = None,
               epsilon: float | None = None, delta: float = DEFAULT_DELTA,
               selection: str = "paper", max_iter: int | None = None,
@@ -453,24 +508,13 @@ def make_plan(*, sigma: float, selection_epsilon: float | None = None,
         f"relation={relation.value}: DPWSS's selections are stated for "
         f"replace-one neighbours only (the l indices are the candidate "
         f"set, so l is public); pass relation='{RELATION.value}'.")
-  if (selection_epsilon is None) == (epsilon is None):
-    raise ValueError(
-        "give exactly one of selection_epsilon (ε of each draw) and "
-        "epsilon (a total target split over the draws of max_iter "
-        "iterations).")
-  sigma = validation.check_in_range(sigma, "sigma", 0.0, 1.0)
-  delta = validation.check_delta(delta)
+  check_settings(sigma=sigma, selection_epsilon=selection_epsilon,
+                 epsilon=epsilon, delta=delta, selection=selection,
+                 max_iter=max_iter)
+  sigma, delta = float(sigma), float(delta)
   if max_iter is not None:
-    max_iter = validation.check_positive_int(max_iter, "max_iter")
-  if selection == "private" and max_iter is None:
-    raise ValueError(
-        "selection='private' runs exactly max_iter iterations (its "
-        "stopping rule may not read the data); pass max_iter=T.")
+    max_iter = int(max_iter)
   if epsilon is not None:
-    if max_iter is None:
-      raise ValueError(
-          "a total epsilon is split over the draws of max_iter iterations; "
-          "pass max_iter=T, or give selection_epsilon (ε per draw).")
     selection_epsilon = epsilon_per_iteration(
         epsilon, max_iter=max_iter, delta=delta, selection=selection)
   selection_epsilon = validation.check_epsilon(selection_epsilon,
@@ -671,7 +715,8 @@ __all__ = [
     "DEFAULT_DELTA", "DPWSSPlan", "DPWSSRun", "PAIR_FLAGS_TOTAL_BYTES",
     "PAIR_FLAG_MODES", "PAPER_NOMINAL_NOTE", "PAPER_NO_GUARANTEE",
     "PRIVATE_SCOPE", "RELATION", "RepeatsLayout", "SELECTIONS",
-    "check_iterations", "check_selection", "epsilon_per_iteration",
+    "check_iterations", "check_selection", "check_settings",
+    "epsilon_per_iteration",
     "epsilon_per_selection", "make_plan", "pair_buffer_iterations",
     "plan_repeats", "release", "resolve_pair_flags",
     "selections_per_iteration",

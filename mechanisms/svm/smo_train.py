@@ -33,6 +33,7 @@ __all__ = [
     "SVMModel",
     "UNROLL_ACCELERATOR",
     "check_memory_budget",
+    "check_solver_settings",
     "check_svm_inputs",
     "fixed_bytes",
     "model_from_result",
@@ -56,9 +57,39 @@ def check_svm_inputs(x, y, *, c, eps) -> tuple[np.ndarray, np.ndarray]:
   """Validates training data and C-SVC parameters (before any tracing)."""
   x = validation.check_matrix(x, "x")
   y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
-  validation.check_positive(c, "c")
-  validation.check_positive(eps, "eps")
+  check_solver_settings(c=c, eps=eps)
   return x, y
+
+
+def check_solver_settings(*, c, eps, max_iter=None, dtype="float64",
+                          prefix: str = "",
+                          names: dict[str, str] | None = None) -> None:
+  """Checks the C-SVC solver's settings that need no data.
+
+  Args:
+    c: C > 0.
+    eps: the stopping tolerance, > 0.
+    max_iter: None (the solver's default) or an integer ≥ 1.
+    dtype: ``"float32"`` or ``"float64"``.
+    prefix: what the messages put before each setting's name: ``"--"``
+      when the settings came from command-line flags.
+    names: the shown name of a setting spelt otherwise where it was given
+      (e.g. ``{"eps": "eps_stop"}``).
+
+  Raises:
+    ValueError: one line naming the setting and the fix.
+  """
+  given = dict(names or {})
+
+  def n(field):
+    return prefix + given.get(field, field)
+  validation.check_positive(c, n("c"))
+  validation.check_positive(eps, n("eps"))
+  if max_iter is not None:
+    validation.check_positive_int(max_iter, n("max_iter"))
+  if dtype not in ("float32", "float64"):
+    raise ValueError(f"{n('dtype')} must be 'float32' or 'float64', got "
+                     f"{dtype!r}.")
 
 
 def resolve_precompute(precompute, num: int, *, repeats: int = 1,
@@ -289,8 +320,7 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   which keeps no cache in :func:`smo.solve_repeats`).
   """
   x, y = check_svm_inputs(x, y, c=c, eps=eps)
-  if dtype not in ("float32", "float64"):
-    raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+  check_solver_settings(c=c, eps=eps, dtype=dtype)
   if row_dtype not in ("float32", "float64"):
     raise ValueError(
         f"row_dtype must be 'float32' or 'float64', got {row_dtype!r}.")

@@ -125,7 +125,7 @@ def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
   assert rec["epsilon"] < 1.0
   assert rec["privacy"]["epsilon"] is None
   assert rec["dpwss"]["epsilon_nominal_composed"] <= 3.0 * (1 + 1e-6)
-  with pytest.raises(ValueError, match="needs --max_iter"):
+  with pytest.raises(ValueError, match="pass --max_iter=T"):
     launch_dpwss.run_setting(dataset=small_svmlight, total_epsilon=3.0)
 
 
