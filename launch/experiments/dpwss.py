@@ -226,11 +226,8 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
   smo_train.check_solver_settings(c=c, eps=eps_stop, max_iter=max_iter,
                                   dtype=dtype, prefix="--",
                                   names=FLAG_NAMES)
-  options.check_one_of(kernel, options.KERNELS, "--kernel")
-  if gamma is not None:
-    _number(gamma, "--gamma", low=0.0, fix="omit it for 1/num_features.")
-  _number(coef0, "--coef0")
-  _number(degree, "--degree", low=1, low_open=False, integer=True)
+  kernels.check_settings(kernel, gamma=gamma, coef0=coef0, degree=degree,
+                         prefix="--")
   _number(repeats, "--repeats", low=1, low_open=False, integer=True)
   options.check_one_of(release, options.DPWSS_RELEASES, "--release")
   if release != "none":

@@ -26,6 +26,7 @@ iteration path) is reproduced in float64.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from dpcore import options, validation
 __all__ = [
     "KERNELS",
     "KernelSpec",
+    "check_settings",
     "decision_values",
     "kernel_diagonal",
     "kernel_matrix",
@@ -62,12 +64,8 @@ class KernelSpec:
   degree: int = 3
 
   def __post_init__(self):
-    options.check_one_of(self.kind, KERNELS, "kernel")
-    if self.gamma is not None:
-      validation.check_positive(self.gamma, "gamma")
-    validation.check_positive_int(self.degree, "degree")
-    if not isinstance(self.coef0, (int, float)) or self.coef0 != self.coef0:
-      raise ValueError(f"coef0 must be a finite number, got {self.coef0!r}.")
+    check_settings(self.kind, gamma=self.gamma, coef0=self.coef0,
+                   degree=self.degree)
 
   def resolve(self, num_features: int) -> KernelSpec:
     """This spec with γ filled in (1/num_features when unset)."""
@@ -75,6 +73,31 @@ class KernelSpec:
       return self
     validation.check_positive_int(num_features, "num_features")
     return dataclasses.replace(self, gamma=1.0 / num_features)
+
+
+def check_settings(kind: str, *, gamma=None, coef0=0.0, degree=3,
+                   prefix: str = "") -> None:
+  """A kernel's settings checked; one-line ValueErrors.
+
+  Args:
+    kind: one of :data:`KERNELS`.
+    gamma: γ > 0, or None (1/num_features, see :meth:`KernelSpec.resolve`).
+    coef0: a finite number.
+    degree: an integer ≥ 1.
+    prefix: put before each argument's name in the messages (a launch
+      script passes ``"--"`` so they name its flags).
+
+  Raises:
+    ValueError: the first bad setting, named.
+  """
+  options.check_one_of(kind, KERNELS, f"{prefix}kernel")
+  if gamma is not None:
+    validation.check_positive(gamma, f"{prefix}gamma")
+  validation.check_positive_int(degree, f"{prefix}degree")
+  if (isinstance(coef0, bool) or not isinstance(coef0, (int, float))
+      or not math.isfinite(coef0)):
+    raise ValueError(f"{prefix}coef0 must be a finite number, got "
+                     f"{coef0!r}.")
 
 
 def squared_norms(x: jax.Array) -> jax.Array:
