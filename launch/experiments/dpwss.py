@@ -176,25 +176,6 @@ def _mean_metrics(per_repeat):
   return {k: float(np.mean([r[k] for r in per_repeat])) for k in METRICS}
 
 
-def _number(value, flag, *, low=None, low_open=True, integer=False,
-            fix=""):
-  """``value`` checked as a finite number above ``low``; names the flag."""
-  kind = "an integer" if integer else "a finite number"
-  ok = isinstance(value, (int, float, np.integer, np.floating)) and not (
-      isinstance(value, bool))
-  if ok and integer:
-    ok = float(value) == int(value)
-  if ok:
-    ok = bool(np.isfinite(value))
-  if ok and low is not None:
-    ok = value > low if low_open else value >= low
-  if not ok:
-    bound = "" if low is None else (f" {'>' if low_open else '≥'} {low:g}")
-    raise ValueError(f"{flag}={value!r}: must be {kind}{bound}"
-                     f"{'; ' + fix if fix else '.'}")
-  return value
-
-
 # launch.dpwss's flags whose names differ from the library's.
 FLAG_NAMES = {"selection_epsilon": "epsilon", "epsilon": "total_epsilon",
               "eps": "eps_stop"}
@@ -228,11 +209,10 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
                                   names=FLAG_NAMES)
   kernels.check_settings(kernel, gamma=gamma, coef0=coef0, degree=degree,
                          prefix="--")
-  _number(repeats, "--repeats", low=1, low_open=False, integer=True)
+  validation.check_positive_int(repeats, "--repeats")
   options.check_one_of(release, options.DPWSS_RELEASES, "--release")
   if release != "none":
-    _number(release_epsilon, "--release_epsilon", low=0.0,
-            fix="the release's ε must be > 0 (e.g. --release_epsilon=1).")
+    validation.check_epsilon(release_epsilon, "--release_epsilon")
     output_perturbation.check_linear_kernel(kernel)
     check_release_scaling(scaling)
   options.check_one_of(scaling, SCALINGS, "--scaling")
@@ -679,9 +659,9 @@ def run_selection_comparison(*, datasets, out, table_md=None,
                            "total_epsilon")}
   check_setting(**settings, sigma=sigma)
   for total in total_epsilons:
-    _number(total, "--total_epsilons", low=0.0)
+    validation.check_epsilon(total, "--total_epsilons")
   for steps in iterations:
-    _number(steps, "--iterations", low=1, low_open=False, integer=True)
+    validation.check_positive_int(steps, "--iterations")
   prepared_all = _prepare_all(datasets, settings, progress)
   done = common.done_keys(out, KEY_FIELDS)
   records = []
