@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import zlib
 
@@ -528,10 +527,7 @@ def check_tuning(path: str, settings: Settings, *, distribution: str,
     raise ValueError(
         f"--tune_distribution={distribution} --tune_expected_trials="
         f"{expected_trials} --tune_eta={eta}: {err}") from None
-  _flag("--tune_score_epsilon", score_epsilon,
-        isinstance(score_epsilon, (int, float)) and math.isfinite(
-            score_epsilon) and score_epsilon > 0,
-        "the ε of each noisy validation score must be > 0 (e.g. 0.5).")
+  validation.check_epsilon(score_epsilon, "--tune_score_epsilon")
   _flag("--tune_validation_fraction", validation_fraction,
         isinstance(validation_fraction, (int, float))
         and 0 < validation_fraction <= 0.5,

@@ -122,7 +122,7 @@ TUNE_CASES = {
     "tune_eta_bad": (["--tune={good}", "--tune_distribution=negative_binomial",
                       "--tune_eta=-2"], "eta > -1"),
     "tune_score_epsilon": (["--tune={good}", "--tune_score_epsilon=0"],
-                           "--tune_score_epsilon=0.0"),
+                           "--tune_score_epsilon must be > 0"),
     "tune_validation": (["--tune={good}", "--tune_validation_fraction=0.9"],
                         "--tune_validation_fraction=0.9"),
     "tune_with_table": (["--tune={good}", "--table"], "--table"),
