@@ -199,7 +199,8 @@ def zcdp_epsilon(*, rho: float, delta: float, count: int = 1) -> float:
   """ε at δ of ``count`` compositions of ρ-zCDP (the RDP accountant).
 
   The one zCDP → (ε, δ) conversion: the ledger's discrete Gaussian entries
-  and :func:`dpcore.discrete.discrete_gaussian_sigma` both read ε here.
+  and :func:`dpcore.discrete_calibration.discrete_gaussian_sigma` both
+  read ε here.
   """
   return _rdp_epsilon([zcdp_event(rho, count)], delta)
 
@@ -335,7 +336,7 @@ class PrivacyLedger:
     """Discrete Gaussian noise σ on an integer query, ``count`` times.
 
     In grid units: σ and the L2 sensitivity Δ of the integer-valued
-    (rounded) query, e.g. from :func:`dpcore.discrete.gaussian_mechanism`.
+    (rounded) query, e.g. from :func:`dpcore.lattice.gaussian_mechanism`.
     Each release is ρ = Δ²/2σ²-zCDP (Canonne, Kamath & Steinke 2020,
     Theorems 14–15), recorded as a ``ZCDpEvent``; the stand-alone ε for
     basic composition is the RDP accountant's conversion of count·ρ at
