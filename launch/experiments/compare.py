@@ -159,6 +159,10 @@ def check_settings(*, datasets, methods, epsilons, delta, seeds) -> dict:
 
   Every message names the flag and the fix.
   """
+  # The library's validators (imported here: this module stays JAX-free
+  # on import, for the script's --help).
+  from dpcore import validation  # noqa: PLC0415
+
   if not datasets:
     raise ValueError(f"--datasets is empty; name one or more of "
                      f"{', '.join(DATASETS)}.")
@@ -180,17 +184,12 @@ def check_settings(*, datasets, methods, epsilons, delta, seeds) -> dict:
     raise ValueError("--epsilons is empty; give one or more ε > 0, e.g. "
                      "--epsilons=0.5,1,2,4,8.")
   for eps in epsilons:
-    if not (isinstance(eps, float) and math.isfinite(eps) and eps > 0):
-      raise ValueError(f"--epsilons: every ε must be a finite number > 0, "
-                       f"got {eps!r}.")
+    validation.check_epsilon(eps, "--epsilons")
   if len(set(epsilons)) != len(epsilons):
     raise ValueError(f"--epsilons={','.join(f'{e:g}' for e in epsilons)} "
                      f"names an ε twice.")
-  if not (isinstance(delta, float) and 0.0 < delta < 1.0):
-    raise ValueError(f"--delta={delta!r}: δ must satisfy 0 < δ < 1 "
-                     f"(e.g. --delta=1e-5).")
-  if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-    raise ValueError(f"--seeds={seeds!r}: give an integer ≥ 1.")
+  validation.check_delta(delta, "--delta")
+  validation.check_positive_int(seeds, "--seeds")
   plan = plan_methods(datasets, methods)
   if not any(plan.values()):
     raise ValueError(

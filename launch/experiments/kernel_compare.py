@@ -36,14 +36,13 @@ Protocol (fixed before any test accuracy was looked at):
 
 from __future__ import annotations
 
-import math
 import time
 import zlib
 
 import jax
 import numpy as np
 
-from dpcore import accounting
+from dpcore import accounting, validation
 from launch import common
 from launch.data import loaders
 from launch.experiments import dpwss as dpwss_experiment
@@ -97,14 +96,9 @@ def check_settings(*, datasets, methods, epsilons, delta, seeds,
   if not epsilons:
     raise ValueError("--epsilons: give at least one ε (e.g. 1,4).")
   for eps in epsilons:
-    if not (isinstance(eps, float) and math.isfinite(eps) and eps > 0):
-      raise ValueError(f"--epsilons: every ε must be a finite number > 0, "
-                       f"got {eps!r}.")
-  if not (isinstance(delta, float) and 0.0 < delta < 1.0):
-    raise ValueError(f"--delta={delta!r}: δ must satisfy 0 < δ < 1 "
-                     f"(e.g. --delta=1e-5).")
-  if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-    raise ValueError(f"--seeds={seeds!r}: give an integer ≥ 1.")
+    validation.check_epsilon(eps, "--epsilons")
+  validation.check_delta(delta, "--delta")
+  validation.check_positive_int(seeds, "--seeds")
   if not (isinstance(test_fraction, float) and 0.0 < test_fraction < 1.0):
     raise ValueError(f"--test_fraction={test_fraction!r}: must lie in "
                      f"(0, 1), e.g. 0.3.")
