@@ -62,7 +62,7 @@ one row added or removed."""
 
 __all__ = [
     "ClippedSumFn", "DPSGDPlan", "RELATION", "TrainKeys", "TrainResult",
-    "clipped_batch_sum", "make_plan", "nonprivate_plan",
+    "clipped_batch_sum", "make_plan", "nonprivate_plan", "resolve_noise",
     "per_example_clipped_sum", "split_keys", "train",
 ]
 
@@ -171,6 +171,35 @@ class DPSGDPlan:
       ledger.record_truncation(self.sampler_departure, label=sampler_label)
 
 
+def resolve_noise(*, noise_multiplier: float | None, epsilon: float | None,
+                  delta: float | None, sampling_rate: float, steps: int
+                  ) -> tuple[float, float | None, float | None]:
+  """σ given, or calibrated from (ε, δ) for T Poisson-subsampled steps.
+
+  Returns ``(noise_multiplier, epsilon, delta)`` checked: exactly one of
+  σ and ε must be given (ε needs δ); δ alone is kept for the record.
+
+  Raises:
+    ValueError: neither or both of σ and ε, or a bad value (named).
+  """
+  if delta is not None:
+    delta = validation.check_delta(delta)
+  if noise_multiplier is None:
+    if epsilon is None or delta is None:
+      raise ValueError(
+          "give noise_multiplier=, or epsilon= and delta= to calibrate it.")
+    epsilon = validation.check_epsilon(epsilon)
+    noise_multiplier = accounting.calibrate_dpsgd_noise(
+        epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
+        steps=steps)
+  elif epsilon is not None:
+    raise ValueError(
+        "give noise_multiplier= or epsilon= (σ calibrated for it), not both.")
+  noise_multiplier = validation.check_non_negative(noise_multiplier,
+                                                   "noise_multiplier")
+  return noise_multiplier, epsilon, delta
+
+
 def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
               noise_multiplier: float | None = None,
               epsilon: float | None = None, delta: float | None = None,
@@ -217,21 +246,9 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
   steps = accounting.dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                                  epochs=epochs)
-  if delta is not None:
-    delta = validation.check_delta(delta)
-  if noise_multiplier is None:
-    if epsilon is None or delta is None:
-      raise ValueError(
-          "give noise_multiplier=, or epsilon= and delta= to calibrate it.")
-    epsilon = validation.check_epsilon(epsilon)
-    noise_multiplier = accounting.calibrate_dpsgd_noise(
-        epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
-        steps=steps)
-  elif epsilon is not None:
-    raise ValueError(
-        "give noise_multiplier= or epsilon= (σ calibrated for it), not both.")
-  noise_multiplier = validation.check_non_negative(noise_multiplier,
-                                                   "noise_multiplier")
+  noise_multiplier, epsilon, delta = resolve_noise(
+      noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta,
+      sampling_rate=sampling_rate, steps=steps)
   if max_batch is None:
     max_batch = dpsgd.max_batch_size(
         num_examples, sampling_rate=sampling_rate, steps=steps,

@@ -251,19 +251,9 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
                                 high_inclusive=True)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
   steps = accounting.dpsgd_steps(sampling_rate=q, steps=steps, epochs=epochs)
-  if delta is not None:
-    delta = validation.check_delta(delta)
-  if noise_multiplier is None:
-    if epsilon is None or delta is None:
-      raise ValueError(
-          "give noise_multiplier=, or epsilon= and delta= to calibrate it.")
-    epsilon = validation.check_epsilon(epsilon)
-    noise_multiplier = accounting.calibrate_dpsgd_noise(
-        epsilon=epsilon, delta=delta, sampling_rate=q, steps=steps)
-  elif epsilon is not None:
-    raise ValueError(
-        "give noise_multiplier= or epsilon= (σ calibrated for it), not both.")
-  sigma = validation.check_non_negative(noise_multiplier, "noise_multiplier")
+  sigma, epsilon, delta = trainer.resolve_noise(
+      noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta,
+      sampling_rate=q, steps=steps)
   overflow_probability = validation.check_in_range(
       overflow_probability, "overflow_probability", 0.0, 1.0)
   count, rows, total = int(sizes.size), int(sizes.max()), int(sizes.sum())

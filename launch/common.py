@@ -279,18 +279,6 @@ def heavy_imports():
       gc.enable()
 
 
-def available_memory_bytes() -> int | None:
-  """MemAvailable of /proc/meminfo (Linux), or None where unknown."""
-  try:
-    with open("/proc/meminfo", encoding="ascii") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except (OSError, ValueError, IndexError):
-    return None
-  return None
-
-
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
