@@ -56,6 +56,7 @@ __all__ = [
     "PRIVACY_FIELDS",
     "PrivacyLedger",
     "calibrate_dpsgd_noise",
+    "common_relation",
     "dpsgd_epsilon",
     "dpsgd_event",
     "dpsgd_steps",
@@ -510,17 +511,20 @@ def _spelling(relation) -> str | None:
   return None if relation is None else relation.value
 
 
-def _entries_relation(entries) -> options.Relation | None:
-  """The one relation of ``entries`` or guarantees (None if none has one).
+def common_relation(items, *, what: str = "entries"
+                    ) -> options.Relation | None:
+  """The one relation of ``items`` (anything with a ``relation``: ledger
+  entries, guarantees, tuning trials); None if none has one.
 
   Raises:
-    ValueError: entries of different relations (a ledger refuses them when
-      they are recorded; entries gathered by hand are checked here).
+    ValueError: items of different relations (a ledger refuses them when
+      they are recorded; items gathered by hand are checked here). The
+      message names them as ``what``.
   """
-  relations = {e.relation for e in entries if e.relation is not None}
+  relations = {e.relation for e in items if e.relation is not None}
   if len(relations) > 1:
     raise ValueError(
-        f"entries of different neighbouring relations "
+        f"{what} of different neighbouring relations "
         f"({', '.join(sorted(r.value for r in relations))}) do not compose; "
         f"keep each relation in its own ledger.")
   return relations.pop() if relations else None
@@ -532,7 +536,7 @@ def privacy_record(guarantee: Guarantee, entries=(), *,
   """The one JSON-ready privacy record (fields :data:`PRIVACY_FIELDS`)."""
   g = guarantee
   entries = tuple(entries)
-  relation = _entries_relation((*entries, g))
+  relation = common_relation((*entries, g))
   return {
       "epsilon": g.epsilon, "delta": g.delta,
       "relation": _spelling(relation),
@@ -560,7 +564,7 @@ def no_guarantee_record(reason: str, *, nominal_epsilon: float | None = None,
   entries = tuple(entries)
   return {
       "epsilon": None, "delta": None,
-      "relation": _spelling(_entries_relation(entries)),
+      "relation": _spelling(common_relation(entries)),
       "method": "no_guarantee",
       "epsilon_basic": None, "delta_basic": None, "epsilon_rdp": None,
       "epsilon_pld": None, "truncation_probability": None,
@@ -593,7 +597,7 @@ def _compose(entries, delta, use_pld) -> Guarantee:
   δ′ + (1 + e^ε)·P stays within δ. Otherwise (P too large for δ) the
   guarantee at δ/2 is reported with its larger total δ.
   """
-  relation = _entries_relation(entries)
+  relation = common_relation(entries)
   return dataclasses.replace(_compose_all(entries, delta, use_pld),
                              relation=relation)
 

@@ -374,17 +374,6 @@ def score_privacy(epsilon: float, *,
                              relation=None)
 
 
-def _one_relation(trials) -> options.Relation | None:
-  """The relation trials combined hold under; refuses two different ones."""
-  relations = {t.relation for t in trials if t.relation is not None}
-  if len(relations) > 1:
-    raise ValueError(
-        f"the trials are stated under different neighbouring relations "
-        f"({', '.join(sorted(r.value for r in relations))}); calibrate "
-        f"every part for one relation.")
-  return relations.pop() if relations else None
-
-
 def _same_orders(trials) -> tuple[float, ...]:
   if not trials or not all(isinstance(t, TrialPrivacy) for t in trials):
     raise ValueError("give at least one TrialPrivacy.")
@@ -409,7 +398,7 @@ def any_of(*trials: TrialPrivacy, description: str = "") -> TrialPrivacy:
                       max(t.truncation_probability for t in trials),
                       description or "any of: " + "; ".join(
                           t.description for t in trials),
-                      _one_relation(trials))
+                      accounting.common_relation(trials, what="trials"))
 
 
 def disjoint(*parts: TrialPrivacy, description: str = "") -> TrialPrivacy:
@@ -430,7 +419,7 @@ def disjoint(*parts: TrialPrivacy, description: str = "") -> TrialPrivacy:
   return TrialPrivacy(orders, rdp, pure, slack,
                       description or "disjoint rows: " + " | ".join(
                           t.description for t in parts),
-                      _one_relation(parts))
+                      accounting.common_relation(parts, what="trials"))
 
 
 # -- the tuned algorithm's privacy --------------------------------------------
