@@ -6,9 +6,10 @@ working set {i, j} with a rule from :mod:`mechanisms.svm.wss` (LIBSVM's WSS2, or
 the paper's DPWSS), solves the two-variable problem analytically, clips it
 to the box, and updates the gradient G = Qα − e with the two kernel rows
 K(x_i, ·), K(x_j, ·) — computed on demand (a single run keeps the last
-rows it used, :class:`RowCache`, and reads a row asked for again), or read
-from a precomputed matrix when ``precompute`` says so. Nothing of size
-l × l is needed.
+rows it used, :class:`RowCache`, and reads a row asked for again; sparse
+rows are formed from their nonzero features, :class:`kernels.SparseRows`),
+or read from a precomputed matrix when ``precompute`` says so. Nothing of
+size l × l is needed.
 
 Faithfulness to LIBSVM 3.x (``-s 0``):
 * same selection (ties to the last index), same update and clipping order,
@@ -89,6 +90,7 @@ class Problem(NamedTuple):
   y: jax.Array           # (l,) ±1, solver dtype
   qd: jax.Array          # (l,) K(x_t, x_t)
   kmat: jax.Array | None  # (l, l) precomputed rows, or None
+  sparse: kernels.SparseRows | None = None  # rows by nonzero features
 
 
 class SolverParams(NamedTuple):
@@ -178,22 +180,36 @@ class SolverConfig:
 
 
 def make_problem(spec: kernels.KernelSpec, x, y, *, dtype, precompute: bool,
-                 row_dtype: str) -> Problem:
-  """Casts the data and builds the diagonal (and Q's rows if asked)."""
+                 row_dtype: str, sparse: bool = False) -> Problem:
+  """Casts the data and builds the diagonal (and Q's rows if asked).
+
+  With ``sparse`` (and no ``precompute``), kernel rows are computed from
+  the rows' nonzero features (:class:`kernels.SparseRows`): faster on the
+  CPU when most features are zero, a different summation order than the
+  dense product (so paths can part in the last bits).
+  """
+  rows = kernels.sparse_rows(x, dtype) if sparse and not precompute else None
   x = jnp.asarray(x, dtype)
   y = jnp.asarray(y, dtype)
   kmat = None
   if precompute:  # kept in row_dtype (LIBSVM's cache precision)
     kmat = kernels.kernel_matrix(spec, x, x).astype(row_dtype)
-  return Problem(x, kernels.squared_norms(x), y,
-                 kernels.kernel_diagonal(spec, x), kmat)
+  sq = (kernels.squared_norms(x) if rows is None
+        else kernels.sparse_squared_norms(rows))
+  return Problem(x, sq, y, kernels.kernel_diagonal(spec, x, sq=sq), kmat,
+                 rows)
 
 
 def _rows(problem: Problem, config: SolverConfig, idx) -> jax.Array:
   """K(x_idx, ·) rows rounded like LIBSVM's cache, in the solver dtype."""
   if problem.kmat is not None:
     return jnp.take(problem.kmat, idx, axis=0).astype(problem.x.dtype)
-  k = kernels.kernel_rows(config.kernel, problem.x, problem.sq, idx)
+  if problem.sparse is not None:
+    k = jnp.stack([
+        kernels.sparse_kernel_row(config.kernel, problem.sparse, problem.sq,
+                                  idx[r]) for r in range(idx.shape[0])])
+  else:
+    k = kernels.kernel_rows(config.kernel, problem.x, problem.sq, idx)
   return k.astype(config.row_dtype).astype(problem.x.dtype)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "PRECOMPUTE_MAX_BYTES_ACCELERATOR",
     "PRECOMPUTE_SMALL",
     "RBF",
+    "SPARSE_FEW_FEATURES",
     "SVMModel",
     "UNROLL_ACCELERATOR",
     "check_memory_budget",
@@ -40,6 +41,7 @@ __all__ = [
     "resolve_precompute",
     "resolve_precompute_in_budget",
     "resolve_row_cache",
+    "resolve_sparse_rows",
     "resolve_unroll",
     "run_bytes",
     "solver_setup",
@@ -50,6 +52,9 @@ PRECOMPUTE_SMALL = 2_000  # l up to which Q is always cached
 PRECOMPUTE_MAX_BYTES = 1 << 28  # 256 MiB cap on a cached Q (CPU)
 PRECOMPUTE_MAX_BYTES_ACCELERATOR = 1 << 31  # 2 GiB on a GPU/TPU
 UNROLL_ACCELERATOR = 4  # SMO iterations per loop trip on a GPU/TPU
+# Rows by nonzero features (automatic, CPU): when a row has on average at
+# most this many nonzeros, or at most a third of the features.
+SPARSE_FEW_FEATURES = 32
 RBF = kernels.KernelSpec("rbf")  # LIBSVM's default kernel, γ = 1/d
 
 
@@ -119,17 +124,21 @@ def resolve_precompute(precompute, num: int, *, repeats: int = 1,
 
 
 def fixed_bytes(num: int, dim: int, *, dtype: str, row_dtype: str,
-                precompute: bool) -> int:
+                precompute: bool, sparse_width: int = 0) -> int:
   """Upper estimate of the bytes a solver call holds whatever its runs.
 
   The training rows twice (the caller's float64 copy and the solver's
-  ``dtype`` copy), a dozen l-vectors, and with ``precompute`` the cached
-  Q (l² in ``row_dtype``) plus its computation's l² ``dtype`` block.
+  ``dtype`` copy), a dozen l-vectors, with ``precompute`` the cached
+  Q (l² in ``row_dtype``) plus its computation's l² ``dtype`` block, and
+  with rows by nonzero features (``sparse_width`` p > 0,
+  :func:`kernels.sparse_width`) X transposed and l × p features and values.
   """
   size = np.dtype(dtype).itemsize
   total = num * dim * (8 + size) + 16 * num * size
   if precompute:
     total += num * num * (np.dtype(row_dtype).itemsize + size)
+  if sparse_width:
+    total += num * dim * size + num * sparse_width * (4 + size)
   return total
 
 
@@ -299,6 +308,39 @@ def resolve_unroll(unroll, backend: str | None = None) -> int:
       UNROLL_ACCELERATOR)
 
 
+def resolve_sparse_rows(sparse_rows, x, *, precompute: bool,
+                        backend: str | None = None) -> bool:
+  """Whether kernel rows are formed from the rows' nonzero features.
+
+  Forced by ``sparse_rows`` (True/False); automatic (None) on the CPU
+  when rows come on demand and the rows hold on average at most
+  ``max(d / 3, SPARSE_FEW_FEATURES)`` nonzeros. Never with a precomputed Q
+  (its rows are read, not formed). A 2-core CPU, per SMO iteration: MNIST
+  5,000 × 784 (a fifth nonzero) 0.20 ms sparse against 0.56 ms dense; its
+  4×4-pooled 49 features (37 % nonzero) 0.05 against 0.12–0.16 ms; uniform
+  5,000 × 64, all nonzero, 0.13 against 0.10 ms; 5,000 × 784, 43 %
+  nonzero, 0.59 against 0.47 ms. Results agree in value, not bitwise: the
+  sum of a dot product runs in another order (see
+  :func:`kernels.sparse_kernel_row`).
+
+  Raises:
+    ValueError: ``sparse_rows`` is not None, True or False.
+  """
+  if sparse_rows is not None and not isinstance(sparse_rows,
+                                                (bool, np.bool_)):
+    raise ValueError(f"sparse_rows must be None (automatic), True or "
+                     f"False, got {sparse_rows!r}.")
+  if precompute:
+    return False
+  if sparse_rows is not None:
+    return bool(sparse_rows)
+  if (backend or jax.default_backend()) != "cpu":
+    return False
+  x = np.asarray(x)
+  mean_nonzeros = np.count_nonzero(x) / max(x.shape[0], 1)
+  return mean_nonzeros <= max(x.shape[1] / 3, SPARSE_FEW_FEATURES)
+
+
 def check_memory_budget(memory_budget) -> int | None:
   """``memory_budget``: None (unchecked) or a positive number of bytes."""
   if memory_budget is None:
@@ -308,10 +350,12 @@ def check_memory_budget(memory_budget) -> int | None:
 
 def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
                  row_dtype, shrinking, repeats=1, unroll=None,
-                 memory_budget=None, row_cache=None):
+                 memory_budget=None, row_cache=None, sparse_rows=False):
   """Shared validation and construction for the train entry points.
 
-  Must be called inside the precision context of the run. With
+  Must be called inside the precision context of the run.
+  ``sparse_rows``: see :func:`resolve_sparse_rows` (the default, False,
+  suits the vmapped repeats of :func:`smo.solve_repeats`). With
   ``memory_budget`` (bytes), Q is cached only where it fits
   (:func:`resolve_precompute_in_budget`), one run that does not fit is
   refused, before anything is computed, and the single-run row cache is
@@ -336,9 +380,25 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   cache = resolve_precompute_in_budget(
       precompute, num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
       memory_budget=memory_budget, repeats=repeats)
+  sparse = resolve_sparse_rows(sparse_rows, x, precompute=cache)
   if memory_budget is not None:
-    need = fixed_bytes(num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
-                       precompute=cache) + run_bytes(num, dtype=dtype)
+    def need_with(width):
+      return fixed_bytes(num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
+                         precompute=cache, sparse_width=width) + run_bytes(
+                             num, dtype=dtype)
+    need = need_with(0)
+    if sparse and need <= memory_budget:
+      with_rows = need_with(kernels.sparse_width(x))
+      if with_rows <= memory_budget:
+        need = with_rows
+      elif sparse_rows is None:  # automatic: rows from the dense X instead
+        sparse = False
+      else:
+        raise memory.MemoryBudgetError(
+            f"the SMO solver on {num} x {x.shape[1]} rows with sparse_rows="
+            f"True needs an estimated {memory.size_text(with_rows)}, above "
+            f"the memory budget of {memory.size_text(memory_budget)}; pass "
+            f"sparse_rows=False or a larger memory_budget.")
     if need > memory_budget:
       raise memory.MemoryBudgetError(
           f"the SMO solver on {num} x {x.shape[1]} rows needs an estimated "
@@ -356,7 +416,7 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
                             unroll=resolve_unroll(unroll),
                             row_cache=row_cache)
   problem = smo.make_problem(spec, x, y, dtype=dtype, precompute=cache,
-                             row_dtype=row_dtype)
+                             row_dtype=row_dtype, sparse=sparse)
   return x, y, spec, config, problem, max_iter
 
 
@@ -367,7 +427,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
                row_dtype: str = "float32",
                unroll: int | None = None,
                memory_budget: int | None = None,
-               row_cache: int | None = None) -> SVMModel:
+               row_cache: int | None = None,
+               sparse_rows: bool | None = None) -> SVMModel:
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
 
   Deterministic, so it takes no key. With ``shrinking=False``, float64 and
@@ -395,6 +456,9 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
       demand (speed only, same result): None (default) up to 1,024 rows
       and 64 MiB of them (less where ``memory_budget`` says so), an int
       m ≥ 0 that many (0: none); see :class:`smo.SolverConfig`.
+    sparse_rows: form kernel rows on demand from each row's nonzero
+      features: None (default) where that is faster on the CPU, True or
+      False forced; see :func:`resolve_sparse_rows`.
 
   Returns:
     The trained :class:`SVMModel`.
@@ -410,7 +474,8 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
     x, y, spec, config, problem, max_iter = solver_setup(
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=precompute, row_dtype=row_dtype, shrinking=shrinking,
-        unroll=unroll, memory_budget=memory_budget, row_cache=row_cache)
+        unroll=unroll, memory_budget=memory_budget, row_cache=row_cache,
+        sparse_rows=sparse_rows)
     params = smo.SolverParams(jnp.asarray(c, dtype), jnp.asarray(eps, dtype),
                           jnp.asarray(max_iter, jnp.int32), None)
     # WSS2 is deterministic: the key is required by the solver's signature

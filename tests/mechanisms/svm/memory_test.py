@@ -206,3 +206,38 @@ def test_a_budgeted_row_cache_gives_the_same_run():
   whole = smo_train.wss2_train(x, y, precompute=False)
   assert small.iterations == whole.iterations
   np.testing.assert_array_equal(small.alpha, whole.alpha)
+
+
+def test_rows_by_nonzero_features_are_estimated_and_fit_or_refused(no_work):
+  x, y = heart()
+  width = int((x != 0).sum(axis=1).max())
+  plain = smo_train.fixed_bytes(270, 13, dtype="float64",
+                                row_dtype="float32", precompute=False)
+  extra = smo_train.fixed_bytes(
+      270, 13, dtype="float64", row_dtype="float32", precompute=False,
+      sparse_width=width) - plain
+  assert extra == 270 * 13 * 8 + 270 * width * (4 + 8)
+  tight = plain + smo_train.run_bytes(270, dtype="float64")
+  with pytest.raises(memory.MemoryBudgetError, match="sparse_rows=False"):
+    smo_train.wss2_train(x, y, precompute=False, sparse_rows=True,
+                         row_cache=0, memory_budget=tight)
+
+
+def test_automatic_sparse_rows_give_way_to_a_tight_budget(monkeypatch):
+  x, y = heart()
+  made = []
+  make = smo.make_problem
+
+  def spy(*args, **kwargs):
+    made.append(kwargs["sparse"])
+    return make(*args, **kwargs)
+
+  monkeypatch.setattr(smo, "make_problem", spy)
+  tight = (smo_train.fixed_bytes(270, 13, dtype="float64",
+                                 row_dtype="float32", precompute=False)
+           + smo_train.run_bytes(270, dtype="float64"))
+  smo_train.wss2_train(x, y, precompute=False, row_cache=0,
+                       memory_budget=tight)
+  smo_train.wss2_train(x, y, precompute=False, row_cache=0,
+                       memory_budget=10 * tight)
+  assert made == [False, True]

@@ -352,3 +352,62 @@ def test_bad_row_cache_is_refused():
   with pytest.raises(ValueError, match="row_cache must be"):
     smo.SolverConfig(kernel=kernels.KernelSpec("rbf", gamma=1.0),
                      row_cache=-3)
+
+
+def _sparse_set(seed=0):
+  # 2,400 × 40, a fifth of the entries nonzero: above PRECOMPUTE_SMALL, so
+  # rows come on demand, and sparse enough for rows by nonzero features.
+  rng = np.random.default_rng(seed)
+  x = np.round(rng.random((2400, 40)) * (rng.random((2400, 40)) < 0.2), 3)
+  score = x @ rng.normal(size=40) + 0.3 * rng.normal(size=2400)
+  return x, np.where(score > np.median(score), 1.0, -1.0)
+
+
+def test_sparse_rows_follow_libsvm_path():
+  x, y = _sparse_set()
+  assert not smo_train.resolve_precompute(None, x.shape[0])
+  assert smo_train.resolve_sparse_rows(None, x, precompute=False,
+                                       backend="cpu")
+  gamma = 1.0 / x.shape[1]
+  ref, ref_iter, ref_obj, ref_rho = libsvm_fit(
+      x, y, f"-s 0 -t 2 -c 1 -g {gamma!r} -e 0.001 -h 0")
+  model = smo_train.wss2_train(x, y, sparse_rows=True)
+  assert model.exit_reason == "stationary"
+  assert model.iterations == ref_iter
+  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-6)
+  np.testing.assert_allclose(model.bias, -ref_rho, atol=1e-6)
+  idx, alpha = libsvm_support(ref, y)
+  np.testing.assert_array_equal(model.support, idx)
+  np.testing.assert_allclose(model.alpha[idx], alpha, atol=1e-6)
+
+
+@pytest.mark.parametrize("shrinking", [False, True])
+def test_sparse_and_dense_rows_agree(shrinking):
+  x, y = _xor_set()
+  x = x * (np.abs(x) > 0.5)  # a third of the entries zero
+  dense = smo_train.wss2_train(x, y, c=10.0, precompute=False,
+                               sparse_rows=False, shrinking=shrinking)
+  rows = smo_train.wss2_train(x, y, c=10.0, precompute=False,
+                              sparse_rows=True, shrinking=shrinking)
+  assert rows.iterations == dense.iterations > 400
+  np.testing.assert_allclose(rows.alpha, dense.alpha, atol=1e-9)
+  np.testing.assert_allclose(rows.objective, dense.objective, rtol=1e-12)
+
+
+def test_sparse_rows_policy():
+  rng = np.random.default_rng(0)
+  wide = rng.random((50, 300))
+  fifth = wide * (rng.random((50, 300)) < 0.2)
+  few = rng.random((50, 20))  # dense, but 20 features ≤ 32
+  policy = smo_train.resolve_sparse_rows
+  assert policy(None, fifth, precompute=False, backend="cpu")
+  assert policy(None, few, precompute=False, backend="cpu")
+  assert not policy(None, wide, precompute=False, backend="cpu")
+  assert not policy(None, fifth, precompute=False, backend="gpu")
+  assert not policy(None, fifth, precompute=True, backend="cpu")
+  assert not policy(True, fifth, precompute=True, backend="cpu")
+  assert policy(True, wide, precompute=False, backend="gpu")
+  assert not policy(False, fifth, precompute=False, backend="cpu")
+  for bad in ("yes", 1, 0.0):
+    with pytest.raises(ValueError, match="sparse_rows must be"):
+      policy(bad, fifth, precompute=False)
