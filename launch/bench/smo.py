@@ -148,6 +148,7 @@ def bench_dataset(name, *, shrinking, precompute, dtype, unroll=None,
                                                    precompute=cached),
       "unroll": smo_train.resolve_unroll(unroll),
       "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+      "xla_flags": os.environ.get("XLA_FLAGS"),
       "libsvm_seconds": ref["seconds"], "libsvm_cpu_seconds":
       ref["cpu_seconds"], "libsvm_iterations": ref["iterations"],
       "libsvm_obj": ref["obj"], "seconds": seconds, "cpu_seconds": cpu,

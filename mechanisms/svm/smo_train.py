@@ -432,7 +432,11 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
 
   Deterministic, so it takes no key. With ``shrinking=False``, float64 and
-  float32 rows it follows LIBSVM's path (same iterations, α, b).
+  float32 rows it follows LIBSVM's path (same iterations, α, b), up to
+  rounding: where XLA fuses a dot product's multiply-adds (FMA, as on
+  most x86 CPUs) long dot products can round an ulp apart and the path
+  part late (MNIST 5,000 × 784: 1,471 iterations against LIBSVM's 1,478,
+  the same 1,478 without FMA; docs/benchmarks.md).
 
   Args:
     x: (l, d) training rows, finite.
