@@ -193,7 +193,8 @@ def make_problem(spec: kernels.KernelSpec, x, y, *, dtype, precompute: bool,
   y = jnp.asarray(y, dtype)
   kmat = None
   if precompute:  # kept in row_dtype (LIBSVM's cache precision)
-    kmat = kernels.kernel_matrix(spec, x, x).astype(row_dtype)
+    kmat = kernels.kernel_matrix(spec, x, x).astype(
+        row_cache_dtype(dtype, row_dtype))
   sq = (kernels.squared_norms(x) if rows is None
         else kernels.sparse_squared_norms(rows))
   return Problem(x, sq, y, kernels.kernel_diagonal(spec, x, sq=sq), kmat,
@@ -210,7 +211,10 @@ def _rows(problem: Problem, config: SolverConfig, idx) -> jax.Array:
                                   idx[r]) for r in range(idx.shape[0])])
   else:
     k = kernels.kernel_rows(config.kernel, problem.x, problem.sq, idx)
-  return k.astype(config.row_dtype).astype(problem.x.dtype)
+  # Rounded through the narrower of the two: float64 rows of a float32
+  # solver are its float32 values (and x64 may be off in that mode).
+  narrow = row_cache_dtype(problem.x.dtype, config.row_dtype)
+  return k.astype(narrow).astype(problem.x.dtype)
 
 
 # The automatic row cache: at most this many rows and bytes. On the CPU

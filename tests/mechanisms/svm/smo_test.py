@@ -9,6 +9,7 @@ text it prints, captured through its print-function hook.
 
 import os
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -411,3 +412,18 @@ def test_sparse_rows_policy():
   for bad in ("yes", 1, 0.0):
     with pytest.raises(ValueError, match="sparse_rows must be"):
       policy(bad, fifth, precompute=False)
+
+
+@pytest.mark.parametrize("precompute", [True, False])
+def test_float32_solver_with_float64_rows_is_quiet(precompute):
+  # Rows are rounded through the narrower dtype: float64 rows of a float32
+  # run are its float32 values, with no request for a dtype x64 lacks.
+  x, y = heart()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    wide = smo_train.wss2_train(x, y, dtype="float32", row_dtype="float64",
+                                precompute=precompute)
+  narrow = smo_train.wss2_train(x, y, dtype="float32", row_dtype="float32",
+                                precompute=precompute)
+  assert wide.iterations == narrow.iterations
+  np.testing.assert_array_equal(wide.alpha, narrow.alpha)
