@@ -16,21 +16,26 @@ touches JAX: the estimate is arithmetic on shapes.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 __all__ = [
+    "AUTO",
     "DEFAULT_FRACTION",
     "MemoryBudgetError",
     "available_bytes",
     "default_budget",
     "size_text",
     "largest_chunk",
+    "resolve_budget",
 ]
 
 # The share of the memory available at start that a run may plan to use:
 # estimates are upper estimates of the arrays, and the interpreter, JAX and
 # the data loaders need room beside them.
 DEFAULT_FRACTION = 0.75
+# The default ``memory_budget`` of the library's entry points.
+AUTO = "auto"
 
 
 class MemoryBudgetError(ValueError):
@@ -67,6 +72,30 @@ def default_budget(fraction: float = DEFAULT_FRACTION) -> int | None:
     raise ValueError(f"fraction must be in (0, 1], got {fraction!r}.")
   available = available_bytes()
   return None if available is None else int(available * fraction)
+
+
+def resolve_budget(memory_budget, name: str = "memory_budget") -> int | None:
+  """A call's ``memory_budget`` in bytes, or None for no check.
+
+  ``"auto"`` (:data:`AUTO`, the entry points' default) is
+  :func:`default_budget` — 3/4 of the memory available now, None where
+  that is unknown; None asks for no check; a positive integer is itself.
+  The estimates are of host arrays: on an accelerator pass the device's
+  share explicitly.
+
+  Raises:
+    ValueError: anything else, naming ``name``.
+  """
+  if memory_budget is None:
+    return None
+  if isinstance(memory_budget, str) and memory_budget == AUTO:
+    return default_budget()
+  if (isinstance(memory_budget, bool)
+      or not isinstance(memory_budget, numbers.Integral) or memory_budget < 1):
+    raise ValueError(
+        f"{name} must be 'auto' (3/4 of the memory available), None (no "
+        f"check) or a positive number of bytes, got {memory_budget!r}.")
+  return int(memory_budget)
 
 
 def largest_chunk(total: int, estimate: Callable[[int], int], *,

@@ -1142,7 +1142,7 @@ def release(key: jax.Array, plan: FedDPDRPlan,
 def execute(key: jax.Array, participants: Participants | Buckets, x_test,
             y_test, *, num_classes: int, config: Config, seeds: int = 1,
             mesh=None, participant_chunk: int | None = None,
-            memory_budget: int | None = None, sizes=None,
+            memory_budget: int | str | None = memory.AUTO, sizes=None,
             train_with=None) -> Outcome:
   """The pipeline: calibrates, trains ``seeds`` repeats, evaluates, sums up.
 
@@ -1174,7 +1174,9 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
       at once, or what ``memory_budget`` allows). Peak memory then grows
       with the chunk, not with N; results are the same up to rounding.
     memory_budget: bytes the training may use: the chunk is checked
-      against it, or chosen by it (:func:`plan_chunk`); None: unchecked.
+      against it, or chosen by it (:func:`plan_chunk`); "auto" (default):
+      3/4 of the memory available now (:func:`memory.resolve_budget`);
+      None: unchecked.
     sizes: every participant's rows; default ``participants.sizes``
       (required with a mesh over several processes).
     train_with: optional ``f(job) -> TrainOutput`` that makes the
@@ -1202,6 +1204,7 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
            else participants)
   d = np.shape(first.x)[-1]
   plan = make_plan(sizes, d=d, num_classes=num_classes, config=config)
+  memory_budget = memory.resolve_budget(memory_budget)
   if memory_budget is not None:
     processes = (len({dev.process_index for dev in mesh.devices.flat})
                  if several else 1)
@@ -1225,7 +1228,7 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
 def run(key: jax.Array, participants: Participants | Buckets, x_test, y_test,
         *, num_classes: int, config: Config, seeds: int = 1, mesh=None,
         participant_chunk: int | None = None,
-        memory_budget: int | None = None) -> dict:
+        memory_budget: int | str | None = memory.AUTO) -> dict:
   """:func:`execute`'s summary: checks, calibrates, trains, evaluates.
 
   The library's one-call entry point (arguments as :func:`execute`'s);

@@ -567,7 +567,7 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
             row_dtype: str = "float32", ordered_pairs: bool = True,
             pair_flags: str = "auto", unroll: int | None = None,
             repeat_chunk: int | None = None,
-            memory_budget: int | None = None) -> DPWSSRun:
+            memory_budget: int | str | None = memory.AUTO) -> DPWSSRun:
   """Trains ``repeats`` C-SVCs with DPWSS, vmapped over split keys.
 
   Host side (the solver's loop is jitted; the repeats run in chunks sized
@@ -598,9 +598,9 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
     repeat_chunk: repeats run together in one loop (default: all, or the
       largest chunk ``memory_budget`` allows; :func:`plan_repeats`). The
       runs are the same whatever the chunk.
-    memory_budget: bytes the call may use (e.g.
-      ``dpcore.memory.default_budget()``); checked from shapes before any
-      work. None (default): unchecked.
+    memory_budget: bytes the call may use, checked from shapes before
+      any work; "auto" (default): 3/4 of the memory available now
+      (:func:`dpcore.memory.resolve_budget`); None: unchecked.
 
   Returns:
     A :class:`DPWSSRun`; exits are reported per model, never raised.
@@ -636,7 +636,7 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
   layout = plan_repeats(num, x.shape[1], repeats=repeats, max_iter=max_iter,
                         precompute=precompute, pair_flags=pair_flags,
                         dtype=dtype, row_dtype=row_dtype,
-                        memory_budget=memory_budget,
+                        memory_budget=memory.resolve_budget(memory_budget),
                         repeat_chunk=repeat_chunk)
   chunk = layout.chunk or repeats
   with jax.enable_x64(dtype == "float64"):

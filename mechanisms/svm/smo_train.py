@@ -342,10 +342,8 @@ def resolve_sparse_rows(sparse_rows, x, *, precompute: bool,
 
 
 def check_memory_budget(memory_budget) -> int | None:
-  """``memory_budget``: None (unchecked) or a positive number of bytes."""
-  if memory_budget is None:
-    return None
-  return validation.check_positive_int(memory_budget, "memory_budget")
+  """``memory_budget`` in bytes or None: :func:`memory.resolve_budget`."""
+  return memory.resolve_budget(memory_budget)
 
 
 def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
@@ -426,7 +424,7 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
                precompute: bool | None = None,
                row_dtype: str = "float32",
                unroll: int | None = None,
-               memory_budget: int | None = None,
+               memory_budget: int | str | None = memory.AUTO,
                row_cache: int | None = None,
                sparse_rows: bool | None = None) -> SVMModel:
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
@@ -452,10 +450,10 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
     row_dtype: precision of kernel rows (LIBSVM: float32).
     unroll: iterations per loop trip (default: :func:`resolve_unroll`;
       speed only, same result).
-    memory_budget: bytes the call may use (e.g.
-      ``dpcore.memory.default_budget()``): Q is cached only where it fits,
-      and a run that cannot fit is refused before any work; None (default):
-      unchecked.
+    memory_budget: bytes the call may use: Q is cached only where it
+      fits, and a run that cannot fit is refused before any work;
+      "auto" (default): 3/4 of the memory available now
+      (:func:`dpcore.memory.resolve_budget`); None: unchecked.
     row_cache: kernel rows kept for reuse when rows are computed on
       demand (speed only, same result): None (default) up to 1,024 rows
       and 64 MiB of them (less where ``memory_budget`` says so), an int

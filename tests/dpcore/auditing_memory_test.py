@@ -117,10 +117,15 @@ def test_audit_under_a_budget_gives_the_same_bound():
   data_0 = jnp.zeros((3, 3), jnp.float32)
   data_1 = data_0.at[0, 0].set(1.0)
   kwargs = dict(statistic=_identity, delta=1e-2, trials=4_000, chunk=2_000)
-  free = auditing.audit(key, _pca_like, data_0, data_1, **kwargs)
+  free = auditing.audit(key, _pca_like, data_0, data_1, memory_budget=None,
+                        **kwargs)
   roomy = auditing.audit(key, _pca_like, data_0, data_1,
                          memory_budget=2**34, **kwargs)
+  automatic = auditing.audit(key, _pca_like, data_0, data_1, **kwargs)
   assert free.batch is None and free.memory_estimate is None
+  # The default budget is 3/4 of the memory available: this one fits.
+  assert automatic.batch is None and automatic.memory_estimate == (
+      roomy.memory_estimate)
   assert roomy.batch is None and roomy.memory_estimate > (
       auditing.HOST_BYTES_PER_TRIAL * 4_000)
   tight = auditing.audit(key, _pca_like, data_0, data_1,
@@ -149,10 +154,11 @@ def test_a_budget_below_one_trial_is_refused_before_any_run():
                    jnp.float32(1.0), statistic=_identity, delta=0.0,
                    trials=2_000, chunk=1_000, memory_budget=100_000)
   assert not calls  # compiled, never run
-  with pytest.raises(ValueError, match="memory_budget must be a positive"):
-    auditing.sample_statistic(jax.random.key(0), _gaussian, jnp.float32(0.0),
-                              statistic=_identity, trials=10,
-                              memory_budget=0)
+  for bad in (0, -5, 2.5, "all", True):
+    with pytest.raises(ValueError, match="memory_budget must be 'auto'"):
+      auditing.sample_statistic(jax.random.key(0), _gaussian,
+                                jnp.float32(0.0), statistic=_identity,
+                                trials=10, memory_budget=bad)
 
 
 @pytest.mark.parametrize("mechanism, data", [

@@ -1,5 +1,6 @@
 """Tests of dpcore.memory: the chunk that fits a budget, or a refusal."""
 
+import numpy as np
 import pytest
 
 from dpcore import memory
@@ -73,3 +74,17 @@ def test_default_budget_fraction():
     assert abs(budget - available // 2) < 2**30
   with pytest.raises(ValueError, match="fraction"):
     memory.default_budget(0)
+
+
+def test_resolve_budget(monkeypatch):
+  monkeypatch.setattr(memory, "available_bytes", lambda: 4_000)
+  assert memory.resolve_budget("auto") == 3_000
+  assert memory.resolve_budget(memory.AUTO) == 3_000
+  assert memory.resolve_budget(None) is None
+  assert memory.resolve_budget(12) == 12
+  assert memory.resolve_budget(np.int64(12)) == 12
+  monkeypatch.setattr(memory, "available_bytes", lambda: None)
+  assert memory.resolve_budget("auto") is None  # unknown: unchecked
+  for bad in (0, -1, 1.5, True, "AUTO", "1GiB"):
+    with pytest.raises(ValueError, match="budget_x must be 'auto'"):
+      memory.resolve_budget(bad, "budget_x")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
-from dpcore import accounting, clipping, options, shape
+from dpcore import accounting, clipping, memory, options, shape
 from federated import aggregation, feddpdr, partition
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
@@ -500,3 +500,20 @@ def test_a_nonprivate_plan_refuses_to_record():
   assert plan.epsilon is None and plan.delta is None
   with pytest.raises(ValueError, match="no_guarantee_record"):
     plan.record(accounting.PrivacyLedger())
+
+
+def test_default_budget_is_three_quarters_of_the_memory_available(
+    monkeypatch):
+  # With no memory_budget the library call plans against MemAvailable, as
+  # the scripts do: too little memory is refused before any training.
+  x, labels = _blobs(200, 6, 3, 4)
+  parts = partition.partition(jax.random.key(0), x[:150], labels[:150],
+                              sizes=(70, 80))
+  config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=4.0, k=2, lam=1.0)
+  jobs = []
+  monkeypatch.setattr(memory, "available_bytes", lambda: 1_000)
+  with pytest.raises(memory.MemoryBudgetError, match="even one at a time"):
+    feddpdr.execute(jax.random.key(1), parts, x[150:], labels[150:],
+                    num_classes=3, config=config,
+                    train_with=lambda job: jobs.append(job))
+  assert not jobs

@@ -241,3 +241,14 @@ def test_automatic_sparse_rows_give_way_to_a_tight_budget(monkeypatch):
   smo_train.wss2_train(x, y, precompute=False, row_cache=0,
                        memory_budget=10 * tight)
   assert made == [False, True]
+
+
+def test_default_budget_is_three_quarters_of_the_memory_available(
+    monkeypatch, no_work):
+  # wss2_train and dpwss.release plan against MemAvailable by default.
+  x, y = heart()
+  monkeypatch.setattr(memory, "available_bytes", lambda: 4_096)
+  with pytest.raises(memory.MemoryBudgetError, match="3.0 KiB"):
+    smo_train.wss2_train(x, y)
+  with pytest.raises(memory.MemoryBudgetError, match="3.0 KiB"):
+    dpwss.release(jax.random.key(0), PLAN, x, y)
