@@ -13,12 +13,16 @@ Trust models (``trust``), each with its own accounting:
 * ``"server"`` — *server noise*. Each participant Poisson-samples its rows
   at rate q, clips every example's gradient to C and sends the clipped sum;
   the server adds one N(0, σ²C²I) to the total and divides by qN (N the
-  rows of all participants). The union of the rows is then Poisson-sampled
-  at rate q, as in central DP-SGD: every row gets the subsampled Gaussian
-  guarantee (σ, q, T) against anyone who sees the model or the noisy
-  totals. This assumes *secure aggregation*: the server learns the sum of
-  the participants' messages, not each message (an unnoised clipped sum
-  is not private on its own).
+  rows of all participants). The union of the rows is then
+  Poisson-sampled at rate q, as in central DP-SGD: every row gets the
+  subsampled Gaussian guarantee (σ, q, T) against anyone who sees the
+  model or the noisy totals. This assumes *secure aggregation*: the server
+  learns the sum of the participants' messages, not each message (an
+  unnoised clipped sum is not private on its own). Since only that sum is
+  seen, the simulation gathers the participants' sampled rows into one
+  batch of G rows (:attr:`FedSGDPlan.server_batch`) before clipping: the
+  same sum, at the cost of about qN rows a step instead of P padded
+  batches.
 * ``"local"`` — *local noise*. Each participant adds its own
   N(0, σ²C²I) to its clipped sum before sending; the server is not
   trusted. Each participant's rows get the subsampled Gaussian guarantee
@@ -94,7 +98,8 @@ _ASSUMPTIONS = {
     data_fields=["noise_multiplier", "epsilon", "delta"],
     meta_fields=["trust", "num_participants", "rows", "total_rows",
                  "sampling_rate", "steps", "clip_norm", "row_plan",
-                 "truncation_probability", "sampler_departure", "relation"])
+                 "truncation_probability", "sampler_departure", "relation",
+                 "server_batch"])
 @dataclasses.dataclass(frozen=True)
 class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
@@ -111,8 +116,9 @@ class FedSGDPlan:
     row_plan: the per-participant :class:`dpcore.trainer.DPSGDPlan` of
       the row-level trust models (n rows, B, the sampler), else None. It
       only samples and clips: its own σ is 0, the noise is this plan's.
-    truncation_probability: P(some participant's batch exceeds B in some
-      step), the union bound over participants (0 for ``"participant"``).
+    truncation_probability: P(some participant's batch exceeds B, or
+      (``"server"``) the step's sampled slots exceed ``server_batch``, in
+      some step): the union bound (0 for ``"participant"``).
     sampler_departure: the samplers' departure from exact Poisson
       sampling, over all participants and steps.
     epsilon: the target ε σ was calibrated for (:func:`make_plan` with
@@ -122,6 +128,12 @@ class FedSGDPlan:
       (the target's δ when ``epsilon`` is set).
     relation: add/remove one row (for ``"participant"``, one participant
       with all its rows): :data:`RELATION`.
+    server_batch: ``"server"`` only (else None): G, the rows of one step's
+      clipped sum. The participants' sampled slots (P·B of them, about
+      q·P·n filled) are gathered into G rows before the per-example
+      gradients, so a step costs about q·N rows, not P·B; G is chosen like
+      B (:func:`dpcore.dpsgd.max_batch_size` over P·n slots), its
+      overflow is part of ``truncation_probability``.
 
   A pytree whose leaves are σ, ε and δ (the budget; the other facts are
   static): under ``jax.jit`` a plan passed as an argument gives one
@@ -141,6 +153,7 @@ class FedSGDPlan:
   epsilon: float | None
   delta: float | None
   relation: options.Relation = RELATION
+  server_batch: int | None = None
 
   @property
   def divisor(self) -> float:
@@ -206,6 +219,8 @@ class FedSGDPlan:
     if self.row_plan is not None:
       out["max_batch"] = self.row_plan.max_batch
       out["sampler"] = self.row_plan.sampler
+    if self.server_batch is not None:
+      out["server_batch"] = self.server_batch
     return out
 
 
@@ -232,7 +247,9 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     steps: T; or
     epochs: E (T = round(E/q), :func:`dpcore.dpsgd.num_steps`).
     overflow_probability: the padded batch B of a participant is chosen so
-      that P(any participant's batch exceeds it in any step) ≤ this.
+      that P(any participant's batch exceeds it in any step) ≤ this; for
+      ``"server"`` the gathered rows G so that P(a step's sampled rows
+      exceed G) ≤ this / 1000.
 
   Returns:
     A :class:`FedSGDPlan`.
@@ -258,15 +275,30 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
       overflow_probability, "overflow_probability", 0.0, 1.0)
   count, rows, total = int(sizes.size), int(sizes.max()), int(sizes.sum())
   row_plan, truncation, departure = None, 0.0, 0.0
+  server_batch = None
   if trust != "participant":
     row_plan = trainer.make_plan(
         rows, sampling_rate=q, steps=steps, clip_norm=clip_norm,
         noise_multiplier=0.0,
         overflow_probability=overflow_probability / count)
-    truncation = min(1.0, count * row_plan.truncation_probability)
+    truncation = count * row_plan.truncation_probability
     departure = min(1.0, count * row_plan.sampler_departure)
+    if trust == "server":
+      # The sampled slots of a step number Binomial(P·n, q) whatever the
+      # data (padding slots are sampled too, then weighted 0).
+      slots, filled = count * rows, count * row_plan.max_batch
+      # A thousandth of the participants' share: G grows by a few rows, and
+      # the guarantee by nothing visible.
+      server_batch = min(filled, dpsgd.max_batch_size(
+          slots, sampling_rate=q, steps=steps,
+          overflow_probability=overflow_probability * 1e-3))
+      if server_batch < filled:  # else no step can overflow it
+        truncation += dpsgd.truncation_probability(
+            slots, sampling_rate=q, steps=steps, max_batch=server_batch)
+    truncation = min(1.0, truncation)
   return FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
-                    row_plan, truncation, departure, epsilon, delta)
+                    row_plan, truncation, departure, epsilon, delta,
+                    server_batch=server_batch)
 
 
 def softmax_params(d: int, num_classes: int) -> dict:
@@ -343,7 +375,8 @@ def release(key: jax.Array, plan: FedSGDPlan,
       padding (e.g. a :class:`federated.partition.Participants`).
     optimizer: the server's optax optimiser, applied to the noisy mean.
     chunk: participants per vmapped block (memory), None for all at once;
-      the result does not depend on it beyond float rounding.
+      the result does not depend on it beyond float rounding. Unused by
+      ``"server"``, whose step holds G gathered rows, not P batches.
 
   Returns:
     A :class:`dpcore.trainer.TrainResult`: the model (released under the
@@ -401,8 +434,42 @@ def release(key: jax.Array, plan: FedSGDPlan,
             stddev))
       return total, over
 
+  def gathered_sum(t, params):
+    # "server": the participants' batches, then one clipped sum over the
+    # sampled slots gathered into G rows (the same rows and weights as
+    # summing each participant's batch; only the order of the sum moves).
+    def draw(p):
+      batch = dpsgd.poisson_batch(
+          jax.random.fold_in(jax.random.fold_in(sampling, p), t), plan.rows,
+          sampling_rate=plan.sampling_rate,
+          max_batch=plan.row_plan.max_batch, method=plan.row_plan.sampler)
+      return batch.indices, batch.mask, batch.size > plan.row_plan.max_batch
+    indices, taken, over = jax.vmap(draw)(participants)
+    taken = taken.reshape(-1)
+    slot = jnp.cumsum(taken > 0) - 1
+    room = plan.server_batch
+    target = jnp.where((taken > 0) & (slot < room), slot, room)  # room: drop
+    owner = jnp.repeat(participants, indices.shape[1])
+
+    def gather(values):
+      return jnp.zeros((room,), values.dtype).at[target].set(values,
+                                                             mode="drop")
+    who, row = gather(owner), gather(indices.reshape(-1))
+    weight = gather(taken) * mask[who, row]
+    total = inner(params, (x[who, row], y[who, row]), weight, plan.clip_norm)
+    dropped = jnp.sum(taken > 0) > room
+    return total, jnp.sum(over) + dropped.astype(jnp.int32)
+
   def step(carry, t):
     params, state, overflow = carry
+    if plan.trust == "server":
+      total, over = gathered_sum(t, params)
+      total = jax.tree.map(jnp.add, total, _noise_like(
+          jax.random.fold_in(noise_key, t), total, stddev))
+      grads = jax.tree.map(lambda s: s / plan.divisor, total)
+      updates, state = optimizer.update(grads, state, params)
+      params = optax.apply_updates(params, updates)
+      return (params, state, overflow + over), None
     if plan.trust == "participant":
       chosen = dpsgd.poisson_batch(
           jax.random.fold_in(sampling, t), count,
