@@ -302,10 +302,14 @@ def timed_execute(key: jax.Array, participants, prepared: Prepared, *,
     timing.update(measured)
     return out
 
+  # The chunk was planned (or given) against the script's --memory_budget
+  # once for the whole table (plan_chunk); a second check against the
+  # memory available now, after the data are loaded, would refuse it.
   outcome = feddpdr.execute(
       key, participants, prepared.x_test, prepared.y_test,
       num_classes=len(prepared.classes), config=config, seeds=seeds,
-      mesh=mesh, participant_chunk=chunk, sizes=sizes, train_with=train_with)
+      mesh=mesh, participant_chunk=chunk, memory_budget=None, sizes=sizes,
+      train_with=train_with)
   return outcome, timing
 
 

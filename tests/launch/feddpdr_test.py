@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from dpcore import accounting, clipping
+from dpcore import accounting, clipping, memory
 from federated import feddpdr as fed
 from launch import common, programs
 from launch.data import loaders as data_lib
@@ -390,3 +390,17 @@ def test_calibrated_sigma_is_the_calibration_and_survives_a_bad_file(
     assert other < want                               # another key
   finally:
     jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_the_harness_keeps_its_planned_chunk_when_memory_shrinks(
+    monkeypatch):
+  # The script plans the chunk once, against --memory_budget, before any
+  # run; the library's own default (3/4 of the memory available now) must
+  # not check it again after the data are loaded (that refused a chunk the
+  # script had just chosen on a 1,000-participant MNIST run).
+  prepared = _synthetic_prepared()
+  monkeypatch.setattr(memory, "available_bytes", lambda: 1_000)
+  record = launch.run_one(prepared, sizes=(20,) * 3, seed=0, seeds=1,
+                          config=fed.Config(k=3, epsilon=4.0, lam=0.1),
+                          participant_chunk=2)
+  assert record["chunk"] == 2 and 0.0 <= record["accuracy"] <= 1.0
