@@ -55,6 +55,17 @@ def libsvm_support(model, y):
   return idx[order], alpha[order]
 
 
+def assert_follows_libsvm(model, ref, ref_iter, ref_obj, ref_rho, y):
+  """LIBSVM's path: same #iter, objective and b to 1e-6, same support."""
+  assert model.exit_reason == "stationary"
+  assert model.iterations == ref_iter
+  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-6)
+  np.testing.assert_allclose(model.bias, -ref_rho, atol=1e-6)
+  idx, alpha = libsvm_support(ref, y)
+  np.testing.assert_array_equal(model.support, idx)
+  np.testing.assert_allclose(model.alpha[idx], alpha, atol=1e-6)
+
+
 def heart():
   x, y = datasets.load_svmlight_file(HEART,
                                      n_features=13)
@@ -94,13 +105,7 @@ def test_matches_libsvm_path_without_shrinking(name):
   spec = kernels.KernelSpec("rbf", gamma=gamma)
   model = smo_train.wss2_train(x, y, kernel=spec, c=c, eps=1e-3,
                                shrinking=False)
-  assert model.exit_reason == "stationary"
-  assert model.iterations == ref_iter
-  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-6)
-  np.testing.assert_allclose(model.bias, -ref_rho, atol=1e-6)
-  idx, alpha = libsvm_support(ref, y)
-  np.testing.assert_array_equal(model.support, idx)
-  np.testing.assert_allclose(model.alpha[idx], alpha, atol=1e-6)
+  assert_follows_libsvm(model, ref, ref_iter, ref_obj, ref_rho, y)
   # Predictions agree with LIBSVM's decision values.
   _, _, dec = svmutil.svm_predict(y.tolist(), x, ref, "-q")
   sign = 1.0 if ref.get_labels()[0] == 1 else -1.0
@@ -373,13 +378,7 @@ def test_sparse_rows_follow_libsvm_path():
   ref, ref_iter, ref_obj, ref_rho = libsvm_fit(
       x, y, f"-s 0 -t 2 -c 1 -g {gamma!r} -e 0.001 -h 0")
   model = smo_train.wss2_train(x, y, sparse_rows=True)
-  assert model.exit_reason == "stationary"
-  assert model.iterations == ref_iter
-  np.testing.assert_allclose(model.objective, ref_obj, rtol=1e-6)
-  np.testing.assert_allclose(model.bias, -ref_rho, atol=1e-6)
-  idx, alpha = libsvm_support(ref, y)
-  np.testing.assert_array_equal(model.support, idx)
-  np.testing.assert_allclose(model.alpha[idx], alpha, atol=1e-6)
+  assert_follows_libsvm(model, ref, ref_iter, ref_obj, ref_rho, y)
 
 
 @pytest.mark.parametrize("shrinking", [False, True])
