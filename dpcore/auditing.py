@@ -330,13 +330,16 @@ _FIX = "the memory budget (--memory_budget) or the trials (--trials)"
 def _plan(key, mechanism: Callable, data: Any, *, statistic: Callable,
           trials: int, chunk: int, memory_budget: int | None,
           host_bytes: int) -> _Plan:
-  """The chunk size and, under ``memory_budget``, the batch that fits."""
+  """The chunk size and, under ``memory_budget``, the batch that fits.
+
+  ``memory_budget``: bytes or None, already resolved by the caller
+  (:func:`memory.resolve_budget`).
+  """
   num_chunks = -(-trials // chunk)
   size = -(-trials // num_chunks)  # equal chunks; < num_chunks runs wasted
   full = _chunk_runner(mechanism, statistic, size)
   if memory_budget is None:
     return _Plan(size, size, full, None)
-  memory_budget = _check_positive_int(memory_budget, "memory_budget")
   index = np.uint32(0)
 
   def compile_at(batch):

@@ -425,13 +425,14 @@ def release(key: jax.Array, plan: FedSGDPlan,
       return inner(params, (xb, yb), batch_mask * mb, clip_norm)
 
     def message(p, t, params, xp, yp, mp):
+      # "local" (``"server"`` gathers its rows instead): the participant
+      # noises its own clipped sum.
       total, over = trainer.clipped_batch_sum(
           jax.random.fold_in(sampling, p), plan.row_plan, t, None, params,
           (xp, yp, mp), clipped_sum=masked)
-      if plan.trust == "local":
-        total = jax.tree.map(jnp.add, total, _noise_like(
-            jax.random.fold_in(jax.random.fold_in(noise_key, p), t), total,
-            stddev))
+      total = jax.tree.map(jnp.add, total, _noise_like(
+          jax.random.fold_in(jax.random.fold_in(noise_key, p), t), total,
+          stddev))
       return total, over
 
   def gathered_sum(t, params):
@@ -460,16 +461,9 @@ def release(key: jax.Array, plan: FedSGDPlan,
     dropped = jnp.sum(taken > 0) > room
     return total, jnp.sum(over) + dropped.astype(jnp.int32)
 
-  def step(carry, t):
-    params, state, overflow = carry
-    if plan.trust == "server":
-      total, over = gathered_sum(t, params)
-      total = jax.tree.map(jnp.add, total, _noise_like(
-          jax.random.fold_in(noise_key, t), total, stddev))
-      grads = jax.tree.map(lambda s: s / plan.divisor, total)
-      updates, state = optimizer.update(grads, state, params)
-      params = optax.apply_updates(params, updates)
-      return (params, state, overflow + over), None
+  def messages_sum(t, params):
+    # "local", "participant": each participant's message, then the sum of
+    # those the step includes.
     if plan.trust == "participant":
       chosen = dpsgd.poisson_batch(
           jax.random.fold_in(sampling, t), count,
@@ -481,13 +475,19 @@ def release(key: jax.Array, plan: FedSGDPlan,
         (participants, x, y, mask), chunk)
     total = jax.tree.map(
         lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1), sums)
+    return total, jnp.sum(over)
+
+  def step(carry, t):
+    params, state, overflow = carry
+    summed = gathered_sum if plan.trust == "server" else messages_sum
+    total, over = summed(t, params)
     if plan.trust != "local":
       total = jax.tree.map(jnp.add, total, _noise_like(
           jax.random.fold_in(noise_key, t), total, stddev))
     grads = jax.tree.map(lambda s: s / plan.divisor, total)
     updates, state = optimizer.update(grads, state, params)
     params = optax.apply_updates(params, updates)
-    return (params, state, overflow + jnp.sum(over)), None
+    return (params, state, overflow + over), None
 
   carry = (params, optimizer.init(params), jnp.zeros((), jnp.int32))
   (params, _, overflow), _ = jax.lax.scan(step, carry,

@@ -174,7 +174,7 @@ def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
   """
   repeats = validation.check_positive_int(repeats, "repeats")
   max_iter = validation.check_positive_int(max_iter, "max_iter")
-  budget = smo_train.check_memory_budget(memory_budget)
+  budget = memory.resolve_budget(memory_budget)
   if repeat_chunk is not None:
     repeat_chunk = validation.check_positive_int(repeat_chunk,
                                                  "repeat_chunk")

@@ -33,7 +33,6 @@ __all__ = [
     "SPARSE_FEW_FEATURES",
     "SVMModel",
     "UNROLL_ACCELERATOR",
-    "check_memory_budget",
     "check_solver_settings",
     "check_svm_inputs",
     "fixed_bytes",
@@ -341,11 +340,6 @@ def resolve_sparse_rows(sparse_rows, x, *, precompute: bool,
   return mean_nonzeros <= max(x.shape[1] / 3, SPARSE_FEW_FEATURES)
 
 
-def check_memory_budget(memory_budget) -> int | None:
-  """``memory_budget`` in bytes or None: :func:`memory.resolve_budget`."""
-  return memory.resolve_budget(memory_budget)
-
-
 def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
                  row_dtype, shrinking, repeats=1, unroll=None,
                  memory_budget=None, row_cache=None, sparse_rows=False):
@@ -374,7 +368,7 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
   num = x.shape[0]
   max_iter = smo.default_max_iter(num) if max_iter is None else (
       validation.check_positive_int(max_iter, "max_iter"))
-  memory_budget = check_memory_budget(memory_budget)
+  memory_budget = memory.resolve_budget(memory_budget)
   cache = resolve_precompute_in_budget(
       precompute, num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
       memory_budget=memory_budget, repeats=repeats)
