@@ -10,13 +10,13 @@ launch scripts read before parsing flags) does not import JAX.
 
 from __future__ import annotations
 
-import importlib
+from dpcore import lazy
 
 _SUBMODULES = (
     "accounting", "auditing", "calibration", "clipping", "discrete",
     "discrete_calibration", "dpsgd", "exponential", "ghost", "lattice",
-    "linalg", "memory", "metrics", "noise", "options", "shape", "trainer",
-    "tuning", "uint64", "validation",
+    "lazy", "linalg", "memory", "metrics", "noise", "options", "shape",
+    "trainer", "tuning", "uint64", "validation",
 )
 
 # Re-exported name -> the submodule that defines it.
@@ -42,20 +42,5 @@ _EXPORTS = {
     "symmetric_gaussian_noise": "noise",
 }
 
-__all__ = sorted(_SUBMODULES + tuple(_EXPORTS))
-
-
-def __getattr__(name: str):
-  """Imports a submodule, or a re-exported name's module, on first use."""
-  if name in _SUBMODULES:
-    return importlib.import_module(f"{__name__}.{name}")
-  if name in _EXPORTS:
-    module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES,
+                                            _EXPORTS)

@@ -12,19 +12,8 @@ Each mechanism module owns its calibration, its sensitivity and the call
 that records its cost in a :class:`dpcore.PrivacyLedger`.
 """
 
-import importlib
+from dpcore import lazy
 
 _SUBMODULES = ("erm", "lvq", "pca", "svm")
 
-__all__ = sorted(_SUBMODULES)
-
-
-def __getattr__(name: str):
-  """Imports a sub-package on first use (``mechanisms.pca``)."""
-  if name in _SUBMODULES:
-    return importlib.import_module(f"{__name__}.{name}")
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-  return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES)
