@@ -2,7 +2,9 @@
 
 * :func:`poisson_batch` draws a Poisson-subsampled batch (every example
   independently with probability q) as a fixed-size, jit-friendly index
-  array plus a 0/1 mask; :func:`max_batch_size` picks the fixed size so that
+  array plus a 0/1 mask of the filled slots (slot j is not row j);
+  :func:`poisson_inclusion` draws the same coins as one 0/1 entry per
+  row, for callers that weight each unit in place; :func:`max_batch_size` picks the fixed size so that
   truncation is vanishingly rare, and the batch reports when it happens.
   Its ``method="bernoulli"`` costs O(N) per batch, ``method="gaps"``
   (geometric gaps between sampled rows, :func:`gap_table`) O(B log N);
@@ -20,7 +22,7 @@
                                   expected_batch_size=140.0),
                      optax.sgd(0.1))
     updates, state = tx.update(per_example_grads, state, params,
-                               mask=batch.mask)
+                               mask=batch.slot_mask)
 
 The accounting (:func:`dpcore.accounting.calibrate_dpsgd_noise`,
 ``PrivacyLedger.record_subsampled_gaussian``) assumes exactly this Poisson
@@ -59,6 +61,7 @@ __all__ = [
     "num_steps",
     "paper_noise_multiplier",
     "poisson_batch",
+    "poisson_inclusion",
     "realised_sampling_rate",
     "sampler_departure",
     "truncation_probability",
@@ -66,17 +69,24 @@ __all__ = [
 
 
 class PoissonBatch(NamedTuple):
-  """A Poisson-sampled batch padded to a fixed size.
+  """A Poisson-sampled batch, compacted into a fixed number of slots.
+
+  Slot j is not row j: the sampled rows are packed into the first slots,
+  so ``slot_mask`` marks which *slots* are filled and says nothing about
+  which rows were sampled (for one coin per row, use
+  :func:`poisson_inclusion`).
 
   Attributes:
-    indices: (max_batch,) row indices; padding slots hold index 0.
-    mask: (max_batch,) 1.0 for sampled rows, 0.0 for padding.
+    indices: (max_batch,) the row held by each slot; padding slots hold
+      index 0.
+    slot_mask: (max_batch,) 1.0 for the slots that hold a sampled row (the
+      first min(size, max_batch)), 0.0 for padding slots.
     size: number of rows sampled, before truncation to ``max_batch``;
       ``poisson_batch(method="gaps")`` counts at most ``max_batch + 1``
       (enough to tell that rows were dropped: ``size > max_batch``).
   """
   indices: jax.Array
-  mask: jax.Array
+  slot_mask: jax.Array
   size: jax.Array
 
 
@@ -475,7 +485,8 @@ def poisson_batch(key: jax.Array, num_examples: int, *, sampling_rate: float,
 
   Returns:
     A :class:`PoissonBatch`: ``indices`` (B,) int32, increasing, padding
-    slots 0; ``mask`` (B,) float32, 1.0 in the first min(size, B) slots.
+    slots 0; ``slot_mask`` (B,) float32, 1.0 in the first min(size, B)
+    slots (slots, not rows: see :func:`poisson_inclusion`).
     With "bernoulli", ``size`` ~ Binomial(N, q′), q′ = ⌊q · 2³²⌋ / 2³²
     ∈ (q − 2⁻³², q]. With "gaps", ``size`` is the number sampled capped at
     B + 1 (it draws only B + 1 gaps), so B + 1 means "more than B". Either
@@ -509,6 +520,37 @@ def poisson_batch(key: jax.Array, num_examples: int, *, sampling_rate: float,
   return PoissonBatch(indices, mask, size)
 
 
+def poisson_inclusion(key: jax.Array, num_units: int, *,
+                      sampling_rate: float) -> jax.Array:
+  """One independent coin per unit: a (num_units,) 0/1 inclusion mask.
+
+  Entry i is 1.0 iff unit i (a row, a participant) is in this step's
+  Poisson sample, with the law of :func:`poisson_batch`'s ``"bernoulli"``
+  sampler (the same threshold: rate exactly :func:`realised_sampling_rate`
+  ≤ q, every unit independent). Use it where each unit keeps its own
+  position (weighting participant p's message by ``included[p]``); use
+  :func:`poisson_batch` to gather the sampled rows into a compact batch.
+  For the same key the two agree: the units with ``included == 1`` are
+  exactly ``poisson_batch(..., method="bernoulli").indices[:size]``.
+
+  Args:
+    key: PRNG key (consumed).
+    num_units: N (static).
+    sampling_rate: q, a concrete number in (0, 1].
+
+  Returns:
+    (num_units,) float32 of 0.0 and 1.0.
+  """
+  validation.check_key(key)
+  num_units = validation.check_positive_int(num_units, "num_units")
+  q = _check_static_rate(sampling_rate)
+  threshold = inclusion_threshold(q)
+  if threshold >= 2**_THRESHOLD_BITS:
+    return jnp.ones((num_units,), jnp.float32)
+  bits = jax.random.bits(key, (num_units,), jnp.uint32)
+  return (bits < jnp.uint32(threshold)).astype(jnp.float32)
+
+
 def num_steps(*, epochs: float, sampling_rate: float) -> int:
   """T = max(1, round(E / q)): the DP-SGD step count of E epochs at rate q.
 
@@ -535,7 +577,7 @@ class DPAggregateState(NamedTuple):
 def _missing_mask_error() -> ValueError:
   return ValueError(
       "dp_aggregate's update needs mask=: the (batch,) 0/1 mask of the "
-      "padded batch, e.g. tx.update(grads, state, params, mask=batch.mask) "
+      "padded batch, e.g. tx.update(grads, state, params, mask=batch.slot_mask) "
       "for batch = poisson_batch(...), or mask=jnp.ones(n) for a batch "
       "without padding. Without it the padding slots, which repeat row 0, "
       "would enter the sum and the accounted guarantee would not hold.")
@@ -577,7 +619,7 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
     A transformation whose ``update(updates, state, params=None, *,
     mask)`` takes per-example gradients (leaves with a leading example
     axis) and the (batch,) 0/1 ``mask`` of the padded batch slots
-    (:attr:`PoissonBatch.mask`; ``jnp.ones(batch)`` when nothing is
+    (:attr:`PoissonBatch.slot_mask`; ``jnp.ones(batch)`` when nothing is
     padded). ``mask`` is required unless ``presummed``: calling ``update``
     without it raises ``ValueError`` when traced. Mask values are bounded
     to [0, 1] (NaN → 0) before use.
@@ -608,7 +650,7 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
         raise ValueError(
             "dp_aggregate(presummed=True) takes an already clipped sum: "
             "apply the mask where the sum is formed (e.g. "
-            "lvq_clip.clipped_gradient_sum(..., mask=batch.mask)) and call "
+            "lvq_clip.clipped_gradient_sum(..., mask=batch.slot_mask)) and call "
             "update without mask=.")
       summed = updates
     else:

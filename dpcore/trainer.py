@@ -426,7 +426,7 @@ def _clipped_batch_sum(sampling_key, plan, step, clipped_sum, params, data):
       sampling_rate=plan.sampling_rate, max_batch=plan.max_batch,
       method=plan.sampler)
   rows = jax.tree.map(lambda a: a[batch.indices], data)
-  total = clipped_sum(params, rows, batch.mask, plan.clip_norm)
+  total = clipped_sum(params, rows, batch.slot_mask, plan.clip_norm)
   return total, batch.size > plan.max_batch
 
 

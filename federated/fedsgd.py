@@ -444,7 +444,7 @@ def release(key: jax.Array, plan: FedSGDPlan,
           jax.random.fold_in(jax.random.fold_in(sampling, p), t), plan.rows,
           sampling_rate=plan.sampling_rate,
           max_batch=plan.row_plan.max_batch, method=plan.row_plan.sampler)
-      return batch.indices, batch.mask, batch.size > plan.row_plan.max_batch
+      return batch.indices, batch.slot_mask, batch.size > plan.row_plan.max_batch
     indices, taken, over = jax.vmap(draw)(participants)
     taken = taken.reshape(-1)
     slot = jnp.cumsum(taken > 0) - 1
@@ -465,9 +465,11 @@ def release(key: jax.Array, plan: FedSGDPlan,
     # "local", "participant": each participant's message, then the sum of
     # those the step includes.
     if plan.trust == "participant":
-      chosen = dpsgd.poisson_batch(
+      # One coin per participant, in place: participant p is in the step
+      # iff chosen[p] = 1 (a compacted batch's slot mask would not say so).
+      chosen = dpsgd.poisson_inclusion(
           jax.random.fold_in(sampling, t), count,
-          sampling_rate=plan.sampling_rate, max_batch=count).mask
+          sampling_rate=plan.sampling_rate)
     else:
       chosen = jnp.ones((count,), jnp.float32)
     sums, over = _map(

@@ -371,9 +371,9 @@ def _dpsgd_release(key, grads, *, variant: str):
                                 max_batch=max_batch)
     rows = grads[batch.indices]
     if variant == "library":
-      update, state = tx.update(rows, state, None, mask=batch.mask)
+      update, state = tx.update(rows, state, None, mask=batch.slot_mask)
     elif variant == "clip_skipped":
-      update, state = tx.update(batch.mask @ rows, state, None)
+      update, state = tx.update(batch.slot_mask @ rows, state, None)
     else:  # mask_dropped: every slot, padding (row 0) included, is summed
       summed, _ = clipping.clipped_sum(rows, cfg["clip_norm"])
       step_key = jax.random.fold_in(noise_key, t)

@@ -48,7 +48,7 @@ def _require_mask(mask) -> None:
   if mask is None:
     raise ValueError(
         "mask is required: pass the (n,) 0/1 mask of the padded batch "
-        "(mask=batch.mask for a dpsgd.poisson_batch), or mask=jnp.ones(n) "
+        "(mask=batch.slot_mask for a dpsgd.poisson_batch), or mask=jnp.ones(n) "
         "when nothing is padded; padding slots repeat row 0 and would "
         "otherwise enter the private sum.")
 
@@ -77,7 +77,7 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
     prototype_labels: (m,) class index of each prototype.
     clip_norm: C > 0 (may be traced).
     mask: (n,) 0/1 weights, required: the padding of a Poisson batch
-      (``PoissonBatch.mask``; ``jnp.ones(n)`` when nothing is padded).
+      (``PoissonBatch.slot_mask``; ``jnp.ones(n)`` when nothing is padded).
       Bounded to [0, 1] (NaN → 0) here, so no example counts more than
       once.
     phi_kind: ``"identity"`` or ``"sigmoid"``.

@@ -51,7 +51,7 @@ def test_batch_sizes_follow_binomial_and_reject_wrong_q(batch_sizes):
 
 def test_each_row_is_included_with_probability_q(batch_sizes):
   idx = np.asarray(batch_sizes.indices)
-  mask = np.asarray(batch_sizes.mask).astype(bool)
+  mask = np.asarray(batch_sizes.slot_mask).astype(bool)
   counts = np.bincount(idx[mask], minlength=N)
   # Every row's inclusion count ~ Binomial(4000, q): mean 200, sd ≈ 13.8.
   assert abs(counts.mean() - 4000 * Q) < 1.0
@@ -62,7 +62,7 @@ def test_each_row_is_included_with_probability_q(batch_sizes):
 def test_batch_indices_are_distinct_and_mask_matches_size(batch_sizes):
   for b in range(20):
     size = int(batch_sizes.size[b])
-    mask = np.asarray(batch_sizes.mask[b])
+    mask = np.asarray(batch_sizes.slot_mask[b])
     assert mask.sum() == min(size, 80)
     chosen = np.asarray(batch_sizes.indices[b])[mask > 0]
     assert len(set(chosen.tolist())) == len(chosen)
@@ -161,7 +161,7 @@ def test_forgetting_the_mask_is_an_error_not_a_leak():
   # under jit and inside optax.chain.
   grads = {"w": jnp.ones((6, 3))}
   tx = _zero_noise_aggregate()
-  with pytest.raises(ValueError, match="mask=batch.mask"):
+  with pytest.raises(ValueError, match="mask=batch.slot_mask"):
     tx.update(grads, tx.init(None))
   with pytest.raises(ValueError, match="needs mask="):
     jax.jit(lambda g, s: tx.update(g, s))(grads, tx.init(None))
@@ -193,7 +193,7 @@ def test_padding_slots_of_a_poisson_batch_are_left_out():
   assert 0 < size < 20 and 0 not in np.asarray(batch.indices[:size])
   tx = _zero_noise_aggregate()
   out, _ = tx.update({"g": grads_all[batch.indices]}, tx.init(None),
-                     mask=batch.mask)
+                     mask=batch.slot_mask)
   np.testing.assert_allclose(out["g"], [0.0, 0.1 * size], rtol=1e-6)
 
 
@@ -293,7 +293,7 @@ def test_membership_is_the_integer_comparison_of_the_random_bits():
 def test_rate_one_takes_every_row_and_traced_rates_are_refused():
   batch = dpsgd.poisson_batch(jax.random.key(0), 7, sampling_rate=1.0,
                               max_batch=7)
-  assert int(batch.size) == 7 and np.all(np.asarray(batch.mask) == 1.0)
+  assert int(batch.size) == 7 and np.all(np.asarray(batch.slot_mask) == 1.0)
   with pytest.raises(ValueError, match="concrete"):
     jax.jit(lambda q: dpsgd.poisson_batch(
         jax.random.key(0), 7, sampling_rate=q, max_batch=7))(0.5)
@@ -329,7 +329,7 @@ def _gaps(n, q, max_batch):
 def _membership(batches, n):
   """(trials, n) 0/1 matrix: row i in trial t's batch."""
   idx = np.asarray(batches.indices)
-  mask = np.asarray(batches.mask)
+  mask = np.asarray(batches.slot_mask)
   out = np.zeros((idx.shape[0], n))
   np.add.at(out, (np.arange(idx.shape[0])[:, None], idx), mask)
   return out
@@ -442,7 +442,7 @@ def test_gaps_rows_are_pairwise_independent():
 
 def test_gaps_batches_are_sorted_distinct_and_padded(gap_batches):
   idx = np.asarray(gap_batches.indices)
-  mask = np.asarray(gap_batches.mask)
+  mask = np.asarray(gap_batches.slot_mask)
   sizes = np.asarray(gap_batches.size)
   assert idx.dtype == np.int32 and mask.dtype == np.float32
   assert np.all(sizes <= 81)
@@ -457,7 +457,7 @@ def test_gaps_overflow_is_reported_as_max_batch_plus_one():
   keys = jax.random.split(jax.random.key(16), 50)
   batches = _gaps(200, 0.5, 3)(keys)
   np.testing.assert_array_equal(batches.size, 4)
-  np.testing.assert_array_equal(batches.mask, 1.0)
+  np.testing.assert_array_equal(batches.slot_mask, 1.0)
   assert np.all(np.diff(np.asarray(batches.indices), axis=1) > 0)
   # q = 1: every row, in order; more rows than slots reads B + 1.
   full = _gaps(7, 1.0, 7)(keys[:2])
@@ -477,7 +477,7 @@ def test_gaps_sampler_is_pure_jittable_and_vmappable():
   one = jax.jit(sample)
   a, b = one(key), one(key)
   np.testing.assert_array_equal(a.indices, b.indices)
-  np.testing.assert_array_equal(a.mask, b.mask)
+  np.testing.assert_array_equal(a.slot_mask, b.slot_mask)
   assert int(a.size) == int(b.size)
   keys = jax.random.split(key, 8)
   many = jax.jit(jax.vmap(sample))(keys)
