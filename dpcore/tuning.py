@@ -588,43 +588,45 @@ def noisy_accuracy(key: jax.Array, correct, n: int, *, epsilon: float
 class TuningResult:
   """What :func:`select` released, and what it cost.
 
+  Only what the guarantee covers: the best trial's candidate, output and
+  score, and the public law of K. The number of trials K, the candidates
+  they drew and the other trials' scores stay inside :func:`select`: the
+  random-stopping theorems bound the best trial's output with K hidden,
+  and conditioned on K it is a best-of-K selection whose loss grows with
+  K (an audit that reads K beside the score finds more than the bound).
+
   Attributes:
     winner: index of the best trial's candidate (None when K = 0).
     candidate: that candidate (None when K = 0).
     output: the best trial's output (None when K = 0).
     score: its private score (None when K = 0).
-    trials: K, the number of trials run.
-    schedule: the candidate index of every trial, in order.
-    guarantee: the tuning's :class:`TuningGuarantee`.
+    guarantee: the tuning's :class:`TuningGuarantee` (holds the law of K).
   """
   winner: int | None
   candidate: Any
   output: Any
   score: float | None
-  trials: int
-  schedule: tuple[int, ...]
   guarantee: TuningGuarantee
 
   def record(self) -> dict:
-    """The JSON-ready record: winner, trials, the law and the guarantee."""
+    """The JSON-ready record: winner, score, the law of K, the guarantee."""
     g = self.guarantee
-    return {"winner": self.winner, "trials": self.trials,
+    return {"winner": self.winner, "score": self.score,
             "expected_trials": g.count.expected,
             "distribution": g.count.distribution, "eta": g.count.eta,
-            "gamma": g.count.gamma, "schedule": list(self.schedule),
-            "score": self.score, "guarantee": g.as_dict()}
+            "gamma": g.count.gamma, "guarantee": g.as_dict()}
 
 
-def entry_label(guarantee: TuningGuarantee, *, winner, trials: int,
+def entry_label(guarantee: TuningGuarantee, *, winner,
                 label: str = "tuning") -> str:
-  """The ledger label of a tuning: its law, K and the winner."""
+  """The ledger label of a tuning: its public law of K and the winner."""
   c = guarantee.count
-  return (f"{label} ({c.distribution}, E[K]={c.expected:g}; {trials} trials "
-          f"ran; winner {winner})")
+  return (f"{label} ({c.distribution}, E[K]={c.expected:g}; winner "
+          f"{winner})")
 
 
 def record(ledger: accounting.PrivacyLedger, guarantee: TuningGuarantee, *,
-           winner, trials: int, label: str = "tuning") -> None:
+           winner, label: str = "tuning") -> None:
   """Records a whole tuning in ``ledger`` as ONE (ε, δ) entry.
 
   The ledger takes no RDP curve from outside, so the tuning is recorded by
@@ -650,10 +652,8 @@ def record(ledger: accounting.PrivacyLedger, guarantee: TuningGuarantee, *,
   c = guarantee.count
   ledger.record_approx(
       guarantee.epsilon, guarantee.delta,
-      label=entry_label(guarantee, winner=winner, trials=trials,
-                        label=label),
-      params={"winner": winner, "trials": int(trials),
-              "expected_trials": c.expected,
+      label=entry_label(guarantee, winner=winner, label=label),
+      params={"winner": winner, "expected_trials": c.expected,
               "distribution": c.distribution}, relation=relation)
 
 
@@ -667,8 +667,10 @@ def select(key: jax.Array, candidates: Sequence, trial: Callable, *,
   replacement) by :func:`schedule`; trial i runs ``trial(trial_key(key,
   i), candidates[c_i])``, which returns ``(score, output)``, the score a
   private part of the trial's output (e.g. :func:`noisy_accuracy`). The
-  first trial with the highest score is released. K = 0 (Poisson only)
-  releases nothing (``winner`` None), as the theorem's ⊥.
+  first trial with the highest score is released, and nothing else: K,
+  the schedule and the other scores are not returned (see
+  :class:`TuningResult`). K = 0 (Poisson only) releases nothing
+  (``winner`` None), as the theorem's ⊥.
 
   Privacy: ``privacy`` must cover one trial whatever candidate it draws
   (e.g. :func:`any_of` of the candidates' curves, each its training run
@@ -709,10 +711,9 @@ def select(key: jax.Array, candidates: Sequence, trial: Callable, *,
     if best_score is None or score > best_score:
       best, best_score, best_output = int(c), score, output
   result = TuningResult(best, None if best is None else candidates[best],
-                        best_output, best_score, int(picks.size),
-                        tuple(int(c) for c in picks), guarantee)
+                        best_output, best_score, guarantee)
   if ledger is not None:
-    record(ledger, guarantee, winner=best, trials=result.trials, label=label)
+    record(ledger, guarantee, winner=best, label=label)
   return result
 
 

@@ -636,14 +636,15 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
     best = np.where(better, scores, best)
     winners = np.where(better, int(c), winners)
     errors = np.where(better, res.errors, errors)
-    progress(f"trial {i + 1}/{picks.size}: candidate {int(c)}, mean noisy "
-             f"validation accuracy {scores.mean():.4f}, mean test error "
-             f"{res.errors.mean():.4f}")
+  # K, the candidates drawn and the trials' scores stay inside: the
+  # guarantee bounds the winners' outputs with K hidden.
+  progress("tuning: done (the number of trials and their scores are not "
+           "shown: the guarantee holds with them hidden)")
   ran = picks.size > 0
   winner_list = [int(w) for w in winners] if ran else [None] * runs
   ledger = accounting.PrivacyLedger()
   tuning.record(ledger, guarantee, winner=winner_list if ran else None,
-                trials=int(picks.size), label="dplvq_tuning")
+                label="dplvq_tuning")
   privacy = ledger.report(
       s.delta, nominal_epsilon=epsilon,
       nominal_note="each trial's target ε (private init + DP-SGD) its "
@@ -665,9 +666,8 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
       "errors": errs.tolist() if ran else None,
       "privacy": privacy, "dpsgd": None,
       "tuning": {
-          **tuning.TuningResult(
-              None, None, None, None, int(picks.size),
-              tuple(int(c) for c in picks), guarantee).record(),
+          **tuning.TuningResult(None, None, None, None,
+                                guarantee).record(),
           "winner": winner_list,
           "winning_settings": [options.candidates[w] if w is not None
                                else None for w in winner_list],

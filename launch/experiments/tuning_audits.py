@@ -15,7 +15,11 @@ must be caught:
 * ``tuning_per_trial_epsilon``: the one trial's ε reported for the whole
   tuning (the cost of tuning forgotten);
 * ``tuning_fixed_k``: K fixed at E[K] instead of drawn, but accounted as
-  if it were random (the randomness of K is what the theorem needs).
+  if it were random (the randomness of K is what the theorem needs);
+* ``tuning_k_released``: K released beside the best score (as a record
+  or a progress line would): the statistic reads both, the event
+  {score ≤ t and K ≥ 5} fixed in advance. Given K the output is a
+  best-of-K selection, whose loss grows with K.
 
 K is drawn inside jit as 1 + ⌊E/log(1/(1 − γ))⌋ with E ~ Exp(1), and
 capped at ``max_trials`` (P[K > 256] = 0.9²⁵⁶ ≈ 2·10⁻¹² at E[K] = 10), so
@@ -35,6 +39,9 @@ from launch.experiments.audit_spec import AuditSpec
 OFFSETS = (0.0, 0.5, -0.5)
 """The candidates: public shifts of the score."""
 
+K_LEAK = 5
+"""``tuning_k_released`` reads runs of at least this many trials."""
+
 
 def _trial_privacy(epsilon: float) -> tuning.TrialPrivacy:
   ledger = accounting.PrivacyLedger(use_pld=False)
@@ -50,11 +57,11 @@ def tuned_laplace_spec(*, epsilon: float = 1.0, expected_trials: float = 10.0,
 
   ``broken``: ``None``; ``"per_trial_epsilon"`` (reports one trial's ε);
   ``"fixed_k"`` (runs K = E[K] trials every time, reports the random-K
-  bound).
+  bound); ``"k_released"`` (releases K beside the score).
   """
-  if broken not in (None, "per_trial_epsilon", "fixed_k"):
-    raise ValueError(f"broken={broken!r}: choose None, 'per_trial_epsilon' "
-                     f"or 'fixed_k'.")
+  if broken not in (None, "per_trial_epsilon", "fixed_k", "k_released"):
+    raise ValueError(f"broken={broken!r}: choose None, 'per_trial_epsilon', "
+                     f"'fixed_k' or 'k_released'.")
   count = tuning.trial_count("geometric", expected_trials)
   trial = _trial_privacy(epsilon)
   guarantee = tuning.tuned_guarantee(trial, count, delta=delta)
@@ -76,27 +83,39 @@ def tuned_laplace_spec(*, epsilon: float = 1.0, expected_trials: float = 10.0,
     scores = canary + offsets[picks] + noise.laplace_noise(
         k_noise, (max_trials,), scale=scale)
     ran = jnp.arange(max_trials) < k
-    return jnp.max(jnp.where(ran, scores, -jnp.inf))
+    best = jnp.max(jnp.where(ran, scores, -jnp.inf))
+    return (best, k) if broken == "k_released" else best
+
+  def statistic(out):
+    if broken != "k_released":
+      return out  # the released best score: all a tuning releases
+    best, k = out
+    # Reads K too: low scores among runs of at least K_LEAK trials, every
+    # other run pushed beyond any threshold.
+    return jnp.where(k >= K_LEAK, best, 1e6)
 
   name = "tuning_laplace" if broken is None else f"tuning_{broken}"
   return AuditSpec(
       name=name, relation="add_remove",
       settings={"epsilon_trial": epsilon, "expected_trials": count.expected,
+                "released": "score and K" if broken == "k_released"
+                else "score",
                 "distribution": "geometric", "offsets": list(OFFSETS),
                 "max_trials": max_trials,
                 "trials_run": "E[K] every time" if broken == "fixed_k"
                 else "geometric",
                 "method": guarantee.method},
       mechanism=mechanism, data_0=jnp.float32(0.0), data_1=jnp.float32(1.0),
-      statistic=lambda out: out, delta=delta, reported_epsilon=reported,
+      statistic=statistic, delta=delta, reported_epsilon=reported,
       nominal_epsilon=None, default_trials=100_000, broken=broken is not None)
 
 
 def specs() -> list[AuditSpec]:
-  """The tuning audits: the unbroken one and the two broken variants."""
+  """The tuning audits: the unbroken one and the three broken variants."""
   return [tuned_laplace_spec(),
           tuned_laplace_spec(broken="per_trial_epsilon"),
-          tuned_laplace_spec(broken="fixed_k")]
+          tuned_laplace_spec(broken="fixed_k"),
+          tuned_laplace_spec(broken="k_released")]
 
 
 __all__ = ["OFFSETS", "specs", "tuned_laplace_spec"]

@@ -141,8 +141,11 @@ def test_tuned_run_records_the_whole_tuning(results):
   assert rec["tuning_id"] and rec["guarantee"] == "dp"
   t = rec["tuning"]
   assert t["distribution"] == "geometric" and t["expected_trials"] == 2.0
-  assert len(t["trials"]) == len(t["winner"]) == 2  # one tuning per seed
-  assert all(k >= 1 for k in t["trials"])
+  assert len(t["winner"]) == 2  # one tuning per seed
+  # K and the schedule are not released (the guarantee holds with them
+  # hidden), nor is any trial's score but the winner's.
+  assert not {"trials", "schedule"} & set(t) and len(t["scores"]) == 2
+  assert "trials" not in json.dumps(rec["privacy"]["entries"])
   assert all(w in range(len(TUNE_CANDIDATES)) for w in t["winner"])
   assert t["winning_settings"] == [TUNE_CANDIDATES[w] for w in t["winner"]]
   assert t["score_epsilon"] == 0.5 and t["epsilon_per_trial_target"] == 2.0
