@@ -20,7 +20,7 @@ import jax
 
 from dpcore import accounting, auditing, memory
 from launch import common
-from launch.experiments import audits
+from launch.experiments import audit_spec, audits
 
 AUDIT_ONLY = ("privacy audit: synthetic neighbouring data sets, nothing is "
               "released; the audited claim is under 'claim'")
@@ -34,6 +34,28 @@ def verdict(spec: audits.AuditSpec, epsilon_lower: float) -> str:
   if spec.broken:
     return "caught" if above else "NOT CAUGHT"
   return "VIOLATION" if above else "ok"
+
+
+_SEVERITY = ("VIOLATION", "NOT CAUGHT", "no claim", "ok", "caught")
+
+
+def group_verdicts(records: list[dict]) -> dict[str, str]:
+  """Each spec's verdict over its canary positions: the worst of them.
+
+  An unbroken spec holds only if it holds at every position (one
+  VIOLATION is a violation); a broken variant is caught if some position
+  catches it (a bug need not show everywhere).
+  """
+  out: dict[str, list[str]] = {}
+  for r in records:
+    out.setdefault(audit_spec.group(r["name"]), []).append(r["verdict"])
+  worst = {}
+  for name, verdicts in out.items():
+    if "caught" in verdicts or "NOT CAUGHT" in verdicts:
+      worst[name] = "caught" if "caught" in verdicts else "NOT CAUGHT"
+    else:
+      worst[name] = min(verdicts, key=_SEVERITY.index)
+  return worst
 
 
 def failed(record: dict) -> bool:
@@ -133,7 +155,8 @@ def _result_cell(record: dict) -> str:
 
 
 def markdown_table(records: list[dict]) -> str:
-  """The table: one row per audited spec."""
+  """The table: one row per audited spec (and canary position), then
+  each spec's verdict over its positions."""
   lines = [
       "| mechanism | neighbouring relation | settings | reported ε (δ) "
       "| paper-nominal ε | audited 95 % lower bound | trials | seconds |",
@@ -148,6 +171,16 @@ def markdown_table(records: list[dict]) -> str:
         f"| {name} | {r['relation']} | {_settings(r['settings'])} "
         f"| {reported} | {_fmt(claim['epsilon_nominal'])} "
         f"| {_result_cell(r)} | {r['trials']:,} | {r['seconds']:.1f} |")
+  lines += ["", "Each spec's verdict over its canary positions (an unbroken "
+            "spec holds only where every position holds; a broken one is "
+            "caught where some position catches it):", "",
+            "| spec | positions | verdict |", "|---|---|---|"]
+  counts: dict[str, int] = {}
+  for r in records:
+    g = audit_spec.group(r["name"])
+    counts[g] = counts.get(g, 0) + 1
+  for g, v in group_verdicts(records).items():
+    lines.append(f"| {g} | {counts[g]} | {v} |")
   return "\n".join(lines) + "\n"
 
 
@@ -223,12 +256,14 @@ def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
   """
   selected = audits.specs()
   if only:
-    known = {s.name for s in selected}
+    known = {s.name for s in selected} | {
+        audit_spec.group(s.name) for s in selected}
     unknown = sorted(set(only) - known)
     if unknown:
       raise ValueError(f"--only names unknown specs {unknown}; known: "
                        f"{sorted(known)}.")
-    selected = [s for s in selected if s.name in set(only)]
+    selected = [s for s in selected if s.name in set(only)
+                or audit_spec.group(s.name) in set(only)]
   check_host_memory(selected, trials=trials, memory_budget=memory_budget)
   records = []
   for i, spec in enumerate(selected):

@@ -36,6 +36,11 @@ class AuditSpec:
     broken: a deliberately broken variant the audit must catch.
     x64: run the audit with 64-bit floats enabled (for mechanisms whose
       solvers need float64, such as objective perturbation).
+    position: where the canary sits among the units (``"first"``,
+      ``"middle"``, ``"last"``: :data:`POSITIONS`), None where there is one
+      unit; a spec audited at several positions is named
+      ``base@position``, and its verdict is the worst of them
+      (:func:`group`).
   """
   name: str
   relation: options.Relation
@@ -50,10 +55,35 @@ class AuditSpec:
   default_trials: int = 100_000
   broken: bool = False
   x64: bool = False
+  position: str | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "relation",
                        options.parse_relation(self.relation, "relation"))
+
+
+POSITIONS = ("first", "middle", "last")
+"""Where a canary is placed among the rows or participants: a bug that
+treats slot i as unit i (a compacted mask read per unit, padding that
+repeats row 0) shows at some positions and not at others."""
+
+
+def canary_index(count: int, position: str) -> int:
+  """The index of the canary among ``count`` units at ``position``."""
+  if position not in POSITIONS:
+    raise ValueError(f"position must be one of {POSITIONS}, got "
+                     f"{position!r}.")
+  return {"first": 0, "middle": count // 2, "last": count - 1}[position]
+
+
+def spec_name(base: str, position: str | None) -> str:
+  """``base@position`` (``base`` where there is no position)."""
+  return base if position is None else f"{base}@{position}"
+
+
+def group(name: str) -> str:
+  """The spec a positioned audit belongs to: its name before ``@``."""
+  return name.split("@", 1)[0]
 
 
 def claimed_epsilon(claim, relation, delta: float | None = None) -> float:

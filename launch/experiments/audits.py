@@ -17,6 +17,7 @@ audits have the power to catch such mistakes.
 
 from __future__ import annotations
 
+import contextlib
 from fractions import Fraction
 
 import jax
@@ -38,7 +39,13 @@ from dpcore import (
 from dpcore import lattice as dp_lattice
 from federated import feddpdr, fedsgd
 from launch.experiments import dpwss_audits, rff_audits, tuning_audits
-from launch.experiments.audit_spec import AuditSpec, claimed_epsilon
+from launch.experiments.audit_spec import (
+  POSITIONS,
+  AuditSpec,
+  canary_index,
+  claimed_epsilon,
+  spec_name,
+)
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.erm import output_perturbation as outp
 from mechanisms.pca import dp_pca
@@ -236,21 +243,25 @@ def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20
 
 
 def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
-                audit_delta: float = 1e-2, dim: int = 3) -> AuditSpec:
+                audit_delta: float = 1e-2, dim: int = 3,
+                position: str = "first") -> AuditSpec:
   """Analyze-Gauss DP-PCA (add/remove), a canary row e₁ vs without.
 
-  Both data sets have the same padded shape; the canary's slot is masked
-  out in ``data_0``. The release is the full eigendecomposition (k = d),
-  from which the statistic rebuilds e₁ᵀ(noisy M)e₁ = Σⱼ λⱼ (vⱼ·e₁)²: the
-  noisy diagonal entry the canary adds 1 to.
+  Both data sets have the same padded shape; the canary's slot (at
+  ``position`` among the d rows) is masked out in ``data_0``. The release
+  is the full eigendecomposition (k = d), from which the statistic
+  rebuilds e₁ᵀ(noisy M)e₁ = Σⱼ λⱼ (vⱼ·e₁)²: the noisy diagonal entry the
+  canary adds 1 to.
   """
   plan = dp_pca.make_plan(epsilon=epsilon, delta=delta, k=dim, dim=dim,
                           relation="add_remove")
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
-  rows = jnp.eye(dim, dtype=jnp.float32)  # canary e₁, then e₂ … e_d
+  at = canary_index(dim, position)
+  # The canary e₁ in row ``at``, the other rows e₂ … e_d.
+  rows = jnp.roll(jnp.eye(dim, dtype=jnp.float32), at, axis=0)
   mask_1 = jnp.ones((dim,), jnp.float32)
-  mask_0 = mask_1.at[0].set(0.0)
+  mask_0 = mask_1.at[at].set(0.0)
 
   def mechanism(key, data):
     x, mask = data
@@ -260,9 +271,10 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
     return jnp.sum(result.eigenvalues * result.components[0] ** 2)
 
   return AuditSpec(
-      name="dp_pca", relation="add_remove",
+      name=spec_name("dp_pca", position), relation="add_remove",
       settings={"epsilon": epsilon, "delta": delta, "sigma": plan.sigma,
                 "d": dim, "k": dim, "calibration": plan.calibration},
+      position=position,
       mechanism=mechanism, data_0=(rows, mask_0), data_1=(rows, mask_1),
       statistic=statistic, delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
@@ -384,8 +396,8 @@ def _dpsgd_release(key, grads, *, variant: str):
   return jnp.stack(released)
 
 
-def dpsgd_spec(*, broken: str | None = None,
-               audit_delta: float = 1e-2) -> AuditSpec:
+def dpsgd_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
+               position: str = "first") -> AuditSpec:
   """A few DP-SGD steps on fixed gradients, a canary at row 0 (add/remove).
 
   Every step's noisy update is released, as the accountant assumes (the
@@ -401,6 +413,8 @@ def dpsgd_spec(*, broken: str | None = None,
 
   ``broken``: ``"mask_dropped"`` (padding slots, which repeat row 0, are
   summed) or ``"clip_skipped"`` (per-example gradients are not clipped).
+  ``position``: the canary's row (first, middle or last); the broken
+  variants keep it first, where padding repeats it.
   """
   cfg = _DPSGD
   variant = broken or "library"
@@ -420,8 +434,10 @@ def dpsgd_spec(*, broken: str | None = None,
     ledger.record_truncation(truncation, label="poisson_batch_padding")
   canary_norm = 10.0 * clip if variant == "clip_skipped" else clip
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
-  grads_1 = jnp.zeros((n, cfg["dim"]), jnp.float32).at[0].set(
-      canary_norm * direction)
+  if broken is not None:
+    position = "first"
+  grads_1 = jnp.zeros((n, cfg["dim"]), jnp.float32).at[
+      canary_index(n, position)].set(canary_norm * direction)
   grads_0 = jnp.zeros_like(grads_1)
   expected = q * n
 
@@ -433,11 +449,13 @@ def dpsgd_spec(*, broken: str | None = None,
     return jnp.sum(jnp.logaddexp(
         jnp.log1p(-q), jnp.log(q) + (2.0 * z - 1.0) / (2.0 * sigma**2)))
 
-  name = "dpsgd" if broken is None else f"dpsgd_{broken}"
+  name = ("dpsgd" if broken is None else f"dpsgd_{broken}")
+  positioned = position if broken is None else None
   return AuditSpec(
-      name=name, relation="add_remove",
+      name=spec_name(name, positioned), relation="add_remove",
       settings={**cfg, "max_batch": max_batch, "canary_norm": canary_norm,
-                "variant": variant},
+                "variant": variant, "canary_row": canary_index(n, position)},
+      position=positioned,
       mechanism=mechanism, data_0=grads_0, data_1=grads_1,
       statistic=statistic, delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
@@ -458,16 +476,17 @@ def _trainer_canary_loss(layers, example):
   return -layers.dense("w", example)[0]
 
 
-def trainer_spec(*, broken: str | None = None,
-                 audit_delta: float = 1e-2) -> AuditSpec:
+def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
+                 position: str = "first") -> AuditSpec:
   """A whole :func:`dpcore.trainer.train` run on its fast paths.
 
   The model is a layered linear loss (:mod:`dpcore.ghost`) whose per-step
   gradient is −x, so the trained weight after T steps of SGD from 0 is
   lr·Σₜ (clipped sum + noise)/qN: the run releases the sum of its T noisy
   updates (the accountant covers every update; this is post-processing).
-  Row 0 is the canary, x₀ = 10·C along the first axis (clipped to C on
-  the fast path); in ``data_0`` it is a zero row, which adds nothing to any
+  The canary row (first, middle or last: ``position``) is 10·C along the
+  first axis (clipped to C on the fast path); in ``data_0`` it is a zero
+  row, which adds nothing to any
   sum (add/remove, as for ``dpsgd_spec``). Statistic: the released weight
   along the canary direction. ``broken="clip_skipped"`` runs the same
   trainer with a clipped sum that does not clip (C ×10⁶ inside the sum,
@@ -493,8 +512,10 @@ def trainer_spec(*, broken: str | None = None,
       return loss.clipped_sum(params, batch, mask, 1e6 * clip_norm)
   params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
-  x_1 = jnp.zeros((n, cfg["dim"]), jnp.float32).at[0].set(
-      cfg["canary_scale"] * clip * direction)
+  if broken is not None:
+    position = "first"
+  x_1 = jnp.zeros((n, cfg["dim"]), jnp.float32).at[
+      canary_index(n, position)].set(cfg["canary_scale"] * clip * direction)
   x_0 = jnp.zeros_like(x_1)
   expected = q * n
 
@@ -508,10 +529,13 @@ def trainer_spec(*, broken: str | None = None,
     return w @ direction * expected / (cfg["learning_rate"] * clip)
 
   return AuditSpec(
-      name="trainer_ghost" if broken is None else f"trainer_{broken}",
+      name=(spec_name("trainer_ghost", position) if broken is None
+            else f"trainer_{broken}"),
       relation="add_remove",
       settings={**cfg, "max_batch": plan.max_batch, "sampler": plan.sampler,
-                "path": "ghost", "variant": broken or "library"},
+                "path": "ghost", "variant": broken or "library",
+                "canary_row": canary_index(n, position)},
+      position=position if broken is None else None,
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
       delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
@@ -519,27 +543,65 @@ def trainer_spec(*, broken: str | None = None,
       broken=broken is not None)
 
 
-# -- federated DP-SGD (server noise, local noise) ------------------------------
+# -- federated DP-SGD, every trust model ---------------------------------------
 
 
-def fedsgd_spec(*, trust: str = "server",
+@contextlib.contextmanager
+def _compacted_inclusion():
+  """While tracing: participants chosen by a compacted batch's slot mask.
+
+  The bug this variant keeps alive: ``poisson_batch(...).slot_mask`` marks
+  the first ``size`` slots, so read per participant it includes
+  participant 0 whenever anyone is sampled and the last almost never.
+  """
+  correct = dpsgd.poisson_inclusion
+
+  def compacted(key, num_units, *, sampling_rate):
+    return dpsgd.poisson_batch(key, num_units, sampling_rate=sampling_rate,
+                               max_batch=num_units).slot_mask
+
+  dpsgd.poisson_inclusion = compacted
+  try:
+    yield
+  finally:
+    dpsgd.poisson_inclusion = correct
+
+
+def fedsgd_spec(*, trust: str = "server", position: str = "first",
+                broken: str | None = None,
                 audit_delta: float = 1e-2) -> AuditSpec:
   """Federated DP-SGD (:mod:`federated.fedsgd`), a whole run released.
 
   The trainer row's set-up (:func:`trainer_spec`: a layered linear loss
   whose gradient is −x, so the model after T steps is the sum of the T
-  noisy updates), split over participants of 4 rows each with the canary
-  at participant 0's row 0 (10·C, clipped to C), a zero row in ``data_0``
-  (add/remove). ``"server"``: 2 participants, one noise on the sum. For
-  ``"local"`` the guarantee is a participant's against the server, which
-  sees that participant's own noisy clipped sums: one participant, so the
-  released model is exactly a function of what the server sees.
+  noisy updates), split over participants, with a canary of 10·C
+  (clipped to C) and a zero in ``data_0`` (add/remove). ``position`` puts
+  the canary at the first, middle or last unit:
+
+  * ``"server"``: 2 participants of 4 rows, the canary at participant
+    0 row 0, participant 1 row 0 (middle of the 8 rows) or participant 1
+    row 3; one noise on the sum.
+  * ``"local"``: the guarantee is a participant's against the server,
+    which sees that participant's own noisy clipped sums: one participant
+    of 4 rows (the released model is exactly a function of what the
+    server sees), the canary at row 0, 2 or 3.
+  * ``"participant"``: the unit is a participant: 4 participants of 2
+    rows, the canary participant (both rows 10·C; its mean gradient
+    clipped to C) at index 0, 2 or 3, all-zero rows in ``data_0``.
+    ``broken="compacted_mask"`` runs the same release with participants
+    chosen by a compacted batch's slot mask (the bug fixed in fedsgd):
+    the first participant is over-included and must be caught there.
   """
   cfg = dict(_TRAINER)
-  if trust not in ("server", "local"):
-    raise ValueError(f"trust must be 'server' or 'local', got {trust!r}.")
-  participants = 2 if trust == "server" else 1
-  rows = cfg["examples"] // 2
+  if trust not in ("server", "local", "participant"):
+    raise ValueError(f"trust must be 'server', 'local' or 'participant', "
+                     f"got {trust!r}.")
+  if broken not in (None, "compacted_mask") or (
+      broken and trust != "participant"):
+    raise ValueError(f"broken={broken!r}: only trust='participant' has a "
+                     f"broken variant, 'compacted_mask'.")
+  participants, rows = {"server": (2, 4), "local": (1, 4),
+                        "participant": (4, 2)}[trust]
   q, steps, clip = cfg["sampling_rate"], cfg["steps"], cfg["clip_norm"]
   plan = fedsgd.make_plan([rows] * participants, trust=trust,
                           sampling_rate=q, steps=steps, clip_norm=clip,
@@ -551,27 +613,42 @@ def fedsgd_spec(*, trust: str = "server",
       layers, example[0]))
   params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
-  x_1 = jnp.zeros((participants, rows, cfg["dim"]), jnp.float32).at[
-      0, 0].set(cfg["canary_scale"] * clip * direction)
-  x_0 = jnp.zeros_like(x_1)
+  canary = cfg["canary_scale"] * clip * direction
+  x_0 = jnp.zeros((participants, rows, cfg["dim"]), jnp.float32)
+  if trust == "participant":
+    unit = canary_index(participants, position)
+    x_1 = x_0.at[unit].set(canary)
+  else:
+    unit = canary_index(participants * rows, position)
+    x_1 = x_0.at[unit // rows, unit % rows].set(canary)
   labels = jnp.zeros((participants, rows), jnp.int32)
   mask = jnp.ones((participants, rows), jnp.float32)
 
-  def mechanism(key, x):
+  def release(key, x):
     out = fedsgd.release(key, plan, loss, params, x, labels, mask,
                          optax.sgd(cfg["learning_rate"]))
     return out.params["w"]["w"][:, 0]
 
+  def mechanism(key, x):
+    if broken is None:
+      return release(key, x)
+    with _compacted_inclusion():
+      return release(key, x)
+
   def statistic(w):
     return w @ direction * plan.divisor / (cfg["learning_rate"] * clip)
 
+  base = f"fedsgd_{trust}" + ("" if broken is None else f"_{broken}")
   return AuditSpec(
-      name=f"fedsgd_{trust}", relation="add_remove",
-      settings={**plan.settings(), "canary_scale": cfg["canary_scale"]},
+      name=spec_name(base, position), relation="add_remove",
+      settings={**plan.settings(), "canary_scale": cfg["canary_scale"],
+                "canary_unit": unit,
+                "unit": "participant" if trust == "participant" else "row"},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
       delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
-      default_trials=200_000)
+      default_trials=200_000 if broken is None else 20_000,
+      broken=broken is not None, position=position)
 
 
 # -- FedDPDR, one participant --------------------------------------------------
@@ -632,20 +709,21 @@ def specs() -> list[AuditSpec]:
       discrete_gaussian_spec(),
       discrete_laplace_spec(),
       exponential_spec(),
-      dp_pca_spec(),
+      *(dp_pca_spec(position=p) for p in POSITIONS),
       objective_perturbation_spec(loss="huber"),
       objective_perturbation_spec(loss="logistic"),
       output_perturbation_spec(),
-      dpsgd_spec(),
-      trainer_spec(),
-      fedsgd_spec(trust="server"),
-      fedsgd_spec(trust="local"),
+      *(dpsgd_spec(position=p) for p in POSITIONS),
+      *(trainer_spec(position=p) for p in POSITIONS),
+      *(fedsgd_spec(trust=t, position=p)
+        for t in ("server", "local", "participant") for p in POSITIONS),
       feddpdr_spec(),
       gaussian_spec(broken=True),
       laplace_spec(broken=True),
       dpsgd_spec(broken="mask_dropped"),
       dpsgd_spec(broken="clip_skipped"),
       trainer_spec(broken="clip_skipped"),
+      fedsgd_spec(trust="participant", broken="compacted_mask"),
   ]
   out.extend(dpwss_audits.specs())
   out.extend(rff_audits.specs())

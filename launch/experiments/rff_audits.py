@@ -43,7 +43,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import accounting
-from launch.experiments.audit_spec import AuditSpec, claimed_epsilon
+from launch.experiments.audit_spec import (
+  POSITIONS,
+  AuditSpec,
+  canary_index,
+  claimed_epsilon,
+  spec_name,
+)
 from mechanisms.erm import output_perturbation
 from mechanisms.svm import random_features
 
@@ -56,9 +62,11 @@ _DPSGD = {"examples": 8, "sampling_rate": 0.5, "epochs": 1.5,
 _OUTPUT = {"epsilon": 1.0, "c": 0.1, "input_dim": 2, "num_features": 2}
 
 
-def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
-               broken: bool = False) -> AuditSpec:
-  """The DP-SGD release on random features, a canary at row 0 (add/remove).
+def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA, broken: bool = False,
+               position: str = "first") -> AuditSpec:
+  """The DP-SGD release on random features, a canary row (add/remove).
+
+  The canary sits at the first, middle or last row (``position``).
 
   ``broken=True`` runs the same release with σ halved while reporting the
   correct plan's ε: a deliberately wrong variant the audit must catch.
@@ -78,8 +86,9 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
     plan = dataclasses.replace(plan, dpsgd=dataclasses.replace(
         plan.dpsgd, noise_multiplier=plan.noise_multiplier / 2))
   canary = jnp.asarray([0.3, -0.2], jnp.float32)
-  x = jnp.zeros((n, cfg["input_dim"]), jnp.float32).at[0].set(canary)
-  y_1 = jnp.zeros((n,), jnp.float32).at[0].set(1.0)
+  at = canary_index(n, position)
+  x = jnp.zeros((n, cfg["input_dim"]), jnp.float32).at[at].set(canary)
+  y_1 = jnp.zeros((n,), jnp.float32).at[at].set(1.0)
   y_0 = jnp.zeros_like(y_1)
   phi = random_features.features(fmap, canary)
   direction = jnp.concatenate([phi, jnp.ones((1,), phi.dtype)])
@@ -94,11 +103,14 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA,
     return flat @ direction * scale
 
   return AuditSpec(
-      name="rff_dpsgd_sigma_halved" if broken else "rff_dpsgd",
+      name=("rff_dpsgd_sigma_halved" if broken
+            else spec_name("rff_dpsgd", position)),
+      position=None if broken else position,
       relation="add_remove",
       settings={**cfg, "steps": plan.steps,
                 "noise_multiplier": plan.noise_multiplier,
                 "max_batch": plan.dpsgd.max_batch, "loss": plan.loss,
+                "canary_row": at,
                 "canary_feature_norm": float(jnp.linalg.norm(phi))},
       mechanism=mechanism, data_0=y_0, data_1=y_1, statistic=statistic,
       delta=audit_delta,
@@ -157,8 +169,8 @@ def output_perturbation_spec(*, epsilon: float | None = None
 def specs() -> list[AuditSpec]:
   """The random-feature audits: two unbroken (each must stay below its
   reported ε) and the σ-halved DP-SGD variant (must be caught)."""
-  return [dpsgd_spec(), output_perturbation_spec(),
-          dpsgd_spec(broken=True)]
+  return [*(dpsgd_spec(position=p) for p in POSITIONS),
+          output_perturbation_spec(), dpsgd_spec(broken=True)]
 
 
 __all__ = ["attaining_row", "dpsgd_spec", "output_perturbation_spec",

@@ -14,19 +14,22 @@ import pytest
 from dpcore import accounting
 from launch import audit_run as audit_script
 from launch.experiments import audits
+from launch.experiments.audit_spec import POSITIONS, group
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 # Small audits: enough runs to give each a few seconds of power, with keys
 # fixed so the outcome is reproducible.
 SMALL = {"gaussian": 100_000, "laplace": 50_000, "exponential": 100_000,
-         "dpsgd": 20_000, "trainer_ghost": 20_000,
-         "fedsgd_server": 20_000, "fedsgd_local": 20_000,
-         "discrete_laplace": 50_000}
+         "discrete_laplace": 50_000,
+         **{f"{base}@{p}": 20_000 for p in POSITIONS
+            for base in ("dpsgd", "trainer_ghost", "fedsgd_server",
+                         "fedsgd_local", "fedsgd_participant")}}
 BROKEN = {"gaussian_sigma_halved": 20_000,
           "laplace_wrong_sensitivity": 20_000,
           "dpsgd_mask_dropped": 5_000, "dpsgd_clip_skipped": 5_000,
-          "trainer_clip_skipped": 5_000}
+          "trainer_clip_skipped": 5_000,
+          "fedsgd_participant_compacted_mask@first": 20_000}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def test_spec_names_unique_and_complete(all_specs):
   names = [s.name for s in audits.specs()]
   assert len(names) == len(set(names))
   for name in list(SMALL) + list(BROKEN) + [
-      "dp_pca", "objective_perturbation_huber",
+      *(f"dp_pca@{p}" for p in POSITIONS), "objective_perturbation_huber",
       "objective_perturbation_logistic", "output_perturbation",
       "feddpdr_participant"]:
     assert name in all_specs, name
@@ -47,6 +50,31 @@ def test_spec_names_unique_and_complete(all_specs):
     json.dumps(spec.settings)
     assert spec.broken == (spec.name in BROKEN) or spec.name not in {
         *SMALL, *BROKEN}
+
+
+def test_every_spec_with_units_has_its_canary_first_middle_and_last(
+    all_specs):
+  # A spec whose canary can sit at several units is audited at each of
+  # them (a bug that reads slot i as unit i shows at some positions only).
+  groups = {}
+  for spec in all_specs.values():
+    if spec.position is not None and not spec.broken:
+      groups.setdefault(group(spec.name), set()).add(spec.position)
+  assert {"dpsgd", "trainer_ghost", "fedsgd_server", "fedsgd_local",
+          "fedsgd_participant", "dp_pca"} <= set(groups)
+  for name, positions in groups.items():
+    assert positions == set(POSITIONS), name
+
+
+def test_the_compacted_mask_is_caught_first_and_not_last(all_specs):
+  # The participant mode's old bug over-includes the first participant:
+  # the audit finds it there (and the fixed release stays below the claim
+  # at the same keys and trials, test_small_audit_stays_below_the_claim).
+  spec = all_specs["fedsgd_participant_compacted_mask@first"]
+  last = audits.fedsgd_spec(trust="participant", broken="compacted_mask",
+                            position="last")
+  result = audits.run_spec(jax.random.key(12), last, trials=20_000)
+  assert result.epsilon_lower < spec.reported_epsilon
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -89,7 +117,10 @@ def test_reported_epsilons_come_from_the_library(all_specs):
   assert all_specs["gaussian_sigma_halved"].reported_epsilon == (
       g.reported_epsilon)
   assert all_specs["dpsgd_mask_dropped"].reported_epsilon == (
-      all_specs["dpsgd"].reported_epsilon)
+      all_specs["dpsgd@first"].reported_epsilon)
+  assert all_specs[
+      "fedsgd_participant_compacted_mask@first"].reported_epsilon == (
+          all_specs["fedsgd_participant@first"].reported_epsilon)
 
 
 def test_verdicts():
@@ -102,6 +133,19 @@ def test_verdicts():
       "caught")
   assert audit_script.verdict(broken, broken.reported_epsilon / 2) == (
       "NOT CAUGHT")
+
+
+def test_group_verdict_is_the_worst_position():
+  def rec(name, v):
+    return {"name": name, "verdict": v}
+  assert audit_script.group_verdicts(
+      [rec("a@first", "ok"), rec("a@middle", "VIOLATION"),
+       rec("a@last", "ok"), rec("b@first", "NOT CAUGHT"),
+       rec("b@last", "caught"), rec("c", "ok")]) == {
+           "a": "VIOLATION", "b": "caught", "c": "ok"}
+  assert audit_script.group_verdicts(
+      [rec("b@first", "NOT CAUGHT"), rec("b@last", "NOT CAUGHT")]) == {
+          "b": "NOT CAUGHT"}
 
 
 def test_script_writes_json_line_and_table(tmp_path):

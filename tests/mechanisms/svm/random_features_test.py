@@ -407,5 +407,6 @@ def test_output_perturbation_audit_attains_the_sensitivity():
   assert spec.settings["minimiser_distance"] == pytest.approx(
       spec.settings["sensitivity"], rel=1e-5)
   assert [s.name for s in rff_audits.specs()] == [
-      "rff_dpsgd", "rff_output_perturbation", "rff_dpsgd_sigma_halved"]
+      "rff_dpsgd@first", "rff_dpsgd@middle", "rff_dpsgd@last",
+      "rff_output_perturbation", "rff_dpsgd_sigma_halved"]
   assert jnp.asarray(spec.data_0).shape == (3,)
