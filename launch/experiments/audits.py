@@ -591,6 +591,11 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
     ``broken="compacted_mask"`` runs the same release with participants
     chosen by a compacted batch's slot mask (the bug fixed in fedsgd):
     the first participant is over-included and must be caught there.
+
+  What is released: the model (read by the statistic) and the result's
+  count of overflowing steps, which depends on the keys and the public
+  sizes only (the batch sizes are drawn whatever the rows hold), so it
+  cannot tell the neighbours apart; the record holds public settings.
   """
   cfg = dict(_TRAINER)
   if trust not in ("server", "local", "participant"):
