@@ -701,14 +701,15 @@ def dpsgd_steps(*, sampling_rate: float, steps: int | None = None,
 
   Exactly one of ``steps`` and ``epochs`` must be given; epochs become
   steps by :func:`dpcore.dpsgd.num_steps` (T = max(1, round(E / q))), the
-  rule the trainer runs, so the steps accounted are the steps run.
+  rule the trainer runs, so the steps accounted are the steps run. T must
+  fit the programs' int32 step counter (:func:`validation.check_count`).
   """
   if (steps is None) == (epochs is None):
     raise ValueError(
         "give exactly one of steps= and epochs= (epochs become steps by "
         f"dpsgd.num_steps); got steps={steps!r}, epochs={epochs!r}.")
   if steps is not None:
-    return validation.check_positive_int(steps, "steps")
+    return validation.check_count(steps, "steps")
   # Imported here: dpsgd pulls in JAX, which host-side accounting needs not.
   from dpcore import dpsgd  # pylint: disable=g-import-not-at-top
   return dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)

@@ -50,7 +50,7 @@ import jax
 import numpy as np
 from scipy import stats
 
-from dpcore import memory
+from dpcore import memory, validation
 
 # Largest number of candidate thresholds scored on the selection half.
 _MAX_CANDIDATES = 6000
@@ -501,9 +501,10 @@ def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
 
 
 def _check_positive_int(value, name: str) -> int:
+  """A count (1e5 allowed for 100000) that fits int32: check_count."""
   if isinstance(value, bool) or not float(value).is_integer() or value < 1:
     raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-  return int(value)
+  return validation.check_count(int(value), name)
 
 
 __all__ = ["HOST_BYTES_PER_TRIAL", "AuditResult", "audit",

@@ -560,12 +560,17 @@ def num_steps(*, epochs: float, sampling_rate: float) -> int:
   :func:`~dpcore.accounting.calibrate_dpsgd_noise` with ``epochs=``) and
   the launch harnesses all call it, so the steps run and the steps
   accounted cannot drift apart. An epoch is 1/q steps (each example is
-  expected in q of them, once per epoch on average).
+  expected in q of them, once per epoch on average). A T that does not fit
+  the programs' int32 step counter is refused here, naming epochs and q
+  (:func:`dpcore.validation.check_count`).
   """
   epochs = validation.check_positive(epochs, "epochs")
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
-  return max(1, round(epochs / sampling_rate))
+  return validation.check_count(
+      max(1, round(epochs / sampling_rate)), "steps",
+      derived=f"epochs {epochs:g} / sampling_rate {sampling_rate:g}",
+      fix="lower epochs or raise sampling_rate")
 
 
 class DPAggregateState(NamedTuple):

@@ -240,10 +240,11 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
     ValueError: an argument out of range, or neither (or both) of
       ``noise_multiplier`` and ``epsilon``; one line naming the fix.
   """
-  num_examples = validation.check_positive_int(num_examples, "num_examples")
+  num_examples = validation.check_count(num_examples, "num_examples")
   sampling_rate = validation.check_in_range(
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
+  # T (given, or from epochs) fits int32: validation.check_count.
   steps = accounting.dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                                  epochs=epochs)
   noise_multiplier, epsilon, delta = resolve_noise(

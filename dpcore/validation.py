@@ -18,6 +18,9 @@ import jax
 import numpy as np
 
 __all__ = [
+    "INT32_MAX",
+    "check_count",
+    "check_count_product",
     "check_delta",
     "check_epsilon",
     "check_in_range",
@@ -120,6 +123,55 @@ def check_positive_int(value, name: str) -> int:
   if value < 1:
     raise ValueError(f"{name} must be ≥ 1, got {value!r}.")
   return int(value)
+
+
+INT32_MAX = 2**31 - 1
+"""The largest count a program takes: steps, iterations, trials, repeats
+and row indices run as int32 (``lax.scan`` over ``arange(steps)``, the
+solvers' iteration counters, ``fold_in`` step numbers, gathered row
+indices), so a count above it overflows inside the program."""
+
+
+def check_count(value, name: str, *, derived: str | None = None,
+                fix: str | None = None) -> int:
+  """Requires an integer count in [1, :data:`INT32_MAX`]: the one check of
+  every count a plan takes (steps, iterations, trials, repeats, rows).
+
+  Args:
+    value: the count.
+    name: the setting's name, as its user spells it.
+    derived: how the count was derived, when it was not given directly
+      (e.g. ``"epochs 1e+09 / sampling_rate 0.05"``); said in the message.
+    fix: what to change, said in the message (default: lower ``name``).
+
+  Returns:
+    ``value`` as an int.
+
+  Raises:
+    ValueError: one line naming the setting, its value, the int32 limit
+      and the fix.
+  """
+  value = check_positive_int(value, name)
+  if value > INT32_MAX:
+    how = f" ({derived})" if derived else ""
+    raise ValueError(
+        f"{name} = {value:,}{how} does not fit the int32 counter the "
+        f"programs run it with (≤ {INT32_MAX:,}); "
+        f"{fix or f'lower {name}'}.")
+  return value
+
+
+def check_count_product(factors: dict, name: str, *,
+                        fix: str | None = None) -> int:
+  """Requires each count of ``factors`` ({name: count}) and their product
+  (e.g. participants × rows, the slots a program indexes) to pass
+  :func:`check_count`; returns the product."""
+  product = 1
+  for factor, value in factors.items():
+    product *= check_count(value, factor)
+  return check_count(product, name, derived=" × ".join(
+      f"{factor} {int(value):,}" for factor, value in factors.items()),
+                     fix=fix)
 
 
 def check_matrix(x, name: str = "x", *, ndim: int = 2,

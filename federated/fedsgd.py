@@ -274,6 +274,11 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
   overflow_probability = validation.check_in_range(
       overflow_probability, "overflow_probability", 0.0, 1.0)
   count, rows, total = int(sizes.size), int(sizes.max()), int(sizes.sum())
+  # The programs index the P × n padded slots (≥ the rows) with int32.
+  validation.check_count_product(
+      {"participants": count, "rows of the largest participant": rows},
+      "participants × rows", fix="split the data over fewer or smaller "
+      "participants (the padded slots are P × max(sizes))")
   row_plan, truncation, departure = None, 0.0, 0.0
   server_batch = None
   if trust != "participant":

@@ -337,8 +337,9 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
   epsilon, delta = float(epsilon), float(delta)
   sampling_rate, init_fraction = float(sampling_rate), float(init_fraction)
   epochs, clip_norm = int(epochs), float(clip_norm)
-  num_examples = validation.check_positive_int(num_examples, "num_examples")
+  num_examples = validation.check_count(num_examples, "num_examples")
   dim = validation.check_positive_int(dim, "dim")
+  # T fits int32 (dpsgd.num_steps checks it, naming epochs and q).
   steps = dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
   eps_init = init_fraction * epsilon
   eps_sgd = epsilon - eps_init

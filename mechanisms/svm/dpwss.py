@@ -172,8 +172,8 @@ def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
     dpcore.memory.MemoryBudgetError: one repeat (or ``repeat_chunk``
       repeats, or a forced cached Q) exceeds the budget.
   """
-  repeats = validation.check_positive_int(repeats, "repeats")
-  max_iter = validation.check_positive_int(max_iter, "max_iter")
+  repeats = validation.check_count(repeats, "repeats")
+  max_iter = validation.check_count(max_iter, "max_iter")
   budget = memory.resolve_budget(memory_budget)
   if repeat_chunk is not None:
     repeat_chunk = validation.check_positive_int(repeat_chunk,
@@ -435,7 +435,7 @@ def check_settings(*, sigma: float, selection_epsilon: float | None = None,
   validation.check_in_range(sigma, n("sigma"), 0.0, 1.0)
   validation.check_delta(delta, n("delta"))
   if max_iter is not None:
-    validation.check_positive_int(max_iter, n("max_iter"))
+    validation.check_count(max_iter, n("max_iter"))
   if selection == "private" and max_iter is None:
     raise ValueError(
         f"{n('selection')}='private' runs exactly {n('max_iter')} "
@@ -621,7 +621,7 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
   if not isinstance(plan, DPWSSPlan):
     raise ValueError(f"plan must come from dpwss.make_plan, got "
                      f"{type(plan).__name__}.")
-  repeats = validation.check_positive_int(repeats, "repeats")
+  repeats = validation.check_count(repeats, "repeats")
   options.check_one_of(pair_flags, PAIR_FLAG_MODES, "pair_flags")
   if plan.selection == "private" and shrinking:
     raise ValueError(
@@ -632,7 +632,7 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
   max_iter = plan.max_iter
   if max_iter is None:
     max_iter = pair_buffer_iterations(num)
-  max_iter = validation.check_positive_int(max_iter, "max_iter")
+  max_iter = validation.check_count(max_iter, "max_iter")
   layout = plan_repeats(num, x.shape[1], repeats=repeats, max_iter=max_iter,
                         precompute=precompute, pair_flags=pair_flags,
                         dtype=dtype, row_dtype=row_dtype,

@@ -658,7 +658,7 @@ def make_output_perturbation_plan(
   c = validation.check_positive(c, "c")
   epsilon = validation.check_epsilon(epsilon)
   tol = validation.check_positive(tol, "tol")
-  max_epochs = validation.check_positive_int(max_epochs, "max_epochs")
+  max_epochs = validation.check_count(max_epochs, "max_epochs")
   relation = _check_relation(relation, output_perturbation.RELATION,
                              "output perturbation")
   linear = output_perturbation.make_plan(epsilon=epsilon, c=c)

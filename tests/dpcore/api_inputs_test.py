@@ -367,6 +367,21 @@ TRAINER_CASES = [
           ValueError, "overflow_probability"),
     _case("plan_max_batch_zero", lambda: _plan(max_batch=0), ValueError,
           "max_batch"),
+    # Issue #32: a count the programs run as int32 is refused in make_plan,
+    # naming the setting (it overflowed inside the program before).
+    _case("plan_steps_above_int32", lambda: _plan(steps=2**31),
+          ValueError, r"steps = 2,147,483,648 does not fit the int32"),
+    _case("plan_epochs_give_steps_above_int32",
+          lambda: _plan(steps=None, sampling_rate=0.05, epochs=1e9),
+          ValueError, r"steps = 20,000,000,000 \(epochs 1e\+09 / "
+          r"sampling_rate 0.05\).*lower epochs or raise sampling_rate"),
+    _case("plan_examples_above_int32",
+          lambda: trainer.make_plan(2**31, sampling_rate=0.5, clip_norm=1.0,
+                                    noise_multiplier=1.0, steps=2),
+          ValueError, "num_examples = 2,147,483,648"),
+    _case("num_steps_above_int32",
+          lambda: dpsgd.num_steps(epochs=3e9, sampling_rate=1.0),
+          ValueError, "lower epochs or raise sampling_rate"),
     _case("plan_examples_zero",
           lambda: trainer.make_plan(0, sampling_rate=0.5, clip_norm=1.0,
                                     noise_multiplier=1.0, steps=2),
@@ -466,6 +481,18 @@ AUDITING_CASES = [
           lambda: auditing.audit(KEY, lambda k, d: d, 0.0, 1.0,
                                  statistic=lambda o: o, delta=1.0,
                                  trials=10), ValueError, "delta"),
+    _case("sample_statistic_trials_above_int32",
+          lambda: auditing.sample_statistic(
+              KEY, lambda k, d: d, 0.0, statistic=lambda o: o, trials=3e9),
+          ValueError, "trials = 3,000,000,000 does not fit the int32"),
+    _case("count_product_above_int32",
+          lambda: validation.check_count_product(
+              {"participants": 50_000, "rows": 50_000}, "participants × rows"),
+          ValueError, r"participants × rows = 2,500,000,000 \(participants "
+          r"50,000 × rows 50,000\)"),
+    _case("count_not_an_integer",
+          lambda: validation.check_count(2.5, "repeats"), ValueError,
+          "repeats must be a positive integer"),
     _case("sample_statistic_chunk_zero",
           lambda: auditing.sample_statistic(
               KEY, lambda k, d: d, 0.0, statistic=lambda o: o, trials=10,
@@ -544,6 +571,8 @@ def test_linalg(call, error, match):
 
 
 def test_legitimate_edge_inputs_are_accepted():
+  # The largest count that fits int32 is a count (issue #32).
+  assert validation.check_count(2**31 - 1, "steps") == 2**31 - 1
   # Raw uint32 key data (jax.random.PRNGKey) is a key too.
   raw = jax.random.PRNGKey(0)
   assert validation.check_key(raw) is raw

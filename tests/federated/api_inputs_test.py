@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from federated import aggregation, feddpdr, partition
+from federated import aggregation, feddpdr, fedsgd, partition
 
 KEY = jax.random.key(0)
 
@@ -114,6 +114,31 @@ AGGREGATION_CASES = [
 
 @pytest.mark.parametrize("call, error, match", AGGREGATION_CASES)
 def test_aggregation(call, error, match):
+  _check(call, error, match)
+
+
+def _fedsgd_plan(sizes=(10, 10), **kwargs):
+  kwargs = {"trust": "server", "sampling_rate": 0.5, "clip_norm": 1.0,
+            "noise_multiplier": 1.0, "steps": 2, **kwargs}
+  return fedsgd.make_plan(np.asarray(sizes), **kwargs)
+
+
+# Issue #32: counts the programs run as int32 are refused in make_plan.
+FEDSGD_CASES = [
+    _case("steps_above_int32", lambda: _fedsgd_plan(steps=2**31),
+          ValueError, "steps = 2,147,483,648 does not fit the int32"),
+    _case("epochs_give_steps_above_int32",
+          lambda: _fedsgd_plan(steps=None, sampling_rate=0.05, epochs=1e9),
+          ValueError, r"steps = 20,000,000,000 \(epochs 1e\+09"),
+    _case("participants_times_rows_above_int32",
+          lambda: _fedsgd_plan(sizes=[2**16] * 2**15 + [1]), ValueError,
+          r"participants × rows = 2,147,549,184 \(participants 32,769 × "
+          r"rows of the largest participant 65,536\)"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", FEDSGD_CASES)
+def test_fedsgd(call, error, match):
   _check(call, error, match)
 
 

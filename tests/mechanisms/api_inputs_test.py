@@ -19,6 +19,7 @@ from mechanisms.lvq import model as lvq_model
 from mechanisms.lvq import train as lvq_train
 from mechanisms.pca import dp_pca
 from mechanisms.svm import dpwss, kernels, smo_train
+from mechanisms.svm import random_features as rf
 
 KEY = jax.random.key(0)
 NAN = float("nan")
@@ -329,6 +330,23 @@ SVM_CASES = [
           lambda: _dpwss_plan(delta=0.0), ValueError, "delta"),
     _case("dpwss_plan_selection",
           lambda: _dpwss_plan(selection="x"), ValueError, "selection"),
+    # Issue #32: counts the programs run as int32, refused by the plan.
+    _case("dpwss_plan_max_iter_above_int32",
+          lambda: _dpwss_plan(max_iter=2**31), ValueError,
+          "max_iter = 2,147,483,648 does not fit the int32"),
+    _case("dpwss_repeats_above_int32",
+          lambda: dpwss.plan_repeats(20, 4, repeats=2**31, max_iter=10),
+          ValueError, "repeats = 2,147,483,648 does not fit the int32"),
+    _case("rff_dpsgd_plan_steps_above_int32",
+          lambda: rf.make_dpsgd_plan(100, epsilon=1.0, delta=1e-5,
+                                     sampling_rate=0.1, epochs=1e9,
+                                     clip_norm=1.0, learning_rate=0.1),
+          ValueError,
+          r"steps = 10,000,000,000 \(epochs 1e\+09 / sampling_rate 0.1\)"),
+    _case("rff_output_plan_max_epochs_above_int32",
+          lambda: rf.make_output_perturbation_plan(
+              c=1.0, epsilon=1.0, max_epochs=2**31), ValueError,
+          "max_epochs = 2,147,483,648 does not fit the int32"),
 ]
 
 
@@ -362,6 +380,9 @@ def _plan(**kwargs):
 PROTOS = {"prototypes": jnp.ones((3, 5))}
 
 LVQ_CASES = [
+    # Issue #32: T = E / q must fit the int32 step counter.
+    _case("plan_steps_above_int32", lambda: _plan(epochs=10**9), ValueError,
+          r"steps = 10,000,000,000 \(epochs 1e\+09 / sampling_rate 0.1\)"),
     _case("init_int_key", lambda: _private_init(key=0), TypeError,
           "key must be"),
     _case("init_epsilon_zero", lambda: _private_init(epsilon=0.0),
