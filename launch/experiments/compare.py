@@ -319,6 +319,7 @@ def check_tuning(path: str, *, expected_trials: float, distribution: str,
         rule = "in (0, 1]" if k == "sampling_rate" else "finite and > 0"
         raise ValueError(f"--tune={path!r}: candidate {i} has {k}={v!r}; "
                          f"it must be a number {rule}.")
+  _check_candidate_counts(path, candidates)
   if not (_number(expected_trials) and expected_trials > 0):
     raise ValueError(f"--tune_expected_trials={expected_trials!r}: give "
                      f"an expected number of trials > 1, e.g. 10.")
@@ -339,6 +340,29 @@ def check_tuning(path: str, *, expected_trials: float, distribution: str,
                      f"digits, mnist or fashion_mnist.")
   return TuneOptions(method, tuple(candidates), count, float(score_epsilon),
                      path)
+
+
+def _check_candidate_counts(path: str, candidates: list) -> None:
+  """Every candidate's step count fits the int32 step counter, checked
+  for the whole file before any data is read or any trial run.
+
+  A candidate without a sampling_rate takes the recipe's
+  min(0.05, 256/N), which is at most ``rate(1)`` whatever N: its steps
+  are at least E / rate(1), so a candidate refused here is refused for
+  every data set (the plans of all candidates, with the data's exact
+  rate, are then built before the first trial as well).
+  """
+  from dpcore import dpsgd  # noqa: PLC0415
+  from launch.experiments import feddpdr as fx  # noqa: PLC0415
+  for i, cand in enumerate(candidates):
+    recipe = fx.FedSGDRecipe(trust="server", **cand)
+    try:
+      dpsgd.num_steps(epochs=recipe.epochs, sampling_rate=recipe.rate(1))
+    except ValueError as err:
+      at = ("" if "sampling_rate" in cand else
+            " (at the recipe's largest sampling_rate)")
+      raise ValueError(f"--tune={path!r}: candidate {i}{at}: {err}"
+                       ) from None
 
 
 def guarantee_kind(method: str) -> str:

@@ -69,6 +69,12 @@ BAD_TUNE = {
     "tune_distribution": (lambda f: [f"--tune={f['good']}",
                                      "--tune_distribution=uniform"],
                           "--tune_distribution='uniform'"),
+    # Issue #32: 2e10 steps at the recipe's rate, refused for the whole
+    # file before any data or trial (an OverflowError after 12 s before).
+    "tune_steps_above_int32": (
+        lambda f: [f"--tune={f['huge']}"],
+        "candidate 1 (at the recipe's largest sampling_rate): steps = "
+        "20,000,000,000"),
     "tune_not_in_plan": (lambda f: [f"--tune={f['good']}",
                                     "--datasets=heart"],
                          "which this run does not include"),
@@ -98,6 +104,7 @@ def results(tmp_path_factory):
   files = {"missing": str(tmp / "nosuch.json"), "text": str(tmp / "file.txt")}
   for name, content in (("empty", []), ("unknown", [{"lr": 1.0}]),
                         ("negative", [{"learning_rate": -1}]),
+                        ("huge", [{"learning_rate": 1.0}, {"epochs": 1e9}]),
                         ("good", TUNE_CANDIDATES)):
     files[name] = str(tmp / f"{name}.json")
     (tmp / f"{name}.json").write_text(json.dumps(content))
