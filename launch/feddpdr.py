@@ -73,6 +73,7 @@ from absl import flags
 
 from dpcore import options  # the option sets, without JAX
 from launch import common
+from launch.experiments import coordinator  # no JAX at import
 
 MECHANISMS = options.FEDDPDR_MECHANISMS
 SWEEPS = ("fig2", "fig3", "fig4", "fig5", "table3", "all")
@@ -202,6 +203,12 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", None,
     "this process's index in a multi-process run, 0 ... --num_processes - 1")
+_COORDINATOR_TIMEOUT = flags.DEFINE_float(
+    "coordinator_timeout", coordinator.DEFAULT_TIMEOUT_S,
+    "seconds a process of a multi-process run waits for every process to "
+    "join at the coordinator (default 300, JAX's own); it says at once what "
+    "it waits for, reports every 30 s, and at the limit ends with one "
+    "error line naming the processes that did not join")
 _JAX_CACHE_DIR = flags.DEFINE_string(
     "jax_cache_dir", os.path.join("~", ".cache", "dpjax", "jax"),
     "JAX's persistent compilation cache ('' to turn it off)")
@@ -334,6 +341,11 @@ def check(s: dict, base) -> None:
       trust=_FEDSGD_TRUST.value, sampling_rate=_FEDSGD_RATE.value,
       epochs=_FEDSGD_EPOCHS.value, clip_norm=_FEDSGD_CLIP.value,
       learning_rate=_FEDSGD_LR.value).check()
+  timeout = _COORDINATOR_TIMEOUT.value
+  if not (timeout > 0 and timeout != float("inf")):
+    raise ValueError(f"--coordinator_timeout={timeout!r}: give the seconds "
+                     f"to wait for every process to join, a finite number "
+                     f"> 0 (default {coordinator.DEFAULT_TIMEOUT_S:g}).")
   if None not in (_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
                   _PROCESS_ID.value):
     distributed.check_settings(_COORDINATOR_ADDRESS.value,
@@ -375,10 +387,11 @@ def main(argv):
       tol=_TOL.value,
       max_iter=_MAX_ITER.value, topk=_TOPK.value)
   check(s, base)
-  if s["distributed"]:  # before any JAX computation
-    from federated import distributed  # pylint: disable=g-import-not-at-top
-    distributed.initialize(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
-                           _PROCESS_ID.value)
+  if s["distributed"]:  # before any JAX computation; settings checked
+    # The wait is limited and reported (federated.distributed.initialize
+    # has no timeout): one error line naming the missing processes.
+    coordinator.join(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
+                     _PROCESS_ID.value, timeout_s=_COORDINATOR_TIMEOUT.value)
   loaders.check_dataset(_DATASET.value, data_dir=_DATA_DIR.value)
   ex.enable_compilation_cache(_JAX_CACHE_DIR.value)
   if _SWEEP.value:

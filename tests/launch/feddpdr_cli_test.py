@@ -9,11 +9,14 @@ runs ``main`` through ``common.run_cli`` for each case
 (:mod:`tests.launch.cli`).
 """
 
+import socket
+
 import numpy as np
 import pytest
 
 from federated import feddpdr as fed
 from launch import common
+from launch.experiments import coordinator
 from launch.experiments import feddpdr as experiment
 from tests.launch import cli
 
@@ -97,6 +100,8 @@ BEFORE_LOAD = {
     "process_id": (["--coordinator_address=127.0.0.1:1", "--num_processes=2",
                     "--process_id=2"], "--process_id=2"),
     "process_flags_partial": (["--num_processes=2"], "--coordinator_address"),
+    "coordinator_timeout": (["--coordinator_timeout=0"],
+                            "--coordinator_timeout=0.0"),
 }
 
 
@@ -153,6 +158,51 @@ def test_stray_positional_argument_is_one_line_exit_2(results):
   assert got["stderr"].strip().startswith("error: ") and "stray" in got[
       "stderr"]
   assert len(got["stderr"].strip().splitlines()) == 1
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+# Issue #32: one process of two started alone waited five minutes in
+# silence. Now it says at once what it waits for and, at
+# --coordinator_timeout, ends with one error line naming the missing peer.
+@pytest.mark.parametrize("process_id, missing", [
+    (0, "process 1 did not join"),
+    (1, "the coordinator 127.0.0.1:{port} never answered: process 0 did "
+        "not start")])
+def test_a_process_alone_says_what_it_waits_for_and_ends_in_one_line(
+    tmp_path, process_id, missing):
+  port = _free_port()
+  proc = cli.run_module(
+      "launch.feddpdr", f"--coordinator_address=127.0.0.1:{port}",
+      "--num_processes=2", f"--process_id={process_id}", "--seeds=1",
+      "--epsilon=1", "--baseline=false", f"--out={tmp_path / 'o.jsonl'}",
+      f"--jax_cache_dir={tmp_path / 'jax'}", "--coordinator_timeout=2")
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert f"process {process_id} of 2: waiting for the 2 processes to join " \
+         f"at the coordinator 127.0.0.1:{port} (timeout 2 s; " \
+         f"--coordinator_timeout)" in proc.stderr
+  errors = [ln for ln in lines if ln.startswith("error: ")]
+  assert len(errors) == 1 and lines[-1] == errors[0], proc.stderr[-2000:]
+  assert missing.format(port=port) in errors[0]
+  assert "Traceback" not in proc.stderr and "Check failure" not in (
+      proc.stderr)
+
+
+def test_join_passes_a_deadline_past_its_own():
+  got = {}
+  coordinator.join("127.0.0.1:1", 2, 1, timeout_s=2.5,
+                   initialize=lambda **kw: got.update(kw))
+  assert got == {"coordinator_address": "127.0.0.1:1", "num_processes": 2,
+                 "process_id": 1, "initialization_timeout": 63}
+  assert "not all of processes 1, 2 joined" in coordinator.missing_message(
+      "h:1", 3, 0, timeout_s=5)
+  assert "process 2 did not join" in coordinator.missing_message(
+      "h:1", 3, 1, timeout_s=5, answers=True)
 
 
 def test_help_is_fast_and_exits_0():
