@@ -260,9 +260,10 @@ def check_plan_settings(*, epsilon: float | None, delta: float,
   is read, with the names its users know.
 
   Args:
-    epsilon, delta, sampling_rate, epochs, clip_norm, init_fraction,
-      sigma_rule, init_mechanism: as :func:`make_plan`; ``epsilon`` None
-      leaves it unchecked (not known yet).
+    epsilon: as :func:`make_plan`, or None to leave it unchecked (not
+      known yet).
+    delta, sampling_rate, epochs, clip_norm, init_fraction: as
+      :func:`make_plan`; so are ``sigma_rule`` and ``init_mechanism``.
     prefix: what the messages put before each setting's name: ``"--"``
       when the settings came from command-line flags.
     names: the shown name of a setting whose flag is spelt otherwise

@@ -587,7 +587,7 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
     dtype: solver precision (``float64`` enables x64 for this call only).
     precompute: cache Q's rows (default: ``smo_train.resolve_precompute``).
     row_dtype: kernel-row precision (LIBSVM's float32 cache).
-    ordered_pairs: the paper's ordered flag I[i][j] (default) or
+    ordered_pairs: the paper's ordered flag ``I[i][j]`` (default) or
       unordered pairs.
     pair_flags: how used pairs are looked up (``wss.DPWSS.pair_flags``):
       ``"auto"`` (:func:`resolve_pair_flags`), ``"bits"`` (l²/8 bytes per

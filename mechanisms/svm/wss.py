@@ -45,7 +45,7 @@ dropped and the lookup scans the record instead, in chunks (a
 ``fori_loop`` with a dynamic trip count): O(k + l) at iteration k, O(T² +
 T·l) for a run of T iterations, in O(T + l) memory. Both lookups give the
 same answer (tested). Pairs are ordered by default, exactly as the paper's
-flag I[i][j] (set with i from I_up, tested as I[i][t]);
+flag ``I[i][j]`` (set with i from I_up, tested as ``I[i][t]``);
 ``ordered_pairs=False`` treats {i, t} and {t, i} as the same pair.
 """
 
@@ -293,7 +293,7 @@ class DPWSS:
 
   Attributes:
     buffer_rows: capacity of the pair record (the solver's max_iter).
-    ordered_pairs: pairs (i, t) and (t, i) are distinct (paper's I[i][j]).
+    ordered_pairs: pairs (i, t) and (t, i) are distinct (paper's ``I[i][j]``).
     pair_flags: ``"auto"`` (bit flags when l²/8 ≤ BITSET_MAX_BYTES),
       ``"bits"`` or ``"scan"`` (record only; see the module docstring).
 
