@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -294,6 +295,37 @@ def parse_bytes(text: str, flag: str) -> int:
   if not (value >= 1 and value < 2**63):
     raise ValueError(f"{flag}={text!r} must be a positive size, e.g. 8G.")
   return int(value)
+
+
+HEARTBEAT_S = 30.0
+"""Seconds between two lines of :func:`heartbeat`."""
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, *, every_s: float = HEARTBEAT_S, progress=None):
+  """Within the block, a progress line every ``every_s`` seconds saying
+  ``what`` is still running and for how long: a long loop that runs on
+  the device (a jitted ``while_loop``) reports at a steady rate without
+  any change to the program. ``progress`` prints the lines (e.g.
+  :func:`progress`); None, from a caller that reports nothing: no lines."""
+  report = progress
+  stop = threading.Event()
+  start = time.monotonic()
+
+  def beat():
+    while not stop.wait(every_s):
+      report(f"{what}: still running ({time.monotonic() - start:.0f} s)")
+
+  thread = None
+  if report is not None:
+    thread = threading.Thread(target=beat, daemon=True, name="heartbeat")
+    thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    if thread is not None:
+      thread.join()
 
 
 def progress(message: str) -> None:

@@ -210,6 +210,10 @@ def main(argv):
   else:
     experiment.check_setting(**settings, **(
         {} if table_mode else single))
+    if not table_mode:  # said before any work (issue #32)
+      warning = experiment.setting_warning(**settings, **single)
+      if warning:
+        common.progress(warning)
   experiment.check_datasets(datasets, settings)
   for name in datasets:  # no data read: public bounds are known by name
     if not name.startswith(("svmlight:", "arff:")):

@@ -5,6 +5,7 @@ See ``launch/dpwss.py`` for the protocol, scaling and privacy notes.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import jax
@@ -291,9 +292,16 @@ def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",
     models = [model]
   else:
     release_args = {k: v for k, v in common_args.items() if k != "max_iter"}
-    run, compile_s, seconds = common.timed(
-        lambda: dpwss.release(train_key, plan, x, y, repeats=repeats,
-                              **release_args))
+    # The solver's loop reports nothing until it ends: a line every
+    # common.HEARTBEAT_S seconds says it is still running (host side; the
+    # program and its results are untouched).
+    cap = (max_iter if max_iter is not None
+           else dpwss.pair_buffer_iterations(x.shape[0]))
+    with common.heartbeat(f"{dataset}: dpwss (≤ {cap:,} iterations × "
+                          f"{repeats} repeat(s))", progress=progress):
+      run, compile_s, seconds = common.timed(
+          lambda: dpwss.release(train_key, plan, x, y, repeats=repeats,
+                                **release_args))
     models = list(run.models)
   per_repeat = []
   for m in models:
@@ -460,6 +468,59 @@ def _skipping(grid_args, done, name, progress) -> None:
   finished = sum(run_setting_key(a) in done for a in grid_args)
   if finished:
     progress(f"{name}: skipping {finished} finished runs (found in --out)")
+
+
+# A private draw weighs its l indices by exp(ε·s/2) with scores s in
+# [0, 1] (wss.PrivateWSS), so two weights differ by at most e^(ε/2): below
+# this ε per draw (0.05 %) the selections are uniform for practical
+# purposes and the run learns next to nothing from its budget.
+NEAR_UNIFORM_EPSILON = 1e-3
+# Iterations (over all repeats) from which a run is announced as long: the
+# solver's loop runs on the device with no report until it ends.
+LONG_RUN_ITERATIONS = 10_000_000
+
+
+def setting_warning(*, wss="dpwss", selection="paper", epsilon=1.0,
+                    total_epsilon=None, sigma=0.5, max_iter=None,
+                    delta=dpwss.DEFAULT_DELTA, repeats=5, **unused
+                    ) -> str | None:
+  """A one-line warning, before any work, for a DPWSS setting that is
+  useless (near-uniform private selections) or effectively endless (a
+  long loop with no report until it ends); None for an ordinary one.
+
+  Names the per-draw ε and the iterations the run is expected to take
+  (``"private"`` runs exactly ``max_iter`` per repeat; ``"paper"`` at
+  most ``max_iter``).
+  """
+  del unused
+  if wss != "dpwss" or max_iter is None:
+    return None
+  if total_epsilon is not None:
+    epsilon = dpwss.epsilon_per_iteration(
+        total_epsilon, max_iter=max_iter, delta=delta, selection=selection)
+  draws = max_iter * dpwss.selections_per_iteration(selection)
+  iterations = max_iter * repeats
+  exact = "exactly" if selection == "private" else "up to"
+  problems = []
+  if selection == "private" and epsilon < NEAR_UNIFORM_EPSILON:
+    problems.append(
+        f"the per-draw ε is {epsilon:.3g} (ε {total_epsilon:g} split over "
+        f"{draws:,} draws), so every selection is uniform to within "
+        f"e^(ε/2) - 1 = {math.expm1(epsilon / 2):.2g}"
+        if total_epsilon is not None else
+        f"the per-draw ε is {epsilon:.3g}, so every selection is uniform "
+        f"to within e^(ε/2) - 1 = {math.expm1(epsilon / 2):.2g}")
+  if iterations >= LONG_RUN_ITERATIONS or problems:
+    problems.append(
+        f"the run takes {exact} {max_iter:,} iterations × {repeats} "
+        f"repeat(s) = {iterations:,}, reported only by a line every "
+        f"{common.HEARTBEAT_S:g} s")
+  if not problems:
+    return None
+  if len(problems) == 1:  # a long run only: say its ε too
+    problems[0] += f" at a per-draw ε of {epsilon:.3g}"
+  return ("warning: " + "; ".join(problems) + "; lower --max_iter or "
+          "raise the ε if this is not what you meant.")
 
 
 def repeats_chunk(shape, *, repeats, max_iter, dtype, memory_budget,

@@ -149,6 +149,7 @@ def results(tmp_path_factory):
       "stop_at_training": {
           "memory_chunk": [f"--memory_budget={_heart_budget(2.5)}",
                            f"--out={out}"],
+          "endless": ENDLESS + ["--memory_budget=8G", f"--out={out}"],
       },
   }
   # Resume: a cut-off last line is set aside, the run is appended, and a
@@ -205,6 +206,33 @@ def test_memory_budget_chooses_a_repeats_chunk_before_training(results):
   assert "repeat chunk 2 of 5 (estimated" in result["stderr"]
   assert result["stderr"].index("repeat chunk") < result["stderr"].index(
       f"STOPPED memory_budget={_heart_budget(2.5)}")
+
+
+# Issue #32: 2·10⁸ draws at ε 3.5e-5 each printed "compiling and
+# training", then nothing for minutes.
+ENDLESS = ["--selection=private", "--total_epsilon=1", "--max_iter=100000000",
+           "--repeats=1"]
+
+
+def test_a_useless_endless_setting_is_announced_before_any_work(results):
+  result = results["endless"]
+  assert result["code"] == 3, result["stderr"]  # stopped at the training
+  err = result["stderr"]
+  assert ("warning: the per-draw ε is 3.5e-05 (ε 1 split over 200,000,000 "
+          "draws)") in err
+  assert "exactly 100,000,000 iterations × 1 repeat(s)" in err
+  assert err.index("warning: ") < err.index("heart: loading")
+
+
+def test_an_ordinary_setting_has_no_warning():
+  from launch.experiments import dpwss as experiment  # noqa: PLC0415
+  assert experiment.setting_warning(
+      selection="private", total_epsilon=10.0, max_iter=2000,
+      repeats=5) is None
+  assert experiment.setting_warning(selection="paper", max_iter=None) is None
+  long = experiment.setting_warning(selection="paper", epsilon=1.0,
+                                    max_iter=10**7, repeats=1)
+  assert "up to 10,000,000 iterations" in long and "per-draw ε of 1" in long
 
 
 def test_resume_sets_aside_a_cut_line_and_skips_finished_runs(results):
