@@ -24,7 +24,7 @@ import posixpath
 import re
 
 import griffe
-from mkdocs.structure.files import File
+from mkdocs.structure.files import File, InclusionLevel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("dpcore", "mechanisms", "federated")
@@ -130,7 +130,9 @@ def on_files(files, config):
           or not os.path.isfile(absolute)):
         continue
       seen.add(uri)
-      added = File.generated(config, uri, abs_src_path=absolute)
+      # A linked page need not be in the nav (the results' notes are not).
+      added = File.generated(config, uri, abs_src_path=absolute,
+                             inclusion=InclusionLevel.NOT_IN_NAV)
       files.append(added)
       if uri.endswith(".md"):
         queue.append(added)
