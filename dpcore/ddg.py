@@ -1,0 +1,393 @@
+"""The distributed discrete Gaussian: integer messages for secure summation.
+
+Each participant turns its contribution into a vector of b-bit integers
+whose modular sum, over all participants, is a noisy sum that no one
+needs to be trusted to noise (Kairouz, Liu & Steinke, ICML 2021, "DDG").
+Per step and participant:
+
+1. scale every row's clipped vector by 1/γ (norm ≤ c = C/γ), and rotate it
+   by the public randomised Hadamard transform (:mod:`dpcore.rotation`,
+   padded dimension D);
+2. round *each row* to integers by conditional randomised rounding
+   (:func:`conditional_round`): the row's integer vector x̃ has
+   ‖x̃‖² ≤ ⌊Δ²⌋ (:func:`dpcore.ddg_accounting.rounded_norm_bound_sq`)
+   always, checked exactly in integer arithmetic;
+3. sum the participant's integer rows, add its noise share, D exact draws
+   of N_Z(0, s²) (:func:`dpcore.discrete.discrete_gaussian`), and reduce
+   modulo 2^b (uint32 words, so every sum is exact modulo 2^32 and hence
+   modulo 2^b).
+
+The server (:func:`decode`) centres the modular sum into
+[−2^{b−1}, 2^{b−1}), rotates back and multiplies by γ.
+
+Why each row is rounded on its own: the unit of privacy is one row. If a
+participant rounded only its sum, adding one row could move the rounded
+sum by the row's norm *plus* a fresh rounding difference over all D
+coordinates (up to √D more), and no bound on the row alone would hold.
+Rounding every row and summing integers makes the participant's integer
+sum move by exactly that row's x̃, whose norm is at most Δ whatever the
+other rows are: Δ is the sensitivity the accounting uses.
+
+Wrap-around: a coordinate whose true sum leaves [−2^{b−1}, 2^{b−1}) is
+decoded wrongly (off by a multiple of 2^b). The modular reduction is a
+deterministic function of the noisy integer sum, so this is an accuracy
+failure, never a privacy one; its probability is bounded by
+:func:`wrap_probability` and kept small by the choice of γ
+(:func:`choose_params`).
+
+>>> import jax, jax.numpy as jnp
+>>> p = choose_params(dim=3, clip_norm=1.0, bits=16, noise_multiplier=0.0,
+...                   shares=1, rows=1, steps=1)
+>>> rows = jnp.array([[0.5, -0.25, 0.0]])
+>>> msg = encode(jax.random.key(0), jax.random.key(1), rows,
+...              jnp.ones(1), params=p)
+>>> back = decode(msg, jax.random.key(1), params=p)
+>>> bool(jnp.max(jnp.abs(back - rows[0])) < 4 * p.gamma)
+True
+
+References:
+  Kairouz, Liu & Steinke, The Distributed Discrete Gaussian Mechanism for
+  Federated Learning with Secure Aggregation, ICML 2021 (Algorithms 1–2,
+  Theorem 1, Section 4).
+  Canonne, Kamath & Steinke, The Discrete Gaussian for Differential
+  Privacy, NeurIPS 2020 (Corollary 9: N_Z(0, σ²) is σ-sub-Gaussian).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from dpcore import ddg_accounting, discrete, rotation, validation
+
+__all__ = [
+    "DDGParams", "MAX_BITS", "MAX_PADDED_DIM", "choose_params",
+    "conditional_round", "decode", "encode", "share_sigma",
+    "wrap_probability",
+]
+
+MAX_BITS = 24
+"""Largest b: a centred b-bit integer converts to float32 exactly."""
+
+MAX_PADDED_DIM = 2 ** 16
+"""Largest D: the exact norm check sums D 16-bit halves in 32 bits."""
+
+_U32 = jnp.uint32
+
+
+@dataclasses.dataclass(frozen=True)
+class DDGParams:
+  """The public parameters of one distributed discrete Gaussian sum.
+
+  Attributes:
+    dim: d, the length of the vectors summed.
+    padded: D, d padded to a power of two (the integers sent per message).
+    bits: b: messages and sums are integers modulo 2^b.
+    gamma: γ, the grid step (a row of norm ≤ C becomes norm ≤ C/γ).
+    clip_norm: C, the rows' L2 bound before scaling.
+    beta: β, the per-draw rejection bound of conditional rounding.
+    bound_sq: ⌊Δ²⌋, the exact squared-norm bound of every rounded row.
+    sigma_share: s, each participant's noise σ in grid units (an exact
+      rational, the sampler's parameter).
+    max_tries: rounding draws per row before the deterministic fallback.
+  """
+  dim: int
+  padded: int
+  bits: int
+  gamma: float
+  clip_norm: float
+  beta: float
+  bound_sq: int
+  sigma_share: Fraction | None
+  max_tries: int = 64
+
+  @property
+  def sensitivity(self) -> float:
+    """Δ = √⌊Δ²⌋: one row moves the integer sum by at most this (L2)."""
+    return math.sqrt(self.bound_sq)
+
+  @property
+  def norm(self) -> float:
+    """c = C/γ, the rows' norm bound in grid units."""
+    return self.clip_norm / self.gamma
+
+  @property
+  def modulus_mask(self) -> int:
+    return (1 << self.bits) - 1
+
+
+def share_sigma(sigma: float) -> Fraction:
+  """s ≥ ``sigma`` as a rational the exact sampler accepts (more noise).
+
+  Tries denominators 64, 16, 4, 1 (a finer one wastes less noise) and
+  keeps the first that :func:`dpcore.discrete.gaussian_params` accepts.
+  """
+  sigma = validation.check_positive(sigma, "sigma")
+  for den in (64, 16, 4, 1):
+    s = discrete.round_up(sigma, den)
+    try:
+      discrete.gaussian_params(s)
+    except ValueError:
+      continue
+    return s
+  raise ValueError(
+      f"a noise share of σ = {sigma:.6g} grid units is beyond the exact "
+      f"sampler's 32-bit range; use fewer bits (a coarser grid).")
+
+
+def wrap_probability(*, bits: int, padded: int, norm: float, rows: int,
+                     noise_variance: float, steps: int) -> float:
+  """P(some coordinate of some step's sum leaves [−2^{b−1}, 2^{b−1})).
+
+  A step's sum, coordinate j, is Σᵢ(R·uᵢ)ⱼ + Σᵢ eᵢⱼ + Nⱼ: uᵢ the m scaled
+  rows (‖Σuᵢ‖ ≤ m·c), eᵢⱼ the rounding errors (|eᵢⱼ| < 1), N the noise
+  shares' sum. (R·U)ⱼ is sub-Gaussian with variance proxy ‖U‖²/D
+  (Hoeffding over the public signs, drawn independently of U), and N is
+  sub-Gaussian with proxy the shares' Σs² (Canonne, Kamath & Steinke,
+  Corollary 9, and independence). With v = (m·c)²/D + Σs² and
+  t = 2^{b−1} − 1 − m, P(|sum| ≥ 2^{b−1}) ≤ 2·exp(−t²/2v) per
+  coordinate; the union over D coordinates and T steps is returned
+  (capped at 1).
+
+  Args:
+    bits: b.
+    padded: D.
+    norm: c, each row's norm in grid units.
+    rows: m, the most rows a step can sum (all participants' padded
+      batches).
+    noise_variance: Σs², the most noise variance a sum can hold.
+    steps: T.
+  """
+  t = 2.0 ** (bits - 1) - 1.0 - rows
+  if t <= 0:
+    return 1.0
+  v = (rows * norm) ** 2 / padded + noise_variance
+  if v == 0:
+    return 0.0
+  log_p = math.log(2.0 * padded * steps) - t * t / (2.0 * v)
+  return 1.0 if log_p >= 0 else math.exp(log_p)
+
+
+def choose_params(*, dim: int, clip_norm: float, bits: int,
+                  noise_multiplier: float, shares: int, rows: int,
+                  steps: int, beta: float = math.exp(-0.5),
+                  wrap_target: float = 1e-9) -> DDGParams:
+  """γ and s for vectors of norm ≤ C summed modulo 2^b (host-side).
+
+  The grid is as fine as the modular range allows: c = C/γ is the largest
+  for which :func:`wrap_probability` ≤ ``wrap_target`` when the central
+  noise has σ = ``noise_multiplier``·c grid units (that is σ·C in the
+  vectors' units, the convention of the float trust models). Each of the
+  ``shares`` participants then draws s = σ/√P, rounded up to a rational
+  (:func:`share_sigma`).
+
+  Args:
+    dim: d.
+    clip_norm: C > 0.
+    bits: b in [8, :data:`MAX_BITS`].
+    noise_multiplier: z ≥ 0 (0: no noise, tests only).
+    shares: P, the participants that add a share.
+    rows: m, the most rows one step sums.
+    steps: T.
+    beta: β of the rounding bound.
+    wrap_target: the bound on the wrap-around probability over all steps.
+  """
+  dim = validation.check_positive_int(dim, "dim")
+  clip_norm = validation.check_positive(clip_norm, "clip_norm")
+  if isinstance(bits, bool) or not isinstance(bits, int) or not (
+      8 <= bits <= MAX_BITS):
+    raise ValueError(f"bits must be an int in [8, {MAX_BITS}], got "
+                     f"{bits!r}.")
+  z = validation.check_scale(noise_multiplier, "noise_multiplier",
+                             allow_zero=True)
+  shares = validation.check_positive_int(shares, "shares")
+  rows = validation.check_positive_int(rows, "rows")
+  steps = validation.check_positive_int(steps, "steps")
+  beta = validation.check_in_range(beta, "beta", 0.0, 1.0)
+  wrap_target = validation.check_in_range(wrap_target, "wrap_target", 0.0,
+                                          1.0)
+  padded = rotation.padded_dim(dim)
+  if padded > MAX_PADDED_DIM:
+    raise ValueError(f"dim={dim} pads to {padded} > {MAX_PADDED_DIM} "
+                     f"coordinates, more than the exact norm check allows.")
+  t = 2.0 ** (bits - 1) - 1.0 - rows
+  if t <= 0:
+    raise ValueError(f"bits={bits}: a step sums up to {rows} rows, which "
+                     f"alone can fill 2^{bits - 1}; use more bits.")
+  spread = math.sqrt(2.0 * math.log(2.0 * padded * steps / wrap_target))
+  norm = 0.99 * t / (spread * math.sqrt(rows**2 / padded + z * z))
+  norm = min(norm, 2.0 ** 14)  # |x̃ⱼ| ≤ c + 1 < 2¹⁵: the norm check's range
+  sigma = None
+  for _ in range(60):
+    sigma = share_sigma(z * norm / math.sqrt(shares)) if z > 0 else None
+    variance = shares * float(sigma) ** 2 if sigma is not None else 0.0
+    if wrap_probability(bits=bits, padded=padded, norm=norm, rows=rows,
+                        noise_variance=variance,
+                        steps=steps) <= wrap_target:
+      break
+    norm *= 0.99
+  else:
+    raise ValueError("no grid keeps the wrap-around probability below "
+                     "wrap_target; use more bits.")
+  if norm < 1.0:
+    raise ValueError(f"bits={bits} leaves a grid coarser than the clip "
+                     f"norm (c = {norm:.3g} < 1); use more bits.")
+  bound_sq = ddg_accounting.rounded_norm_bound_sq(norm, padded, beta)
+  if bound_sq >= 2 ** 30:
+    raise ValueError("the rounded norm bound exceeds 2^30; use fewer bits.")
+  if sigma is not None and sigma < Fraction(1, 2):
+    sigma = Fraction(1, 2)  # the sum theorem needs s ≥ 1/2
+  return DDGParams(dim, padded, bits, clip_norm / norm, clip_norm, beta,
+                   bound_sq, sigma)
+
+
+class _RoundState(NamedTuple):
+  step: jax.Array
+  done: jax.Array    # (rows,) bool: a row's accepted vector is in `out`
+  out: jax.Array     # (rows, D) int32
+
+
+def _squared_norm_at_most(z: jax.Array, bound_sq: int) -> jax.Array:
+  """Exactly ‖z‖² ≤ bound_sq per row, in 32-bit integer arithmetic.
+
+  |zⱼ| is capped at 2¹⁵ (a capped term, 2³⁰, already exceeds the bound,
+  which is < 2³⁰), each square is split into 16-bit halves, and the halves
+  are summed separately (D ≤ 2¹⁶ keeps both sums within 32 bits).
+  """
+  mag = jnp.minimum(jnp.abs(z), 1 << 15).astype(_U32)
+  sq = mag * mag
+  lo = jnp.sum(sq & 0xFFFF, axis=-1, dtype=_U32)
+  hi = jnp.sum(sq >> 16, axis=-1, dtype=_U32)
+  small = (hi <= (bound_sq >> 16)) & (lo <= bound_sq)
+  total = jnp.where(small, (hi << 16) + lo, _U32(0))  # < 2³¹ when small
+  return small & (total <= bound_sq)
+
+
+def conditional_round(key: jax.Array, x: jax.Array, *, bound_sq: int,
+                      max_tries: int = 64) -> jax.Array:
+  """Randomised rounding of each row, redrawn until ‖x̃‖² ≤ ``bound_sq``.
+
+  Each coordinate rounds up with probability xⱼ − ⌊xⱼ⌋ (float32 coins:
+  the rounding law is approximate, which affects accuracy only). All rows
+  are redrawn together in one ``lax.while_loop`` until every row has been
+  accepted; a row still rejected after ``max_tries`` draws (probability
+  ≤ β^max_tries for a row of norm ≤ c) falls back to rounding toward zero,
+  whose norm is ≤ ‖x‖, and to 0 if even that fails the check.
+
+  Privacy: every returned row satisfies ‖x̃‖² ≤ ``bound_sq`` exactly,
+  whatever x is; the accounting's sensitivity is √bound_sq.
+
+  Args:
+    key: PRNG key (consumed).
+    x: float (rows, D); non-finite entries count as 0.
+    bound_sq: the integer bound, < 2³⁰.
+    max_tries: draws before the fallback.
+
+  Returns:
+    int32 (rows, D).
+  """
+  x = jnp.asarray(x, jnp.float32)
+  if x.ndim != 2 or x.shape[-1] > MAX_PADDED_DIM:
+    raise ValueError(f"x must be (rows, D) with D ≤ {MAX_PADDED_DIM}, got "
+                     f"{x.shape}.")
+  if not (isinstance(bound_sq, int) and 0 <= bound_sq < 2 ** 30):
+    raise ValueError(f"bound_sq must be an int in [0, 2^30), got "
+                     f"{bound_sq!r}.")
+  x = jnp.where(jnp.isfinite(x), x, 0.0)
+  x = jnp.clip(x, -(2.0 ** 15), 2.0 ** 15)
+  low = jnp.floor(x)
+  frac = x - low
+  low = low.astype(jnp.int32)
+
+  def cond(s):
+    return (s.step < max_tries) & ~jnp.all(s.done)
+
+  def body(s):
+    up = jax.random.uniform(jax.random.fold_in(key, s.step), x.shape) < frac
+    z = low + up.astype(jnp.int32)
+    take = ~s.done & _squared_norm_at_most(z, bound_sq)
+    out = jnp.where(take[:, None], z, s.out)
+    return _RoundState(s.step + 1, s.done | take, out)
+
+  rows = x.shape[0]
+  init = _RoundState(jnp.zeros((), jnp.int32), jnp.zeros((rows,), bool),
+                     jnp.zeros(x.shape, jnp.int32))
+  s = lax.while_loop(cond, body, init)
+  toward_zero = jnp.trunc(x).astype(jnp.int32)
+  fallback = jnp.where(
+      _squared_norm_at_most(toward_zero, bound_sq)[:, None], toward_zero, 0)
+  return jnp.where(s.done[:, None], s.out, fallback)
+
+
+def _as_words(z: jax.Array) -> jax.Array:
+  """int32 → uint32 two's complement (the same residue modulo 2^32)."""
+  return lax.bitcast_convert_type(z.astype(jnp.int32), _U32)
+
+
+def encode(key: jax.Array, rotation_key: jax.Array, rows: jax.Array,
+           weights: jax.Array, *, params: DDGParams) -> jax.Array:
+  """One participant's b-bit message: its rows rounded, summed and noised.
+
+  Pure and vmappable over participants (give each its own ``key``; the
+  ``rotation_key`` is public and the same for all).
+
+  Args:
+    key: the participant's PRNG key (rounding and noise share).
+    rotation_key: the step's public rotation key.
+    rows: (n, d) float vectors, e.g. clipped per-example gradients.
+    weights: (n,) row weights, bounded to [0, 1] here (0: padding).
+    params: from :func:`choose_params`.
+
+  Returns:
+    uint32 (D,): Σᵢ x̃ᵢ + noise share, modulo 2^b.
+
+  Privacy: each row is clipped to C and multiplied by its weight (norm ≤
+  C), scaled by 1/γ, rotated, and rounded *on its own* by
+  :func:`conditional_round`, so its integer vector has L2 norm ≤ Δ =
+  ``params.sensitivity``; adding or removing one row moves the integer
+  sum by at most Δ. The message adds D draws of N_Z(0, s²) (s =
+  ``params.sigma_share``; none when it is None, tests only). The sum of n
+  such messages is accounted by
+  :func:`dpcore.ddg_accounting.distributed_rdp`; one message alone is a
+  discrete Gaussian mechanism (n = 1).
+  """
+  rows = jnp.asarray(rows, jnp.float32)
+  if rows.ndim != 2 or rows.shape[1] != params.dim:
+    raise ValueError(f"rows must be (n, {params.dim}), got {rows.shape}.")
+  weights = jnp.clip(jnp.where(jnp.isnan(weights), 0.0, weights), 0.0, 1.0)
+  norms = jnp.sqrt(jnp.sum(jnp.square(rows), axis=1))
+  finite = jnp.isfinite(norms)
+  scale = jnp.where(finite, jnp.minimum(
+      1.0, params.clip_norm / jnp.maximum(norms, 1e-30)), 0.0)
+  rows = jnp.where(finite[:, None], rows, 0.0) * (scale * weights)[:, None]
+  rotated = rotation.rotate(rotation_key, rows / params.gamma)
+  round_key, noise_key = jax.random.split(key)
+  ints = conditional_round(round_key, rotated, bound_sq=params.bound_sq,
+                           max_tries=params.max_tries)
+  total = jnp.sum(_as_words(ints), axis=0, dtype=_U32)  # exact mod 2³²
+  if params.sigma_share is not None:
+    total = total + _as_words(discrete.discrete_gaussian(
+        noise_key, (params.padded,), sigma=params.sigma_share))
+  return total & _U32(params.modulus_mask)
+
+
+def decode(total: jax.Array, rotation_key: jax.Array, *,
+           params: DDGParams) -> jax.Array:
+  """The float sum from the modular sum of messages (server side).
+
+  Centres each coordinate into [−2^{b−1}, 2^{b−1}), rotates back and
+  multiplies by γ: post-processing of the noisy sum.
+  """
+  total = jnp.asarray(total, _U32) & _U32(params.modulus_mask)
+  half = 1 << (params.bits - 1)
+  centred = ((total + _U32(half)) & _U32(params.modulus_mask)).astype(
+      jnp.int32) - half
+  back = rotation.unrotate(rotation_key, centred.astype(jnp.float32),
+                           params.dim)
+  return back * params.gamma

@@ -1,0 +1,207 @@
+"""dpcore.ddg: conditional rounding, the encoder and the decoder."""
+
+import doctest
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpcore import ddg, ddg_accounting
+
+
+def test_docstring_examples():
+  assert doctest.testmod(ddg).failed == 0
+
+
+def _norm_sq(z):
+  return np.sum(np.asarray(z, np.int64) ** 2, axis=-1)
+
+
+def test_exact_norm_check_at_the_boundary():
+  bound = 3 * 2**16 + 5  # the halves' carry matters
+  base = np.zeros((4, 64), np.int64)
+  base[:, 0] = 443  # 443² = 196249 = 2·2¹⁶ + 65177
+  rest = bound - 443**2
+  base[0, 1] = math.isqrt(rest)
+  sq = _norm_sq(base[0])
+  base[1] = base[0]
+  base[1, 2] = math.isqrt(bound - sq)  # exactly the bound when square
+  base[2, :] = 1 << 15  # capped terms: far above
+  got = ddg._squared_norm_at_most(jnp.asarray(base, jnp.int32), bound)
+  want = _norm_sq(base) <= bound
+  np.testing.assert_array_equal(np.asarray(got), want)
+  # One above and exactly at the bound.
+  z = np.zeros((2, 8), np.int64)
+  z[0, :2] = [1, 1]
+  ok = ddg._squared_norm_at_most(jnp.asarray(z, jnp.int32), 2)
+  bad = ddg._squared_norm_at_most(jnp.asarray(z, jnp.int32), 1)
+  assert bool(ok[0]) and not bool(bad[0]) and bool(bad[1])
+
+
+def test_conditional_round_always_meets_the_bound():
+  # Rows inside the ball, on it, and far outside it (the fallback).
+  c, d = 20.0, 256
+  bound = ddg_accounting.rounded_norm_bound_sq(c, d, math.exp(-0.5))
+  x = jax.random.normal(jax.random.key(0), (64, d))
+  x = x / jnp.linalg.norm(x, axis=1, keepdims=True)
+  x = x * jnp.linspace(0.0, 3 * c, 64)[:, None]
+  z = ddg.conditional_round(jax.random.key(1), x, bound_sq=bound)
+  assert np.all(_norm_sq(z) <= bound)
+  inside = np.asarray(jnp.linalg.norm(x, axis=1)) <= c
+  # Inside the ball every row is a rounding of x (floor or floor + 1).
+  low = np.floor(np.asarray(x))
+  diff = np.asarray(z) - low
+  assert np.all(np.isin(diff[inside], [0, 1]))
+
+
+def test_single_draw_acceptance_is_at_least_one_minus_beta():
+  # The Hoeffding bound behind ⌊Δ²⌋: a plain randomised rounding of a
+  # row of norm c passes with probability ≥ 1 − β. Without its slack term
+  # (c² + D/4 only) about half the draws would fail.
+  # Every coordinate ±½: the rounding variance D/4 is at its largest.
+  d, beta = 1024, math.exp(-0.5)
+  x = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (1, d)), 0.5,
+                -0.5)
+  c = float(jnp.linalg.norm(x))
+  low = jnp.floor(x)
+  coins = jax.random.uniform(jax.random.key(3), (4000, d)) < (x - low)
+  z = (low + coins).astype(jnp.int32)
+  bound = ddg_accounting.rounded_norm_bound_sq(c, d, beta)
+  rate = float(jnp.mean(ddg._squared_norm_at_most(z, bound)))
+  assert rate >= 1 - beta
+  no_slack = math.floor(c * c + d / 4)
+  assert float(jnp.mean(ddg._squared_norm_at_most(z, no_slack))) < 0.7
+
+
+def test_rounding_is_unbiased_when_rejection_is_rare():
+  # β tiny: the condition almost never binds, so E[x̃] = x; the mean of
+  # 4000 draws is within 4 standard errors (≤ 0.5/√4000) per coordinate,
+  # and floor rounding (bias up to 1) is rejected by the same check.
+  d = 32
+  x = jax.random.uniform(jax.random.key(4), (d,), minval=-3, maxval=3)
+  bound = ddg_accounting.rounded_norm_bound_sq(
+      float(jnp.linalg.norm(x)) + 1e-3, d, 1e-12)
+  keys = jax.random.split(jax.random.key(5), 4000)
+  z = jax.vmap(lambda k: ddg.conditional_round(
+      k, x[None], bound_sq=bound)[0])(keys)
+  tol = 4 * 0.5 / math.sqrt(4000)
+  assert float(jnp.max(jnp.abs(jnp.mean(z, axis=0) - x))) < tol
+  assert float(jnp.max(jnp.abs(jnp.floor(x) - x))) > tol
+
+
+def test_conditional_bias_is_within_its_bound():
+  # With β = e^{-1/2} the condition can bind; each coordinate's bias is at
+  # most r(2|xⱼ| + 1)/(1 − r), r the rejection probability (≤ β).
+  c, d = 4.0, 64
+  beta = math.exp(-0.5)
+  bound = ddg_accounting.rounded_norm_bound_sq(c, d, beta)
+  x = jnp.full((d,), c / math.sqrt(d)) + 0.5  # every coordinate ½ away
+  x = x / jnp.linalg.norm(x) * c
+  keys = jax.random.split(jax.random.key(6), 4000)
+  z = jax.vmap(lambda k: ddg.conditional_round(
+      k, x[None], bound_sq=bound)[0])(keys)
+  bias = jnp.abs(jnp.mean(z, axis=0) - x)
+  allowed = beta * (2 * jnp.abs(x) + 1) / (1 - beta) + 4 * 0.5 / math.sqrt(
+      4000)
+  assert bool(jnp.all(bias <= allowed))
+
+
+def test_one_row_moves_the_participant_sum_by_its_own_rounding():
+  # Same key, row k weighted 1 or 0: every other row rounds identically,
+  # so the integer sums differ by row k's x̃ alone, of norm ≤ Δ.
+  c, d = 50.0, 128
+  bound = ddg_accounting.rounded_norm_bound_sq(c, d, math.exp(-0.5))
+  x = jax.random.normal(jax.random.key(7), (10, d))
+  x = x / jnp.linalg.norm(x, axis=1, keepdims=True) * c
+  key = jax.random.key(8)
+  with_row = ddg.conditional_round(key, x, bound_sq=bound)
+  without = ddg.conditional_round(key, x.at[3].set(0.0), bound_sq=bound)
+  diff = np.asarray(with_row.sum(0) - without.sum(0))
+  np.testing.assert_array_equal(diff, np.asarray(with_row[3]))
+  assert _norm_sq(diff) <= bound
+
+
+def _params(**kw):
+  args = dict(dim=50, clip_norm=1.0, bits=16, noise_multiplier=0.0,
+              shares=3, rows=12, steps=10)
+  args.update(kw)
+  return ddg.choose_params(**args)
+
+
+def test_round_trip_without_noise_is_within_the_rounding_error():
+  p = _params()
+  rows = jax.random.normal(jax.random.key(9), (3, 4, 50)) * 0.2
+  rows = rows / jnp.maximum(1.0, jnp.linalg.norm(rows, axis=-1,
+                                                  keepdims=True))
+  rot = jax.random.key(10)
+  keys = jax.random.split(jax.random.key(11), 3)
+  messages = jax.vmap(lambda k, r: ddg.encode(
+      k, rot, r, jnp.ones(4), params=p))(keys, rows)
+  total = jnp.sum(messages, axis=0, dtype=jnp.uint32)
+  got = ddg.decode(total, rot, params=p)
+  want = jnp.sum(rows, axis=(0, 1))
+  # 12 rows each off by < 1 per rotated coordinate: ‖error‖ < γ·12·√D.
+  err = float(jnp.linalg.norm(got - want))
+  assert err < p.gamma * 12 * math.sqrt(p.padded)
+  # And the error is the rounding's, not a lost row.
+  assert err < 0.01 * float(jnp.linalg.norm(rows[0, 0]))
+
+
+def test_weights_drop_rows_and_rows_are_clipped():
+  p = _params()
+  rot, key = jax.random.key(1), jax.random.key(2)
+  rows = jnp.zeros((2, 50)).at[0, 0].set(5.0).at[1, 1].set(0.5)
+  got = ddg.decode(ddg.encode(key, rot, rows, jnp.array([1.0, 0.0]),
+                              params=p), rot, params=p)
+  assert float(got[0]) == pytest.approx(1.0, abs=0.01)  # clipped to C
+  assert abs(float(got[1])) < 0.01  # weight 0
+
+
+def test_noise_share_has_the_planned_scale():
+  # Decoded noise of one message: R⁻¹ of D i.i.d. N_Z(0, s²) has variance
+  # s²γ² per coordinate. 2000 coordinates' sd within 8 % (its standard
+  # error is ~1.6 %), which rejects a share of σ/P instead of σ/√P (P = 3).
+  p = _params(dim=2000, noise_multiplier=2.0, rows=1)
+  want = float(p.sigma_share) * p.gamma
+  assert want == pytest.approx(2.0 / math.sqrt(3), rel=0.01)
+  msg = ddg.encode(jax.random.key(3), jax.random.key(4),
+                   jnp.zeros((1, 2000)), jnp.zeros(1), params=p)
+  sd = float(jnp.std(ddg.decode(msg, jax.random.key(4), params=p)))
+  assert sd == pytest.approx(want, rel=0.08)
+  assert abs(2.0 / 3 - sd) > 0.08 * want
+
+
+def test_encode_is_pure_and_keyed():
+  p = _params(noise_multiplier=1.0)
+  rows = jnp.ones((2, 50)) * 0.1
+  a = ddg.encode(jax.random.key(0), jax.random.key(1), rows, jnp.ones(2),
+                 params=p)
+  b = ddg.encode(jax.random.key(0), jax.random.key(1), rows, jnp.ones(2),
+                 params=p)
+  c = ddg.encode(jax.random.key(2), jax.random.key(1), rows, jnp.ones(2),
+                 params=p)
+  assert jnp.array_equal(a, b) and not jnp.array_equal(a, c)
+  assert a.dtype == jnp.uint32 and int(jnp.max(a)) < 2**16
+
+
+def test_choose_params_keeps_the_wrap_probability():
+  p = ddg.choose_params(dim=650, clip_norm=1.0, bits=16,
+                        noise_multiplier=1.0, shares=2, rows=120, steps=300)
+  wrap = ddg.wrap_probability(
+      bits=16, padded=p.padded, norm=p.norm, rows=120,
+      noise_variance=2 * float(p.sigma_share) ** 2, steps=300)
+  assert wrap <= 1e-9
+  assert p.sensitivity / p.norm < 1.01  # the rounding costs under 1 %
+  # A sum past 2^{b-1} decodes wrongly: wrap-around is real.
+  half = 1 << 15
+  assert int(ddg.decode(jnp.full((p.padded,), half, jnp.uint32),
+                        jax.random.key(0), params=p).size) == 650
+
+
+@pytest.mark.parametrize("bad", [dict(bits=7), dict(bits=25),
+                                 dict(bits=8, rows=200)])
+def test_choose_params_refuses(bad):
+  with pytest.raises(ValueError, match="bits"):
+    _params(**bad)
