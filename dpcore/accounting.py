@@ -92,6 +92,8 @@ class LedgerEntry:
     relation: the neighbouring relation the entry's guarantee is stated
       under (:class:`dpcore.options.Relation`); ``None`` for truncation
       events, whose probability bound holds on every data set.
+    rdp_curve: ``(orders, rdp)`` for a step known by its Rényi curve only
+      (:meth:`PrivacyLedger.record_rdp_curve`), else None.
   """
   label: str
   kind: str
@@ -100,6 +102,7 @@ class LedgerEntry:
   dp_event: dp_accounting.DpEvent | None
   params: dict
   relation: options.Relation | None = None
+  rdp_curve: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +187,19 @@ def _accountant_epsilon(accountant, events, delta) -> float | None:
 
 def _rdp_epsilon(events, delta) -> float | None:
   return _accountant_epsilon(dp_rdp.RdpAccountant(), events, delta)
+
+
+def _curve_epsilon(curves, delta) -> float:
+  """ε at δ of RDP curves composed: summed where the orders agree, else
+  each at an equal share of δ (basic composition)."""
+  orders = {c[0] for c in curves}
+  if len(orders) == 1:
+    total = [math.fsum(r) for r in zip(*(c[1] for c in curves),
+                                                strict=True)]
+    eps, _ = dp_rdp.rdp_privacy_accountant.compute_epsilon(
+        list(curves[0][0]), total, delta)
+    return float(eps)
+  return math.fsum(_curve_epsilon([c], delta / len(curves)) for c in curves)
 
 
 def _pld_epsilon(events, delta) -> float | None:
@@ -391,6 +407,41 @@ class PrivacyLedger:
     self._record(LedgerEntry(label, "approx", epsilon, delta, None,
                              {**(params or {}), "epsilon": epsilon,
                               "delta": delta}, relation))
+
+  def record_rdp_curve(self, *, orders, rdp, delta: float, label: str,
+                       relation: _Rel, params: dict | None = None) -> None:
+    """A step known by an upper bound on its Rényi-DP curve.
+
+    For mechanisms dp_accounting has no event for (e.g. the distributed
+    discrete Gaussian, :mod:`dpcore.ddg_accounting`): ``rdp[i]`` bounds
+    the step's Rényi divergence of order ``orders[i]`` under ``relation``
+    (both directions). The ledger converts the curve to (ε, δ) at whatever
+    δ it composes at (dp_accounting's RDP conversion); several curves on
+    the same orders are summed first (RDP composition), and the curves are
+    added to the other steps by basic composition, each group at half of
+    the δ left. The stand-alone ε is the curve's at ``delta``.
+
+    Args:
+      orders: increasing Rényi orders > 1.
+      rdp: the bound at each order (≥ 0; ``inf`` allowed).
+      delta: δ of the stand-alone (ε, δ) (basic composition).
+      label, relation: as for every step.
+      params: JSON-ready facts kept with the entry.
+    """
+    relation = self._check_relation(label, relation)
+    delta = validation.check_delta(delta)
+    orders = tuple(float(a) for a in orders)
+    rdp = tuple(float(r) for r in rdp)
+    if (not orders or len(orders) != len(rdp) or orders[0] <= 1.0
+        or any(b <= a for a, b in zip(orders, orders[1:], strict=False))
+        or any(not (r >= 0.0) for r in rdp)):
+      raise ValueError("orders must increase from above 1 and rdp hold one "
+                       "bound ≥ 0 per order.")
+    eps = _curve_epsilon([(orders, rdp)], delta)
+    self._record(LedgerEntry(
+        label, "rdp_curve", eps, delta, None,
+        {**(params or {}), "epsilon": eps, "delta": delta}, relation,
+        rdp_curve=(orders, rdp)))
 
   def record_subsampled_gaussian(self, *, noise_multiplier: float,
                                  sampling_rate: float, steps: int,
@@ -637,13 +688,24 @@ def _compose_ideal(entries, delta, use_pld) -> Guarantee:
   if basic_delta <= delta * (1 + 1e-12):
     candidates.append((basic_eps, basic_delta, "basic"))
   # Steps without an exact description are added on by basic composition;
-  # the others are composed exactly at the δ that remains.
+  # the others are composed exactly at the δ that remains. RDP curves
+  # (record_rdp_curve) are composed among themselves and added on at half
+  # of that δ when there are events too.
   events = [e.dp_event for e in entries if e.dp_event is not None]
-  loose = [e for e in entries if e.dp_event is None]
+  curves = [e.rdp_curve for e in entries if e.rdp_curve is not None]
+  loose = [e for e in entries
+           if e.dp_event is None and e.rdp_curve is None]
   loose_eps = math.fsum(e.epsilon for e in loose)
   rest_delta = delta - math.fsum(e.delta for e in loose)
-  suffix = "+basic" if loose else ""
+  suffix = "+basic" if loose or (curves and events) else ""
   rdp_eps = pld_eps = None
+  if curves and rest_delta > 0:
+    share = rest_delta / 2.0 if events else rest_delta
+    loose_eps += _curve_epsilon(curves, share)
+    rest_delta -= share
+    if not events:
+      rdp_eps = loose_eps
+      candidates.append((rdp_eps, delta, "rdp" + suffix))
   if events and rest_delta > 0:
     rdp_eps = _rdp_epsilon(events, rest_delta)
     if rdp_eps is not None:
