@@ -13,10 +13,11 @@ from __future__ import annotations
 from dpcore import lazy
 
 _SUBMODULES = (
-    "accounting", "auditing", "calibration", "clipping", "discrete",
-    "discrete_calibration", "dpsgd", "exponential", "ghost", "lattice",
-    "lazy", "linalg", "memory", "metrics", "noise", "options", "shape",
-    "trainer", "tuning", "uint64", "validation",
+    "accounting", "auditing", "calibration", "clipping", "ddg",
+    "ddg_accounting", "discrete", "discrete_calibration", "dpsgd",
+    "exponential", "ghost", "lattice", "lazy", "linalg", "memory",
+    "metrics", "noise", "options", "rotation", "shape", "trainer", "tuning",
+    "uint64", "validation",
 )
 
 # Re-exported name -> the submodule that defines it.

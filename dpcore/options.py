@@ -144,7 +144,7 @@ FEDDPDR_MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
 FEDDPDR_AGGREGATIONS = ("subspace", "paper", "moments")
 """How FedDPDR aggregates the participants' bases."""
 FEDDPDR_MODEL_AGGREGATIONS = ("weighted", "paper")
-FEDSGD_TRUST_MODELS = ("server", "local", "participant")
+FEDSGD_TRUST_MODELS = ("server", "local", "participant", "distributed")
 """Who adds federated DP-SGD's noise, and what a neighbour is."""
 
 # -- launch scripts ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Federated DP-SGD over the participant axis, under three trust models.
+"""Federated DP-SGD over the participant axis, under four trust models.
 
 Participants hold disjoint rows, stacked as an array axis
 (:class:`federated.partition.Participants`: x (P, n, d), y (P, n), a row
@@ -37,6 +37,20 @@ Trust models (``trust``), each with its own accounting:
   whole to C; the server adds N(0, σ²C²I) and divides by qP. Subsampled
   Gaussian (σ, q, T) under adding or removing one participant with all its
   rows.
+* ``"distributed"`` — *distributed discrete Gaussian* under simulated
+  secure aggregation (:mod:`federated.ddgsgd`). Rows are sampled as for
+  ``"local"``; each participant clips, scales, rotates and conditionally
+  rounds *every row* to integers (row L2 norm ≤ Δ on the grid, so one row
+  moves the sum by ≤ Δ), sums them, adds its own discrete Gaussian share
+  of variance σ²/P and sends the sum modulo 2^b, masked by pairwise
+  secure-aggregation masks (:mod:`federated.secagg`). The server sees
+  masked messages only; their sum is the central noisy sum. Against the
+  server (given secure aggregation): T Poisson-subsampled steps of the
+  sum of P_min shares (``min_survivors``, the protocol's threshold),
+  accounted by Kairouz, Liu & Steinke's Theorem 1 and Zhu & Wang's
+  subsampling bound (:mod:`dpcore.ddg_accounting`), recorded as an RDP
+  curve. Should secure aggregation fail, each participant's rows keep the
+  guarantee of its own share (``settings()["own_epsilon"]``).
 
 Host side, :func:`make_plan` fixes every public fact (P, n, q, T, C, σ
 given or calibrated for a target (ε, δ), the padded batch B, the trust
@@ -62,6 +76,8 @@ import optax
 from dpcore import (
   accounting,
   clipping,
+  ddg,
+  ddg_accounting,
   dpsgd,
   ghost,
   noise,
@@ -69,6 +85,7 @@ from dpcore import (
   trainer,
   validation,
 )
+from federated import ddgsgd
 
 PyTree = Any
 
@@ -90,6 +107,10 @@ _ASSUMPTIONS = {
     "participant": ("the unit of privacy is a participant (all its rows); "
                     "the server adds the noise to the sum of clipped "
                     "participant updates"),
+    "distributed": ("secure aggregation (simulated, federated.secagg): the "
+                    "server sees only the modular sum of the masked "
+                    "messages; at least min_survivors participants' noise "
+                    "shares are in every sum released"),
 }
 
 
@@ -99,7 +120,7 @@ _ASSUMPTIONS = {
     meta_fields=["trust", "num_participants", "rows", "total_rows",
                  "sampling_rate", "steps", "clip_norm", "row_plan",
                  "truncation_probability", "sampler_departure", "relation",
-                 "server_batch"])
+                 "server_batch", "ddg_params", "min_survivors"])
 @dataclasses.dataclass(frozen=True)
 class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
@@ -134,6 +155,11 @@ class FedSGDPlan:
       gradients, so a step costs about q·N rows, not P·B; G is chosen like
       B (:func:`dpcore.dpsgd.max_batch_size` over P·n slots), its
       overflow is part of ``truncation_probability``.
+    ddg_params: ``"distributed"`` only: the grid, bits and noise share
+      (:class:`dpcore.ddg.DDGParams`).
+    min_survivors: ``"distributed"`` only: P_min, the fewest participants
+      a step's secure sum proceeds with; the guarantee counts P_min noise
+      shares.
 
   A pytree whose leaves are σ, ε and δ (the budget; the other facts are
   static): under ``jax.jit`` a plan passed as an argument gives one
@@ -154,6 +180,8 @@ class FedSGDPlan:
   delta: float | None
   relation: options.Relation = RELATION
   server_batch: int | None = None
+  ddg_params: ddg.DDGParams | None = None
+  min_survivors: int | None = None
 
   @property
   def divisor(self) -> float:
@@ -188,6 +216,28 @@ class FedSGDPlan:
     if delta is None:
       raise ValueError("this plan has no delta: give make_plan(..., "
                        "delta=...).")
+    if self.trust == "distributed":
+      if self.ddg_params.sigma_share is None:
+        raise ValueError(
+            "this plan has noise_multiplier=0 (no noise): it has no DP "
+            "guarantee to record; report "
+            "accounting.no_guarantee_record(...) instead.")
+      rdp = ddgsgd.central_rdp(self.ddg_params, shares=self.min_survivors,
+                               sampling_rate=self.sampling_rate,
+                               steps=self.steps)
+      ledger.record_rdp_curve(
+          orders=ddg_accounting.ORDERS, rdp=rdp, delta=delta, label=label,
+          relation=self.relation,
+          params={"sensitivity": self.ddg_params.sensitivity,
+                  "sigma_share": float(self.ddg_params.sigma_share),
+                  "shares": self.min_survivors, "dim": self.ddg_params.padded,
+                  "sampling_rate": self.sampling_rate, "steps": self.steps})
+      ledger.record_truncation(self.truncation_probability,
+                               label=f"{label}_padding")
+      if self.sampler_departure > 0:
+        ledger.record_truncation(self.sampler_departure,
+                                 label=f"{label}_sampler_departure")
+      return
     if self.trust == "participant":
       if self.noise_multiplier <= 0:
         raise ValueError(
@@ -221,6 +271,31 @@ class FedSGDPlan:
       out["sampler"] = self.row_plan.sampler
     if self.server_batch is not None:
       out["server_batch"] = self.server_batch
+    if self.ddg_params is not None:
+      p = self.ddg_params
+      out.update({
+          "bits": p.bits, "padded_dim": p.padded, "model_dim": p.dim,
+          "granularity": p.gamma, "beta": p.beta,
+          "rounded_sensitivity": p.sensitivity,
+          "sigma_share": (None if p.sigma_share is None
+                          else float(p.sigma_share)),
+          "min_survivors": self.min_survivors,
+          "bits_per_participant_step": p.bits * p.padded,
+          "float32_bits_per_participant_step": 32 * p.dim,
+          "wrap_probability": ddg.wrap_probability(
+              bits=p.bits, padded=p.padded, norm=p.norm,
+              rows=self.num_participants * self.row_plan.max_batch,
+              noise_variance=(0.0 if p.sigma_share is None else
+                              self.num_participants
+                              * float(p.sigma_share) ** 2),
+              steps=self.steps)})
+      if p.sigma_share is not None and self.delta is not None:
+        # Each participant's rows if secure aggregation fails: its message
+        # alone (one share), against the server.
+        out["own_epsilon"] = ddg_accounting.rdp_epsilon(
+            ddgsgd.own_rdp(p, sampling_rate=self.sampling_rate,
+                           steps=self.steps), self.delta)
+        out["own_delta"] = self.delta
     return out
 
 
@@ -228,7 +303,9 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
               noise_multiplier: float | None = None,
               epsilon: float | None = None, delta: float | None = None,
               steps: int | None = None, epochs: float | None = None,
-              overflow_probability: float = 1e-9) -> FedSGDPlan:
+              overflow_probability: float = 1e-9,
+              model_size: int | None = None, bits: int = 16,
+              min_survivors: int | None = None) -> FedSGDPlan:
   """Validates a federated DP-SGD run and derives its public facts.
 
   Args:
@@ -250,6 +327,15 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
       that P(any participant's batch exceeds it in any step) ≤ this; for
       ``"server"`` the gathered rows G so that P(a step's sampled rows
       exceed G) ≤ this / 1000.
+    model_size: ``"distributed"`` only: d, the model's parameter count
+      (the length of the vectors rounded and summed).
+    bits: ``"distributed"`` only: b, bits per coordinate of the messages
+      and of the modular sum.
+    min_survivors: ``"distributed"`` only: P_min ≤ P, the fewest
+      participants a step proceeds with (default P: no dropouts); the
+      guarantee counts P_min shares of σ²/P each. With ``epsilon``, σ is
+      calibrated by the distributed accounting
+      (:func:`federated.ddgsgd.calibrate`), not the Gaussian's.
 
   Returns:
     A :class:`FedSGDPlan`.
@@ -268,9 +354,22 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
                                 high_inclusive=True)
   clip_norm = validation.check_positive(clip_norm, "clip_norm")
   steps = accounting.dpsgd_steps(sampling_rate=q, steps=steps, epochs=epochs)
-  sigma, epsilon, delta = trainer.resolve_noise(
-      noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta,
-      sampling_rate=q, steps=steps)
+  if trust == "distributed":
+    # The arguments are checked here; σ is calibrated below, by the
+    # distributed accounting (trainer.resolve_noise's is the Gaussian's).
+    if (noise_multiplier is None) == (epsilon is None) or (
+        epsilon is not None and delta is None):
+      raise ValueError("give noise_multiplier=, or epsilon= and delta= to "
+                       "calibrate it (not both).")
+    if delta is not None:
+      delta = validation.check_delta(delta)
+    if epsilon is not None:
+      epsilon = validation.check_epsilon(epsilon)
+    sigma = noise_multiplier
+  else:
+    sigma, epsilon, delta = trainer.resolve_noise(
+        noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta,
+        sampling_rate=q, steps=steps)
   overflow_probability = validation.check_in_range(
       overflow_probability, "overflow_probability", 0.0, 1.0)
   count, rows, total = int(sizes.size), int(sizes.max()), int(sizes.sum())
@@ -301,9 +400,26 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
         truncation += dpsgd.truncation_probability(
             slots, sampling_rate=q, steps=steps, max_batch=server_batch)
     truncation = min(1.0, truncation)
+  ddg_params = survivors = None
+  if trust == "distributed":
+    if model_size is None:
+      raise ValueError('trust="distributed" needs model_size= (the '
+                       'number of model parameters summed).')
+    model_size = validation.check_positive_int(model_size, "model_size")
+    survivors = count if min_survivors is None else (
+        validation.check_positive_int(min_survivors, "min_survivors"))
+    if survivors > count:
+      raise ValueError(f"min_survivors={survivors} exceeds the {count} "
+                       f"participants.")
+    sigma, ddg_params = ddgsgd.calibrate(
+        epsilon=epsilon, noise_multiplier=sigma, delta=delta,
+        dim=model_size, clip_norm=clip_norm, bits=bits, count=count,
+        survivors=survivors, rows=count * row_plan.max_batch,
+        sampling_rate=q, steps=steps)
   return FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
                     row_plan, truncation, departure, epsilon, delta,
-                    server_batch=server_batch)
+                    server_batch=server_batch, ddg_params=ddg_params,
+                    min_survivors=survivors)
 
 
 def softmax_params(d: int, num_classes: int) -> dict:
@@ -364,7 +480,7 @@ def _noise_like(key, tree, stddev):
 def release(key: jax.Array, plan: FedSGDPlan,
           loss: Callable[[PyTree, PyTree], jax.Array], params: PyTree,
           x, y, mask, optimizer: optax.GradientTransformation, *,
-          chunk: int | None = None) -> trainer.TrainResult:
+          chunk: int | None = None, alive=None) -> trainer.TrainResult:
   """Runs the plan's T federated steps as one ``lax.scan`` (jit-able).
 
   Args:
@@ -382,6 +498,11 @@ def release(key: jax.Array, plan: FedSGDPlan,
     chunk: participants per vmapped block (memory), None for all at once;
       the result does not depend on it beyond float rounding. Unused by
       ``"server"``, whose step holds G gathered rows, not P batches.
+    alive: ``"distributed"`` only: (T, P) 0/1, whose messages reach the
+      server at each step (default all). A step with fewer than
+      ``plan.min_survivors`` aborts (secure aggregation's threshold) and
+      leaves the model and optimiser state as they were. Dropouts must
+      not depend on the data or the noise.
 
   Returns:
     A :class:`dpcore.trainer.TrainResult`: the model (released under the
@@ -408,6 +529,15 @@ def release(key: jax.Array, plan: FedSGDPlan,
     raise TypeError(f"optimizer must be an optax GradientTransformation, "
                     f"got {optimizer!r}.")
   mask = clipping.clip_weights(mask)
+  if plan.trust == "distributed":
+    shape = (plan.steps, plan.num_participants)
+    alive = (jnp.ones(shape, bool) if alive is None
+             else jnp.asarray(alive).astype(bool))
+    if alive.shape != shape:
+      raise ValueError(f"alive must be (T, P) = {shape}, got "
+                       f"{alive.shape}.")
+  elif alive is not None:
+    raise ValueError('alive= is for trust="distributed" only.')
   sampling, noise_key = jax.random.split(key)
   count = plan.num_participants
   participants = jnp.arange(count)
@@ -484,7 +614,21 @@ def release(key: jax.Array, plan: FedSGDPlan,
         lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1), sums)
     return total, jnp.sum(over)
 
+  def distributed_step(carry, t):
+    # Participants encode and mask; the server sees the masked messages.
+    params, state, overflow = carry
+    total, over, ok = ddgsgd.step_sum(noise_key, t, params, loss, x, y, mask,
+                                      alive[t], plan=plan, chunk=chunk)
+    grads = jax.tree.map(lambda s: s / plan.divisor, total)
+    updates, new_state = optimizer.update(grads, state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = functools.partial(jnp.where, ok)
+    return (jax.tree.map(keep, new_params, params),
+            jax.tree.map(keep, new_state, state), overflow + over), None
+
   def step(carry, t):
+    if plan.trust == "distributed":
+      return distributed_step(carry, t)
     params, state, overflow = carry
     summed = gathered_sum if plan.trust == "server" else messages_sum
     total, over = summed(t, params)

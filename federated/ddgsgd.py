@@ -1,0 +1,155 @@
+"""Federated DP-SGD's ``trust="distributed"`` step: DDG under secure sums.
+
+The pieces :mod:`federated.fedsgd` puts together for its fourth trust
+model: each participant encodes its Poisson-sampled rows with the
+distributed discrete Gaussian (:mod:`dpcore.ddg`: per-row clip, scale,
+rotate, conditional rounding, its noise share of σ²/P, modulo 2^b) and
+masks the message (:mod:`federated.secagg`); the server receives only the
+masked messages, sums them, removes the dropped participants' masks,
+and decodes the sum. Host side, :func:`calibrate` picks the grid and σ
+for a target ε and :func:`central_rdp` / :func:`own_rdp` give the two
+guarantees the plan states.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from dpcore import ddg, ddg_accounting, dpsgd, validation
+from federated import secagg
+
+__all__ = ["calibrate", "central_rdp", "own_rdp", "step_sum"]
+
+
+def central_rdp(params: ddg.DDGParams, *, shares: int, sampling_rate: float,
+                steps: int) -> np.ndarray:
+  """The run's RDP against the server, given secure aggregation.
+
+  T steps of the Poisson-subsampled (rate q, per row) sum of ``shares``
+  (= P_min, the fewest survivors the protocol proceeds with) noise shares
+  of s² each, row sensitivity Δ = ``params.sensitivity``:
+  :func:`dpcore.ddg_accounting.distributed_rdp`. More survivors only add
+  independent noise (post-processing), so P_min is the worst case.
+  """
+  if params.sigma_share is None:
+    raise ValueError("no noise (noise_multiplier=0): no guarantee.")
+  return ddg_accounting.distributed_rdp(
+      sensitivity=params.sensitivity, sigma_share=float(params.sigma_share),
+      shares=shares, dim=params.padded, sampling_rate=sampling_rate,
+      steps=steps)
+
+
+def own_rdp(params: ddg.DDGParams, *, sampling_rate: float,
+            steps: int) -> np.ndarray:
+  """One participant's RDP if secure aggregation fails (its share alone).
+
+  The server then sees the participant's message: its integer row sum
+  plus one discrete Gaussian share N_Z(0, s²) (τ = 0), subsampled.
+  """
+  return central_rdp(params, shares=1, sampling_rate=sampling_rate,
+                     steps=steps)
+
+
+def _epsilon(z, *, dim, clip_norm, bits, count, survivors, rows,
+             sampling_rate, steps, delta, beta):
+  params = ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,
+                             noise_multiplier=z, shares=count, rows=rows,
+                             steps=steps, beta=beta)
+  rdp = central_rdp(params, shares=survivors, sampling_rate=sampling_rate,
+                    steps=steps)
+  return ddg_accounting.rdp_epsilon(rdp, delta), params
+
+
+def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
+              delta: float, dim: int, clip_norm: float, bits: int,
+              count: int, survivors: int, rows: int, sampling_rate: float,
+              steps: int, beta: float = math.exp(-0.5)
+              ) -> tuple[float, ddg.DDGParams]:
+  """(z, params): z given, or the smallest z (to 0.1 %) meeting ``epsilon``.
+
+  z is the central noise multiplier (σ = z·C in gradient units, z·c on
+  the grid); every candidate's ε is the full :func:`central_rdp`
+  (rounded sensitivity, rational shares, P_min shares) at ``delta``, and
+  the z returned meets the target.
+  """
+  kw = dict(dim=dim, clip_norm=clip_norm, bits=bits, count=count,
+            survivors=survivors, rows=rows, sampling_rate=sampling_rate,
+            steps=steps, delta=delta, beta=beta)
+  if noise_multiplier is not None:
+    z = validation.check_non_negative(noise_multiplier, "noise_multiplier")
+    return z, ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,
+                                noise_multiplier=z, shares=count, rows=rows,
+                                steps=steps, beta=beta)
+  epsilon = validation.check_epsilon(epsilon)
+  lo, hi = 0.0, 1.0
+  while _epsilon(hi, **kw)[0] > epsilon:
+    lo, hi = hi, 2.0 * hi
+    if hi > 1e4:
+      raise ValueError(f"no noise multiplier ≤ 1e4 reaches epsilon="
+                       f"{epsilon}; raise epsilon or delta.")
+  while hi - lo > 1e-3 * hi:
+    mid = 0.5 * (lo + hi)
+    if mid > 0 and _epsilon(mid, **kw)[0] <= epsilon:
+      hi = mid
+    else:
+      lo = mid
+  eps, params = _epsilon(hi, **kw)
+  assert eps <= epsilon  # hi always meets the target
+  return hi, params
+
+
+def step_sum(key: jax.Array, t, params_model, loss, x, y, mask, alive, *,
+             plan, chunk=None):
+  """One step's decoded gradient sum (a pytree like the model) and flags.
+
+  Participant side (inside ``participant``): sample, per-example
+  gradients, :func:`dpcore.ddg.encode`, :func:`federated.secagg.
+  mask_message`; only the masked message leaves it. Server side: the
+  masked messages, ``alive`` and the survivors' unmasking go to
+  :func:`federated.secagg.server_sum`, then :func:`dpcore.ddg.decode`.
+
+  Returns ``(sum, overflowed batches, ok)``: ``ok`` False when fewer
+  than P_min survived (the protocol aborts; the sum is zero).
+  """
+  p_ddg = plan.ddg_params
+  count = plan.num_participants
+  sampling, noise_key, setup, rotation_root = jax.random.split(key, 4)
+  rotation_key = jax.random.fold_in(rotation_root, t)  # public
+  _, unravel = ravel_pytree(params_model)
+
+  def participant(p, xp, yp, mp):
+    batch = dpsgd.poisson_batch(
+        jax.random.fold_in(jax.random.fold_in(sampling, p), t), plan.rows,
+        sampling_rate=plan.sampling_rate, max_batch=plan.row_plan.max_batch,
+        method=plan.row_plan.sampler)
+    xb, yb = xp[batch.indices], yp[batch.indices]
+    weight = batch.slot_mask * mp[batch.indices]
+    grads = jax.vmap(jax.grad(loss), in_axes=(None, 0))(params_model,
+                                                        (xb, yb))
+    flat = jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
+    message = ddg.encode(
+        jax.random.fold_in(jax.random.fold_in(noise_key, p), t),
+        rotation_key, flat, weight, params=p_ddg)
+    masked = secagg.mask_message(setup, t, p, message, count=count,
+                                 bits=p_ddg.bits)
+    return masked, batch.size > plan.row_plan.max_batch
+
+  args = (jnp.arange(count), x, y, mask)
+  if chunk is None:
+    masked, over = jax.vmap(participant)(*args)
+  else:
+    masked, over = jax.lax.map(lambda a: participant(*a), args,
+                               batch_size=chunk)
+  # Server side: masked messages, who arrived, the revealed unmasking.
+  correction = secagg.unmasking(setup, t, alive, count=count,
+                                padded=p_ddg.padded, bits=p_ddg.bits)
+  total, ok = secagg.server_sum(masked, alive, correction, bits=p_ddg.bits,
+                                threshold=plan.min_survivors)
+  flat_sum = ddg.decode(total, rotation_key, params=p_ddg)
+  dropped_over = jnp.sum((over & alive).astype(jnp.int32))
+  return unravel(flat_sum), dropped_over, ok

@@ -1,0 +1,160 @@
+"""federated.fedsgd, trust="distributed": plan, accounting and laws."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dpcore import accounting, ddg_accounting, ghost
+from federated import fedsgd
+
+SIZES = [8, 8]
+
+
+@ghost.layered
+def _indicator_loss(layers, example):
+  # ℓ(w; (x, y)) = −w·x: row i holds x = e_i, so its gradient is −e_i and
+  # the model after SGD counts how often each row was used.
+  x, _ = example
+  return -layers.dense("w", x)[0]
+
+
+def _params(dim):
+  return {"w": {"w": jnp.zeros((dim, 1), jnp.float32)}}
+
+
+def _plan(**kw):
+  args = dict(trust="distributed", sampling_rate=0.25, clip_norm=1.0,
+              steps=200, noise_multiplier=0.0, model_size=16, delta=1e-5)
+  args.update(kw)
+  return fedsgd.make_plan(SIZES, **args)
+
+
+def _inclusions(plan, alive=None, seed=0):
+  rows = sum(SIZES)
+  x = jnp.eye(rows, dtype=jnp.float32).reshape(2, 8, rows)
+  y = jnp.zeros((2, 8), jnp.int32)
+  mask = jnp.ones((2, 8), jnp.float32)
+  out = fedsgd.release(jax.random.key(seed), plan, _indicator_loss,
+                       _params(rows), x, y, mask, optax.sgd(1.0),
+                       alive=alive)
+  # w = Σₜ (decoded sum)/qN; the decoded sum is within the rounding error
+  # (≪ ½ per coordinate) of the true count of each row.
+  return np.asarray(out.params["w"]["w"][:, 0]) * plan.divisor
+
+
+def test_each_row_is_included_at_rate_q():
+  plan = _plan()
+  counts = _inclusions(plan)
+  assert np.max(np.abs(counts - np.round(counts))) < 0.1
+  counts = np.round(counts)
+  trials = plan.steps * sum(SIZES)
+  rate = counts.sum() / trials
+  se = math.sqrt(0.25 * 0.75 / trials)
+  assert abs(rate - 0.25) < 4 * se
+  assert abs(rate - 0.2) > 4 * se  # a wrong q (0.2) would be rejected
+  # Every row on its own (first, middle, last alike): Binomial(T, q).
+  row_se = math.sqrt(plan.steps * 0.25 * 0.75)
+  assert np.all(np.abs(counts - plan.steps * 0.25) < 5 * row_se)
+
+
+def test_dropped_participants_rows_are_not_in_the_sum():
+  plan = _plan(min_survivors=1)
+  alive = jnp.ones((plan.steps, 2), bool).at[:, 1].set(False)
+  counts = np.round(_inclusions(plan, alive))
+  assert np.all(counts[8:] == 0)
+  assert abs(counts[:8].sum() / (8 * plan.steps) - 0.25) < 4 * math.sqrt(
+      0.25 * 0.75 / (8 * plan.steps))
+
+
+def test_too_few_survivors_leave_the_model_unchanged():
+  plan = _plan()  # P_min = P = 2
+  alive = jnp.ones((plan.steps, 2), bool).at[:, 1].set(False)
+  assert np.all(_inclusions(plan, alive) == 0)
+
+
+def test_noise_in_the_released_model_has_the_central_scale():
+  # Zero data, one step: w·qN is the decoded noise sum, sd σC per
+  # coordinate (P shares of σ²/P). Within 8 % over 1024 coordinates
+  # (standard error ~2 %); shares of σ/P instead of σ/√P would give
+  # σC/√2 and fail.
+  plan = fedsgd.make_plan(SIZES, trust="distributed", sampling_rate=0.25,
+                          clip_norm=2.0, steps=1, noise_multiplier=1.5,
+                          model_size=1024, delta=1e-5)
+  x = jnp.zeros((2, 8, 1024), jnp.float32)
+  out = fedsgd.release(jax.random.key(1), plan, _indicator_loss,
+                       _params(1024), x, jnp.zeros((2, 8), jnp.int32),
+                       jnp.ones((2, 8)), optax.sgd(1.0))
+  noise = np.asarray(out.params["w"]["w"][:, 0]) * plan.divisor
+  assert np.std(noise) == pytest.approx(1.5 * 2.0, rel=0.08)
+
+
+def test_calibrated_plan_meets_its_target_and_a_smaller_sigma_does_not():
+  kw = dict(sampling_rate=0.05, clip_norm=1.0, steps=300, delta=1e-5,
+            model_size=650)
+  plan = fedsgd.make_plan([600, 600], trust="distributed", epsilon=2.0,
+                          **kw)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  g = ledger.guarantee(1e-5)
+  assert g.epsilon <= 2.0 and g.delta <= 1e-5
+  assert g.epsilon > 1.9  # calibrated, not padded
+  worse = fedsgd.make_plan([600, 600], trust="distributed",
+                           noise_multiplier=0.8 * plan.noise_multiplier,
+                           **kw)
+  ledger = accounting.PrivacyLedger()
+  worse.record(ledger)
+  assert ledger.guarantee(1e-5).epsilon > 2.0
+  # The only costs over the general bound applied to a continuous
+  # Gaussian of the same σ_eff = √P·s/Δ are the rounding (Δ > c) and τ,
+  # both tiny here; the server trust model's tight Gaussian accounting
+  # (PLD) at the same σ is far below (the general subsampling bound's
+  # price, see dpcore.ddg_accounting).
+  p = plan.ddg_params
+  sigma_eff = math.sqrt(2) * float(p.sigma_share) / p.sensitivity
+  limit = ddg_accounting.rdp_epsilon(300 * ddg_accounting.subsampled_rdp(
+      ddg_accounting.ORDERS / (2 * sigma_eff**2), 0.05), 1e-5)
+  assert limit <= g.epsilon <= 1.02 * limit
+  server = fedsgd.make_plan([600, 600], trust="server",
+                            noise_multiplier=plan.noise_multiplier, **{
+                                k: v for k, v in kw.items()
+                                if k != "model_size"})
+  ledger = accounting.PrivacyLedger()
+  server.record(ledger)
+  assert ledger.guarantee(1e-5).epsilon < g.epsilon
+
+
+def test_settings_report_bits_and_each_participants_own_guarantee():
+  plan = fedsgd.make_plan([600, 600], trust="distributed",
+                          sampling_rate=0.05, clip_norm=1.0, steps=300,
+                          noise_multiplier=1.0, model_size=650, delta=1e-5)
+  s = plan.settings()
+  assert s["bits"] == 16 and s["padded_dim"] == 1024
+  assert s["bits_per_participant_step"] == 16 * 1024
+  assert s["float32_bits_per_participant_step"] == 32 * 650
+  assert s["wrap_probability"] <= 1e-9
+  assert s["sigma_share"] * s["granularity"] == pytest.approx(
+      1.0 / math.sqrt(2), rel=1e-3)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  # One share of σ/√2 alone protects less than the sum.
+  assert s["own_epsilon"] > ledger.guarantee(1e-5).epsilon
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(model_size=None), "model_size"),
+    (dict(min_survivors=3), "min_survivors"),
+    (dict(noise_multiplier=None), "noise_multiplier"),
+    (dict(epsilon=1.0), "not both"),
+])
+def test_bad_arguments(bad, match):
+  with pytest.raises(ValueError, match=match):
+    _plan(**bad)
+
+
+def test_no_noise_has_no_guarantee_to_record():
+  with pytest.raises(ValueError, match="no DP"):
+    _plan().record(accounting.PrivacyLedger())
