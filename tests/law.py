@@ -32,11 +32,56 @@ also asserts that the same table fails the checks at a wrong q.
 
 from __future__ import annotations
 
+import ast
+import pathlib
+
 import numpy as np
 from scipy import stats
 
 ALPHA = 1e-6
 """Family-wise false-alarm probability of one :func:`failures` call."""
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+SITES = {
+    "dpcore/trainer.py": "tests/dpcore/trainer_law_test.py",
+    "federated/fedsgd.py": "tests/federated/fedsgd_law_test.py",
+    "federated/ddgsgd.py": "tests/federated/fedsgd_law_test.py",
+    "mechanisms/lvq/train.py": "tests/mechanisms/lvq/train_law_test.py",
+    "mechanisms/svm/random_features.py":
+        "tests/mechanisms/svm/random_features_law_test.py",
+}
+"""Every library module that subsamples, and the law test that runs it.
+
+``dpcore/dpsgd.py`` (the samplers themselves) is tested in
+``tests/dpcore/dpsgd_test.py``."""
+
+SAMPLING_CALLS = frozenset({"poisson_batch", "poisson_inclusion",
+                            "clipped_batch_sum", "trainer.train"})
+
+
+def sampling_calls(path) -> set[str]:
+  """The Poisson samplers and DP-SGD entry points a module calls.
+
+  Read from the module's syntax tree (calls only, not docstrings):
+  ``*.poisson_batch(…)``, ``*.poisson_inclusion(…)``,
+  ``*.clipped_batch_sum(…)`` and ``trainer.train(…)``.
+  """
+  tree = ast.parse(pathlib.Path(path).read_text(encoding="utf-8"))
+  found = set()
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Call):
+      continue
+    func = node.func
+    if isinstance(func, ast.Attribute):
+      name = func.attr
+      if name == "train" and isinstance(func.value, ast.Name):
+        name = f"{func.value.id}.train"
+    else:
+      name = getattr(func, "id", None)
+    if name in SAMPLING_CALLS:
+      found.add(name)
+  return found
 
 
 def counts(values, unit: float, *, tolerance: float = 0.05) -> np.ndarray:

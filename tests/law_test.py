@@ -1,4 +1,8 @@
-"""tests/law.py: the law checks pass Poisson sampling and reject the rest."""
+"""tests/law.py: the law checks pass Poisson sampling and reject the rest.
+
+Also: every library module that subsamples has a law test
+(:data:`tests.law.SITES`), found from the calls in its source.
+"""
 
 import numpy as np
 import pytest
@@ -54,3 +58,31 @@ def test_counts_refuse_a_read_back_that_is_not_integral():
   np.testing.assert_array_equal(law.counts([0.0, 0.5, 1.0], 0.5), [0, 1, 2])
   with pytest.raises(AssertionError, match="not integral"):
     law.counts([0.0, 0.3], 0.5)
+
+
+def test_every_sampling_call_site_has_a_law_test():
+  # A new caller of a sampler (or of the trainer) must add a law test that
+  # runs it and reads back the units it used, and list it in law.SITES.
+  found = {}
+  for package in ("dpcore", "mechanisms", "federated"):
+    for path in sorted((law.ROOT / package).rglob("*.py")):
+      name = path.relative_to(law.ROOT).as_posix()
+      if name != "dpcore/dpsgd.py" and law.sampling_calls(path):
+        found[name] = sorted(law.sampling_calls(path))
+  missing = sorted(set(found) - set(law.SITES))
+  assert not missing, "subsampling without a law test: " + ", ".join(
+      f"{m} ({', '.join(found[m])})" for m in missing)
+  stale = sorted(set(law.SITES) - set(found))
+  assert not stale, f"law.SITES lists modules that no longer sample: {stale}"
+  for test in set(law.SITES.values()):
+    assert (law.ROOT / test).is_file(), test
+
+
+def test_sampling_calls_reads_calls_not_words(tmp_path):
+  source = tmp_path / "m.py"
+  source.write_text(
+      '"""Mentions poisson_batch(...) and trainer.train(...)."""\n'
+      "def f(key, plan, loss, p, d, o):\n"
+      "  # dpsgd.poisson_inclusion(key, 3, sampling_rate=0.1)\n"
+      "  return trainer.train(key, plan, loss, p, d, o)\n", encoding="utf-8")
+  assert law.sampling_calls(source) == {"trainer.train"}
