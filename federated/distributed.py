@@ -5,10 +5,12 @@ lists the devices of every process. :func:`global_mesh` lays the
 participant axis over all of them, each process's devices side by side, so
 that each process holds one contiguous block of participants
 (:func:`participant_block`). Each process loads only its own participants'
-rows and turns them into global arrays (:func:`train_arguments`, with
-``jax.make_array_from_process_local_data``); the repeat keys and the
-calibration are replicated, computed alike in every process from the seed
-and the participant sizes. :func:`federated.feddpdr.train` then runs
+rows and turns them into global arrays (:func:`place_local`, with
+``jax.make_array_from_process_local_data``;
+:func:`federated.feddpdr.global_train_arguments` for FedDPDR); the repeat
+keys and the calibration are replicated (:func:`replicate`), computed
+alike in every process from the seed and the participant sizes.
+:func:`federated.feddpdr.train` then runs
 unchanged: per-participant steps (DP-PCA, projections, fits) stay on the
 device holding the participant (``shard_map``,
 :func:`federated.sharding.over_participants`), and only the server's
@@ -21,7 +23,8 @@ After training, :func:`gather` copies to every process what the server
 reports: the global basis and model (replicated already), the fits'
 diagnostics and, when asked, every participant's basis and model.
 :func:`federated.feddpdr.execute` does all of this when its mesh spans
-several processes (:func:`spans_processes`).
+several processes (:func:`spans_processes`). Nothing here knows FedDPDR's
+types: :mod:`federated.feddpdr` imports this module, never the other way.
 
 Every check here is host-side and runs before any program is compiled.
 
@@ -32,7 +35,6 @@ Every check here is host-side and runs before any program is compiled.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -41,17 +43,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from dpcore import validation
 from federated import sharding
-from federated.partition import Participants
 
 __all__ = [
     "check_settings", "gather", "global_mesh", "initialize",
     "local_block", "participant_block", "place_local", "replicate",
-    "spans_processes", "train_arguments",
+    "spans_processes",
 ]
-
-if TYPE_CHECKING:  # feddpdr imports this module: its types for the checker
-  from federated.feddpdr import FedDPDRPlan, TrainOutput
-
 
 def initialize(coordinator_address: str | None = None,
                num_processes: int | None = None,
@@ -219,73 +216,13 @@ def replicate(value, mesh: Mesh) -> jax.Array:
       NamedSharding(mesh, PartitionSpec()), value)
 
 
-def _pad_rows(array, n_max: int):
-  """Zero padding along axis 1 up to ``n_max`` (every process alike)."""
-  array = np.asarray(array)
-  extra = n_max - array.shape[1]
-  if extra < 0:
-    raise ValueError(f"local participants have {array.shape[1]} rows, more "
-                     f"than the largest size {n_max} in the plan.")
-  widths = [(0, 0), (0, extra)] + [(0, 0)] * (array.ndim - 2)
-  return np.pad(array, widths)
+def gather(tree):
+  """Every process's blocks of ``tree``, as host arrays in every process.
 
-
-def train_arguments(key: jax.Array, local: Participants,
-                    plan: FedDPDRPlan, *,
-                    seeds: int, mesh: Mesh) -> tuple:
-  """The arguments of :func:`federated.feddpdr.train`, as global arrays.
-
-  The multi-process :func:`federated.feddpdr.train_arguments`. Call under
-  ``jax.enable_x64(True)``, with the same ``key``, ``plan`` and ``seeds``
-  in every process.
-
-  Args:
-    key: PRNG key; repeat s uses ``split(key, seeds)[s]`` (replicated).
-    local: this process's participants only (:func:`local_block`'s
-      block, in order); they are padded to the largest participant of the
-      whole run, so every process's block has the same shape.
-    plan: :func:`federated.feddpdr.make_plan`'s calibration of all N
-      participants (from their sizes, known to every process).
-    seeds: number of repeats.
-    mesh: :func:`global_mesh`'s mesh.
+  Replicated arrays are copied as they are; arrays split over the
+  participant axis are gathered whole (``process_allgather``, tiled).
+  Leave out what is not needed as None (a leaf-free node): e.g. the
+  per-participant models when only the server's are reported.
   """
-  seeds = validation.check_positive_int(seeds, "seeds")
-  count = len(plan.n)
-  start, stop = local_block(mesh, count)
-  sizes = np.asarray(local.sizes)
-  if not np.array_equal(sizes, plan.n[start:stop]):
-    raise ValueError(
-        f"local participants have sizes {sizes.tolist()}, but the plan's "
-        f"participants {start}..{stop - 1} have sizes "
-        f"{plan.n[start:stop].astype(int).tolist()}; give this process "
-        f"the block local_block() names.")
-  n_max = int(np.max(plan.n))
-  per_participant = (
-      (_pad_rows(local.x, n_max), np.float32),
-      (_pad_rows(local.y, n_max), np.int32),
-      (_pad_rows(local.mask, n_max), np.float32),
-      (plan.sigma[start:stop], np.float32),
-      (plan.n[start:stop], np.float64),
-      (plan.p[start:stop], np.float64),
-      (plan.theta[start:stop], np.float64))
-  keys = jax.random.split(key, seeds)
-  return (replicate(keys, mesh),
-          *(place_local(np.asarray(a, dtype), mesh, count)
-            for a, dtype in per_participant))
-
-
-def gather(out: TrainOutput, *, per_participant: bool = True
-           ) -> TrainOutput:
-  """What the server reports, as host arrays in every process.
-
-  The global basis and model are replicated (each process copies its
-  own); the fits' diagnostics (grad_norm, iterations, converged; S × N × F
-  numbers) are gathered from every process. With ``per_participant``,
-  every participant's basis and model are gathered too (what the local
-  mechanisms are evaluated on); without, ``bases`` and ``betas`` are
-  None.
-  """
-  wanted = out if per_participant else out._replace(bases=None, betas=None)
   return jax.tree.map(np.asarray,
-                      multihost_utils.process_allgather(wanted, tiled=True))
-
+                      multihost_utils.process_allgather(tree, tiled=True))

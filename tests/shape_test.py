@@ -53,7 +53,8 @@ def test_the_walk_finds_the_known_mechanisms():
   expected = {"mechanisms.pca.dp_pca", "mechanisms.erm.objective_perturbation",
               "mechanisms.erm.output_perturbation", "mechanisms.svm.dpwss",
               "mechanisms.svm.random_features", "mechanisms.lvq.init",
-              "mechanisms.lvq.train", "federated.feddpdr", "federated.fedsgd"}
+              "mechanisms.lvq.train", "federated.feddpdr.plan",
+              "federated.fedsgd"}
   assert expected <= set(MECHANISM_MODULES)
 
 

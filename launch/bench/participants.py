@@ -142,9 +142,9 @@ def loop_train(key, x, labels, mask, sigma, n, p, theta, *, static,
                num_classes: int):
   """One repeat of FedDPDR by a Python loop over participants.
 
-  Args as one repeat of :func:`federated.feddpdr.train` (host arrays; the
-  key is the repeat's). Returns its :class:`TrainOutput` without the seed
-  axis.
+  Args: the leaves of one repeat of :func:`federated.feddpdr.train`'s
+  arguments (host arrays; the key is the repeat's). Returns its
+  :class:`TrainOutput` without the seed axis.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -252,7 +252,7 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
     vmapped = feddpdr.summarise(plan, out, acc, per, config=config)
     record_loop = None
     if loop:
-      host = [np.asarray(a) for a in args[1:]]
+      host = [np.asarray(a) for a in jax.tree.leaves(args[1:])]
       run = partial(loop_train, args[0][0], *host, static=config.static,
                     num_classes=num_classes)
       # A first full run compiles every call (and the eager stacking).
@@ -266,7 +266,7 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
       record_loop = {
           "seconds": loop_seconds, "first_run_seconds": loop_first,
           "participants_per_second": participants / loop_seconds,
-          "accuracy": looped["accuracy"],
+          "accuracy": looped.accuracy,
           **captured(parts.x, parts.mask, loop_out.bases,
                      loop_out.global_basis, k),
           "global_basis_distance_to_vmapped": float(
@@ -291,7 +291,7 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
       "vmapped": {
           "seconds": seconds, "first_call_seconds": first,
           "participants_per_second": rate,
-          "accuracy": vmapped["accuracy"],
+          "accuracy": vmapped.accuracy,
           **captured(parts.x, parts.mask, out.bases[0],
                      out.global_basis[0], k),
       },

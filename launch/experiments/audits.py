@@ -681,8 +681,9 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   def mechanism(key, labels):
     sigma, n, p, theta = (a.astype(jnp.float64) if i else a
                           for i, a in enumerate(arrays))
-    out = feddpdr.train(key[None], x, labels, mask, sigma, n, p, theta,
-                        config=config, num_classes=2)
+    out = feddpdr.train(key[None], feddpdr.Rows(x, labels, mask),
+                        feddpdr.Traced(sigma, n, p, theta), config=config,
+                        num_classes=2)
     return out.bases[0, 0], out.betas[0, 0, 0]
 
   def statistic(out):

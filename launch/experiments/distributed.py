@@ -82,7 +82,8 @@ def run_one(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
       chunk=chunk, sizes=sizes)
   extra = {"devices_per_process": len(jax.local_devices()), **(extra or {})}
   return single.make_record(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                            config=config, result=outcome.summary,
+                            config=config,
+                            result=single.summary_record(outcome.summary),
                             timing=timing, devices=int(mesh.size),
                             chunk=outcome.chunk, extra=extra)
 

@@ -239,7 +239,7 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
 
   Returns:
     The JSON record: settings (budget fields null for ``nonpriv``),
-    results of :func:`federated.feddpdr.summarise`, timings, and
+    results (:func:`summary_record`), timings, and
     ``participants_per_second`` (participants × seeds / ``seconds``: the
     training alone, after compilation, without partition or evaluation),
     ``devices``, ``processes`` (``jax.process_count()``), ``chunk``,
@@ -265,7 +265,7 @@ def run_one(prepared: Prepared, *, sizes, seed: int, seeds: int,
   outcome, timing = timed_execute(
       jax.random.fold_in(key, 1), parts, prepared, config=config,
       seeds=seeds, timing_repeats=timing_repeats, mesh=mesh, chunk=chunk)
-  result = outcome.summary
+  result = summary_record(outcome.summary)
   if config.description.federated:
     result["captured_variance"] = captured_variance(
         parts, outcome.output.global_basis, k=config.k)
@@ -417,6 +417,30 @@ def timed_training(run, timing_repeats: int, *, participants: int,
       "compile_seconds": max(first - seconds, 0.0),
       "participants_per_second": rate,
   }
+
+
+def summary_record(summary: feddpdr.Summary) -> dict:
+  """The JSON-ready fields of a run's :class:`federated.feddpdr.Summary`:
+  accuracy (mean over repeats), accuracy_std, accuracy_per_seed, privacy,
+  epsilon_pca, epsilon_per_classifier, sigma_pca, grad_norm_max,
+  iterations_max, seeds, and accuracy_per_participant (local mechanisms
+  only)."""
+  record = {
+      "accuracy": summary.accuracy,
+      "accuracy_std": summary.accuracy_std,
+      "accuracy_per_seed": list(summary.accuracy_per_seed),
+      "privacy": summary.privacy,
+      "epsilon_pca": summary.epsilon_pca,
+      "epsilon_per_classifier": summary.epsilon_per_classifier,
+      "sigma_pca": summary.sigma_pca,
+      "grad_norm_max": summary.grad_norm_max,
+      "iterations_max": summary.iterations_max,
+      "seeds": summary.seeds,
+  }
+  if summary.accuracy_per_participant is not None:
+    record["accuracy_per_participant"] = [
+        list(row) for row in summary.accuracy_per_participant]
+  return record
 
 
 def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,

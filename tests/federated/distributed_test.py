@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from dpcore import noise
-from federated import aggregation, distributed, feddpdr, partition, sharding
+from federated import aggregation, distributed, feddpdr, sharding
 from mechanisms.pca import dp_pca
 from tests.federated import layouts
 
@@ -241,12 +241,12 @@ _TRAIN_SCRIPT = """
     plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     with jax.enable_x64(True):
-      args = distributed.train_arguments(jax.random.key(2), local, plan,
-                                         seeds=2, mesh=mesh)
+      args = feddpdr.global_train_arguments(jax.random.key(2), local, plan,
+                                            seeds=2, mesh=mesh)
       out = feddpdr.train(*args, config=cfg,
                           num_classes=layouts.NUM_CLASSES, mesh=mesh)
       host = distributed.gather(out)
-      reduced = distributed.gather(out, per_participant=False)
+      reduced = distributed.gather(out._replace(bases=None, betas=None))
     assert reduced.bases is None and reduced.betas is None
     np.testing.assert_array_equal(reduced.global_basis, host.global_basis)
     if PID == 0:
@@ -298,8 +298,8 @@ _EXECUTE_SCRIPT = """
     assert isinstance(got.output.bases, np.ndarray)  # gathered to the host
     if PID == 0:
       np.savez(OUT, sigma=got.plan.sigma,
-               per=np.asarray(got.summary["accuracy_per_participant"]),
-               epsilon=got.summary["privacy"]["epsilon"])
+               per=np.asarray(got.summary.accuracy_per_participant),
+               epsilon=got.summary.privacy["epsilon"])
 """
 
 
@@ -312,8 +312,8 @@ def test_execute_over_processes_is_the_one_process_run(tmp_path):
                          num_classes=layouts.NUM_CLASSES, config=config,
                          seeds=2)
   np.testing.assert_array_equal(got["sigma"], want.plan.sigma)
-  assert float(got["epsilon"]) == want.summary["privacy"]["epsilon"]
-  per = np.asarray(want.summary["accuracy_per_participant"])
+  assert float(got["epsilon"]) == want.summary.privacy["epsilon"]
+  per = np.asarray(want.summary.accuracy_per_participant)
   assert got["per"].shape == per.shape == (2, 4)
   # Rounding may move a test prediction or two of a local model (the
   # layouts module's premise checks are about the bases, not the scores).
@@ -377,29 +377,6 @@ def test_global_mesh_needs_a_multiple_of_the_devices():
     distributed.global_mesh(3, two)
   with pytest.raises(ValueError, match="num_participants"):
     distributed.global_mesh(0)
-
-
-def test_train_arguments_check_the_local_block():
-  parts, _, _ = layouts.problem(4)
-  cfg = layouts.config("feddpdr")
-  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
-                         num_classes=layouts.NUM_CLASSES, config=cfg)
-  mesh = distributed.global_mesh(4)
-  with jax.enable_x64(True):
-    # One process holds all four participants; given only three, refused.
-    short = partition.Participants(*(a[:3] for a in parts))
-    with pytest.raises(ValueError, match="local participants have sizes"):
-      distributed.train_arguments(jax.random.key(2), short, plan, seeds=1,
-                                  mesh=mesh)
-    args = distributed.train_arguments(jax.random.key(2), parts, plan,
-                                       seeds=2, mesh=mesh)
-    want = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=2)
-  assert len(args) == len(want) == 8
-  np.testing.assert_array_equal(jax.random.key_data(args[0]),
-                                jax.random.key_data(want[0]))
-  for got_arg, want_arg in zip(args[1:], want[1:], strict=True):
-    assert got_arg.dtype == want_arg.dtype
-    np.testing.assert_array_equal(got_arg, want_arg)
 
 
 def test_docstring_example():

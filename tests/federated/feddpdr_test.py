@@ -12,6 +12,7 @@ from dp_accounting import pld, rdp
 
 from dpcore import accounting, clipping, memory, options, shape
 from federated import aggregation, feddpdr, partition
+from federated.feddpdr import training
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 from tests.federated import layouts
@@ -126,10 +127,12 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
                          config=config)
   key = jax.random.key(5)
   with jax.enable_x64(True):
-    out = jax.jit(lambda kk: feddpdr._train_one(
-        kk, jnp.asarray(xp), jnp.asarray(yp), jnp.asarray(mask),
-        jnp.asarray(plan.sigma, jnp.float32), jnp.asarray(plan.n),
-        jnp.asarray(plan.p), jnp.asarray(plan.theta), config=config,
+    out = jax.jit(lambda kk: training._train_one(
+        kk, feddpdr.Rows(jnp.asarray(xp), jnp.asarray(yp),
+                         jnp.asarray(mask)),
+        feddpdr.Traced(jnp.asarray(plan.sigma, jnp.float32),
+                       jnp.asarray(plan.n), jnp.asarray(plan.p),
+                       jnp.asarray(plan.theta)), config=config,
         num_classes=classes))(key)
     # The same computation, one participant at a time, unpadded.
     # Participant i's keys: split(fold_in(key, i)) (independent of P).
@@ -171,13 +174,15 @@ def test_run_end_to_end_and_convergence_error():
   config = feddpdr.Config(mechanism="nonpriv", k=3)
   result = feddpdr.run(jax.random.key(1), parts, x[300:], labels[300:],
                        num_classes=3, config=config, seeds=2)
-  assert result["accuracy"] > 0.9  # well separated blobs
-  assert result["grad_norm_max"] <= config.tol
-  assert len(result["accuracy_per_seed"]) == 2
-  assert result["privacy"]["no_guarantee"] == accounting.NON_PRIVATE
-  for field in ("iterations_max", "accuracy_std", "sigma_pca"):
-    assert field in result
-  assert "seconds" not in result  # timing is the harness's
+  assert isinstance(result, feddpdr.Summary)
+  assert result.accuracy > 0.9  # well separated blobs
+  assert result.grad_norm_max <= config.tol
+  assert len(result.accuracy_per_seed) == result.seeds == 2
+  assert result.privacy["no_guarantee"] == accounting.NON_PRIVATE
+  assert result.accuracy_per_participant is None  # a federated mechanism
+  assert result.iterations_max >= 1 and result.sigma_pca == 0.0
+  assert result.accuracy_std >= 0.0
+  assert not hasattr(result, "seconds")  # timing is the harness's
   with pytest.raises(feddpdr.ConvergenceError, match="max_iter"):
     feddpdr.run(jax.random.key(1), parts, x[300:], labels[300:],
                 num_classes=3, config=dataclasses.replace(config, max_iter=1))
@@ -229,14 +234,14 @@ def test_budgets_share_one_compiled_program(monkeypatch):
   parts = partition.partition(jax.random.key(0), x[:150], labels[:150],
                               sizes=(70, 80))
   traces = []
-  original = feddpdr._train_one
+  original = training._train_one
 
   def counted(*args, **kwargs):
     traces.append(kwargs["config"].mechanism)
     return original(*args, **kwargs)
 
-  monkeypatch.setattr(feddpdr, "_train_one", counted)
-  feddpdr._train_all.clear_cache()
+  monkeypatch.setattr(training, "_train_one", counted)
+  training._train_all.clear_cache()
   for eps, calibration in ((0.5, "analytic"), (4.0, "analytic"),
                            (0.9, "classic")):
     config = feddpdr.Config(epsilon=eps, k=2, lam=1.0,
@@ -368,7 +373,7 @@ def test_execute_hands_its_training_call_to_the_harness():
   assert got.chunk == 1
   assert got.summary == feddpdr.run(jax.random.key(1), parts, x[150:],
                                     labels[150:], participant_chunk=1, **kw)
-  assert len(got.summary["accuracy_per_participant"]) == 2
+  assert len(got.summary.accuracy_per_participant) == 2
   # A memory budget too small even for one participant is refused before
   # any training; one that fits all at once leaves the chunk alone.
   with pytest.raises(ValueError, match="even one at a time"):

@@ -1,0 +1,55 @@
+"""Tests of the program's arguments (federated.feddpdr.arguments)."""
+
+import jax
+import numpy as np
+import pytest
+
+from federated import distributed, feddpdr, partition
+from tests.federated import layouts
+
+
+def test_global_train_arguments_check_the_local_block():
+  parts, _, _ = layouts.problem(4)
+  cfg = layouts.config("feddpdr")
+  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+                           num_classes=layouts.NUM_CLASSES, config=cfg)
+  mesh = distributed.global_mesh(4)
+  with jax.enable_x64(True):
+    # One process holds all four participants; given only three, refused.
+    short = partition.Participants(*(a[:3] for a in parts))
+    with pytest.raises(ValueError, match="local participants have sizes"):
+      feddpdr.global_train_arguments(jax.random.key(2), short, plan,
+                                     seeds=1, mesh=mesh)
+    args = feddpdr.global_train_arguments(jax.random.key(2), parts, plan,
+                                          seeds=2, mesh=mesh)
+    want = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=2)
+  keys, rows, traced = args
+  assert isinstance(rows, feddpdr.Rows)
+  assert isinstance(traced, feddpdr.Traced)
+  assert jax.tree.structure(args) == jax.tree.structure(want)
+  np.testing.assert_array_equal(jax.random.key_data(keys),
+                                jax.random.key_data(want[0]))
+  for got_arg, want_arg in zip(jax.tree.leaves(args[1:]),
+                               jax.tree.leaves(want[1:]), strict=True):
+    assert got_arg.dtype == want_arg.dtype
+    np.testing.assert_array_equal(got_arg, want_arg)
+
+
+def test_train_arguments_types_and_buckets():
+  parts, _, _ = layouts.problem(4)
+  cfg = layouts.config("feddpdr")
+  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+                           num_classes=layouts.NUM_CLASSES, config=cfg)
+  with jax.enable_x64(True):
+    keys, rows, traced = feddpdr.train_arguments(jax.random.key(2), parts,
+                                                 plan, seeds=3)
+    buckets = partition.bucket(parts)
+    _, bucketed, same = feddpdr.train_arguments(jax.random.key(2), buckets,
+                                                plan, seeds=3)
+  assert keys.shape == (3,)
+  assert [a.dtype for a in rows] == [np.float32, np.int32, np.float32]
+  assert [a.dtype for a in traced] == [np.float32] + [np.float64] * 3
+  assert isinstance(bucketed, feddpdr.Bucketed)
+  assert len(bucketed.groups) == len(bucketed.index) == len(buckets.groups)
+  for got, want in zip(same, traced, strict=True):
+    np.testing.assert_array_equal(got, want)
