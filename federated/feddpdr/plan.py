@@ -134,6 +134,20 @@ def _privacy(pca: dp_pca.PcaPlan | None, fits: tuple, *, delta: float,
   return ledger.report(delta, nominal_epsilon=epsilon_nominal,
                        nominal_note=NOMINAL_NOTE)
 
+def _checked_sizes(sizes) -> np.ndarray:
+  """Every participant's rows: whole, positive counts, at least one."""
+  sizes = np.asarray(sizes)
+  if sizes.size and not np.issubdtype(sizes.dtype, np.integer):
+    raise ValueError(f"sizes must be whole row counts, got {sizes!r}.")
+  if sizes.ndim != 1 or sizes.size == 0:
+    raise ValueError(f"sizes must be a non-empty list, got {sizes!r}.")
+  if np.any(sizes < 1):
+    raise ValueError(
+        f"participant {int(np.argmin(sizes))} has no rows (sizes "
+        f"{sizes.tolist()}); every participant needs at least one row.")
+  return sizes
+
+
 def make_plan(sizes, *, d: int, num_classes: int,
               config: Config) -> FedDPDRPlan:
   """Validates the settings and calibrates every participant's noise.
@@ -160,15 +174,7 @@ def make_plan(sizes, *, d: int, num_classes: int,
   if not isinstance(config, Config):
     raise TypeError(f"config must be a feddpdr.Config, got {config!r}.")
   config.check(d=d)
-  sizes = np.asarray(sizes)
-  if sizes.size and not np.issubdtype(sizes.dtype, np.integer):
-    raise ValueError(f"sizes must be whole row counts, got {sizes!r}.")
-  if sizes.ndim != 1 or sizes.size == 0:
-    raise ValueError(f"sizes must be a non-empty list, got {sizes!r}.")
-  if np.any(sizes < 1):
-    raise ValueError(
-        f"participant {int(np.argmin(sizes))} has no rows (sizes "
-        f"{sizes.tolist()}); every participant needs at least one row.")
+  sizes = _checked_sizes(sizes)
   num_classes = validation.check_positive_int(num_classes, "num_classes")
   if num_classes < 2:
     raise ValueError("num_classes must be >= 2 for a classifier.")
