@@ -3,6 +3,8 @@
 * :mod:`mechanisms.pca`: DP-PCA (Gaussian noise on XᵀX).
 * :mod:`mechanisms.erm`: private empirical risk minimisation, objective
   perturbation (Huber SVM, logistic) and output perturbation.
+* :mod:`mechanisms.features`: the scattering transform (hand-crafted
+  image features) and its free or private normalisation.
 * :mod:`mechanisms.svm`: kernels, the SMO solver with LIBSVM's WSS2 and the
   DPWSS / private working-set selections.
 * :mod:`mechanisms.lvq`: G(M)LVQ models, private initialisation and DP-SGD
@@ -14,6 +16,6 @@ that records its cost in a :class:`dpcore.PrivacyLedger`.
 
 from dpcore import lazy
 
-_SUBMODULES = ("erm", "lvq", "pca", "svm")
+_SUBMODULES = ("erm", "features", "lvq", "pca", "svm")
 
 __getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES)

@@ -1,0 +1,15 @@
+"""Hand-crafted image features for private learning, and their normalisation.
+
+* :mod:`mechanisms.features.scattering`: the 2-D order-2 scattering
+  transform (Morlet wavelets, FFT in JAX) — data-independent, so it costs
+  no privacy.
+* :mod:`mechanisms.features.normalization`: per-example group
+  normalisation (free) and private data normalisation (per-channel mean
+  and variance by the Gaussian mechanism, the one mechanism shape).
+"""
+
+from dpcore import lazy
+
+_SUBMODULES = ("normalization", "scattering")
+
+__getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES)
