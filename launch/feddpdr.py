@@ -39,7 +39,7 @@ disjoint random training rows (``--sizes``, or ``--participants`` ×
 ``--n_per_participant``, which must fit in the training rows). The
 partition comes from ``--seed``; the ``--seeds`` repeats share it and differ
 in the noise (vmapped over keys). Evaluation of each mechanism: see
-``federated/feddpdr.py``.
+``federated/feddpdr/__init__.py``.
 
 Many participants: ``--dataset=synthetic:rows=1600000,d=64`` (a generated
 class mixture, ``launch.data.loaders.synthetic``) holds 200,000
