@@ -4,8 +4,9 @@
   independently with probability q) as a fixed-size, jit-friendly index
   array plus a 0/1 mask of the filled slots (slot j is not row j);
   :func:`poisson_inclusion` draws the same coins as one 0/1 entry per
-  row, for callers that weight each unit in place; :func:`max_batch_size` picks the fixed size so that
-  truncation is vanishingly rare, and the batch reports when it happens.
+  row, for callers that weight each unit in place; :func:`max_batch_size`
+  picks the fixed size so that truncation is vanishingly rare, and the
+  batch reports when it happens.
   Its ``method="bernoulli"`` costs O(N) per batch, ``method="gaps"``
   (geometric gaps between sampled rows, :func:`gap_table`) O(B log N);
   :func:`choose_sampler` picks one, and :func:`sampler_departure` bounds
@@ -582,8 +583,9 @@ class DPAggregateState(NamedTuple):
 def _missing_mask_error() -> ValueError:
   return ValueError(
       "dp_aggregate's update needs mask=: the (batch,) 0/1 mask of the "
-      "padded batch, e.g. tx.update(grads, state, params, mask=batch.slot_mask) "
-      "for batch = poisson_batch(...), or mask=jnp.ones(n) for a batch "
+      "padded batch, e.g. tx.update(grads, state, params, "
+      "mask=batch.slot_mask) for batch = poisson_batch(...), or "
+      "mask=jnp.ones(n) for a batch "
       "without padding. Without it the padding slots, which repeat row 0, "
       "would enter the sum and the accounted guarantee would not hold.")
 
@@ -655,8 +657,8 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
         raise ValueError(
             "dp_aggregate(presummed=True) takes an already clipped sum: "
             "apply the mask where the sum is formed (e.g. "
-            "lvq_clip.clipped_gradient_sum(..., mask=batch.slot_mask)) and call "
-            "update without mask=.")
+            "lvq_clip.clipped_gradient_sum(..., mask=batch.slot_mask)) and "
+            "call update without mask=.")
       summed = updates
     else:
       if mask is None:

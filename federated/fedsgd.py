@@ -579,7 +579,8 @@ def release(key: jax.Array, plan: FedSGDPlan,
           jax.random.fold_in(jax.random.fold_in(sampling, p), t), plan.rows,
           sampling_rate=plan.sampling_rate,
           max_batch=plan.row_plan.max_batch, method=plan.row_plan.sampler)
-      return batch.indices, batch.slot_mask, batch.size > plan.row_plan.max_batch
+      over = batch.size > plan.row_plan.max_batch
+      return batch.indices, batch.slot_mask, over
     indices, taken, over = jax.vmap(draw)(participants)
     taken = taken.reshape(-1)
     slot = jnp.cumsum(taken > 0) - 1

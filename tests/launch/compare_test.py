@@ -152,7 +152,7 @@ def test_tuned_run_records_the_whole_tuning(results):
   # K and the schedule are not released (the guarantee holds with them
   # hidden), nor is any trial's score but the winner's.
   assert not {"trials", "schedule"} & set(t) and len(t["scores"]) == 2
-  assert "trials" not in json.dumps(rec["privacy"]["entries"])
+  assert '"trials"' not in json.dumps(rec["privacy"]["entries"])
   assert all(w in range(len(TUNE_CANDIDATES)) for w in t["winner"])
   assert t["winning_settings"] == [TUNE_CANDIDATES[w] for w in t["winner"]]
   assert t["score_epsilon"] == 0.5 and t["epsilon_per_trial_target"] == 2.0
