@@ -145,6 +145,11 @@ def _checked_sizes(sizes) -> np.ndarray:
     raise ValueError(
         f"participant {int(np.argmin(sizes))} has no rows (sizes "
         f"{sizes.tolist()}); every participant needs at least one row.")
+  # The program indexes the padded slots (participants × longest) as int32.
+  validation.check_count_product(
+      {"participants": sizes.size,
+       "rows of the largest participant": int(sizes.max())},
+      "participants × rows", fix="use fewer or smaller participants")
   return sizes
 
 

@@ -108,7 +108,7 @@ class Config(Static):
     validation.check_positive(self.lam, name("lam"))
     validation.check_positive(self.huber_h, name("huber_h"))
     validation.check_positive(self.tol, name("tol"))
-    validation.check_positive_int(self.max_iter, name("max_iter"))
+    validation.check_count(self.max_iter, name("max_iter"))
     validation.check_in_range(self.pca_fraction, name("pca_fraction"), 0.0,
                               1.0)
     k = validation.check_positive_int(self.k, name("k"))

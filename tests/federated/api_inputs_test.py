@@ -134,6 +134,12 @@ FEDSGD_CASES = [
           lambda: _fedsgd_plan(sizes=[2**16] * 2**15 + [1]), ValueError,
           r"participants × rows = 2,147,549,184 \(participants 32,769 × "
           r"rows of the largest participant 65,536\)"),
+    _case("feddpdr_participants_times_rows_above_int32",
+          lambda: _prepare(sizes=[2**16] * 2**15 + [1]), ValueError,
+          r"participants × rows = 2,147,549,184"),
+    _case("feddpdr_max_iter_above_int32",
+          lambda: _prepare(config=feddpdr.Config(k=2, max_iter=2**31)),
+          ValueError, "max_iter = 2,147,483,648 does not fit the int32"),
 ]
 
 
