@@ -10,6 +10,8 @@
 * ``participants``: FedDPDR participants per second, vmapped against a loop.
 * ``peers``: DP-SGD step time of peer engines (Opacus, jax-privacy); run
   outside the project's environment.
+* ``scattering``: the scattering transform of MNIST's 70,000 images
+  against the same FFTs in ``scipy.fft``.
 * ``smo``: our WSS2 SMO against LIBSVM, and vmapped DPWSS repeats.
 * ``topk``: batched ``eigh`` against the subspace top-k on DP-PCA matrices.
 """
