@@ -669,7 +669,11 @@ def _compose_all(entries, delta, use_pld) -> Guarantee:
   inner = delta - _truncation_delta(half.epsilon, slack)
   if inner >= delta / 2.0:
     g = _compose_ideal(ideal, inner, use_pld)
-    total = delta  # ≥ g.delta + (1 + e^ε)·P, as ε ≤ ε½ (see above)
+    # δ itself when the ideal steps fit δ′ (ε ≤ ε½, see above); more when
+    # they do not (steps known only by their own (ε, δ), composed
+    # basically at that δ), never less than what the events add.
+    total = max(delta, min(1.0, g.delta + _truncation_delta(g.epsilon,
+                                                            slack)))
   else:
     g = half
     total = min(1.0, g.delta + _truncation_delta(g.epsilon, slack))

@@ -236,6 +236,18 @@ def test_calibrate_dpsgd_noise_round_trip():
                                   **kw) > 2.0
 
 
+def test_truncation_beside_a_step_known_only_by_its_epsilon_delta():
+  # An (ε, δ) step can only be composed at its own δ: the truncation's
+  # (1 + e^ε)·P comes on top of it, not inside the asked-for δ (the
+  # report said δ = 1e-5 here before).
+  ledger = accounting.PrivacyLedger()
+  ledger.record_approx(1.0, 1e-5, label="step", relation="add_remove")
+  ledger.record_truncation(1e-6, label="padding")
+  report = ledger.report(1e-5)
+  assert report["epsilon"] == pytest.approx(1.0)
+  assert report["delta"] == pytest.approx(1e-5 + (1 + math.e) * 1e-6)
+
+
 def test_truncation_event_is_paid_for_in_delta():
   # A Gaussian step plus a truncation event of probability P: the ideal
   # step is composed at δ′ = δ − (1 + e^ε½)·P, ε½ its ε at δ/2.
