@@ -38,7 +38,12 @@ from dpcore import (
 )
 from dpcore import lattice as dp_lattice
 from federated import feddpdr, fedsgd
-from launch.experiments import dpwss_audits, rff_audits, tuning_audits
+from launch.experiments import (
+  dpwss_audits,
+  feature_audits,
+  rff_audits,
+  tuning_audits,
+)
 from launch.experiments.audit_spec import (
   POSITIONS,
   AuditSpec,
@@ -732,6 +737,7 @@ def specs() -> list[AuditSpec]:
       fedsgd_spec(trust="participant", broken="compacted_mask"),
   ]
   out.extend(dpwss_audits.specs())
+  out.extend(feature_audits.specs())
   out.extend(rff_audits.specs())
   out.extend(tuning_audits.specs())
   return out

@@ -24,12 +24,14 @@ SMALL = {"gaussian": 100_000, "laplace": 50_000, "exponential": 100_000,
          "discrete_laplace": 50_000,
          **{f"{base}@{p}": 20_000 for p in POSITIONS
             for base in ("dpsgd", "trainer_ghost", "fedsgd_server",
-                         "fedsgd_local", "fedsgd_participant")}}
+                         "fedsgd_local", "fedsgd_participant",
+                         "features_dpsgd")}}
 BROKEN = {"gaussian_sigma_halved": 20_000,
           "laplace_wrong_sensitivity": 20_000,
           "dpsgd_mask_dropped": 5_000, "dpsgd_clip_skipped": 5_000,
           "trainer_clip_skipped": 5_000,
-          "fedsgd_participant_compacted_mask@first": 20_000}
+          "fedsgd_participant_compacted_mask@first": 20_000,
+          "features_dpsgd_clip_skipped": 20_000}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,7 @@ def test_every_spec_with_units_has_its_canary_first_middle_and_last(
     if spec.position is not None and not spec.broken:
       groups.setdefault(group(spec.name), set()).add(spec.position)
   assert {"dpsgd", "trainer_ghost", "fedsgd_server", "fedsgd_local",
-          "fedsgd_participant", "dp_pca"} <= set(groups)
+          "fedsgd_participant", "dp_pca", "features_dpsgd"} <= set(groups)
   for name, positions in groups.items():
     assert positions == set(POSITIONS), name
 
@@ -201,7 +203,8 @@ def test_every_spec_at_its_default_trials(all_specs):
 
 
 @pytest.mark.parametrize("first", ["dpwss_audits", "rff_audits",
-                                   "tuning_audits", "audits"])
+                                   "tuning_audits", "feature_audits",
+                                   "audits"])
 def test_spec_modules_import_in_any_order(first):
   # No import circle: each collection imports AuditSpec from its own light
   # module, and audits imports the others at the top.
