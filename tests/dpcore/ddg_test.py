@@ -173,6 +173,7 @@ def test_noise_share_has_the_planned_scale():
   assert abs(2.0 / 3 - sd) > 0.08 * want
 
 
+@pytest.mark.slow  # heavy for the default suite (CI time)
 def test_encode_is_pure_and_keyed():
   p = _params(noise_multiplier=1.0)
   rows = jnp.ones((2, 50)) * 0.1
@@ -186,6 +187,7 @@ def test_encode_is_pure_and_keyed():
   assert a.dtype == jnp.uint32 and int(jnp.max(a)) < 2**16
 
 
+@pytest.mark.slow  # heavy for the default suite (CI time)
 def test_choose_params_keeps_the_wrap_probability():
   p = ddg.choose_params(dim=650, clip_norm=1.0, bits=16,
                         noise_multiplier=1.0, shares=2, rows=120, steps=300)

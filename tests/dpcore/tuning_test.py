@@ -358,15 +358,12 @@ def test_audit_catches_a_fixed_k_accounted_as_random():
 
 
 def test_audit_catches_k_released_beside_the_score():
-  # The same tuning, the same reported ε: only K is released too.
+  # The same tuning, the same reported ε: only K is released too (the
+  # unbroken spec, reading the score alone, stays below:
+  # test_audit_does_not_catch_the_tuning).
   spec = tuning_audits.tuned_laplace_spec(broken="k_released")
-  result = audits.run_spec(jax.random.key(1), spec, trials=200_000)
+  result = audits.run_spec(jax.random.key(1), spec, trials=100_000)
   assert result.epsilon_lower > spec.reported_epsilon
-  # The unbroken spec on the same keys reads the score alone and stays
-  # below: the catch is K's doing.
-  fine = audits.run_spec(jax.random.key(1), tuning_audits.tuned_laplace_spec(),
-                         trials=200_000)
-  assert fine.epsilon_lower < spec.reported_epsilon
 
 
 @pytest.mark.slow

@@ -127,6 +127,7 @@ def _assert_same(got, want, mechanism):
                              err_msg=f"{mechanism}: global model")
 
 
+@pytest.mark.slow  # heavy for the default suite (CI time)
 def test_bucketed_feddpdr_equals_the_padded_run():
   parts, _, _ = _problem(SMALL)
   buckets = partition.bucket(parts)

@@ -127,6 +127,7 @@ def pca_and_aggregate(key, x, mask, sizes, mesh):
   return jax.jit(run)(key, x, mask)
 
 
+@pytest.mark.slow  # heavy for the default suite (CI time)
 def test_two_processes_give_the_one_process_pca_and_aggregate(tmp_path):
   got = _launch(_PCA_SCRIPT, processes=2, devices=1, tmp_path=tmp_path)
   assert got["block"].tolist() == [0, 2]  # process 0 holds participants 0, 1

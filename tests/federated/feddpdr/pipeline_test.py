@@ -70,6 +70,7 @@ def test_run_rejects_bad_input(bad, match):
                 config=config)
 
 
+@pytest.mark.slow  # heavy for the default suite (CI time)
 def test_execute_hands_its_training_call_to_the_harness():
   # execute is the one orchestration: a harness's train_with gets the very
   # call execute would make, and what it returns is what gets evaluated.

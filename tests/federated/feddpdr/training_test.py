@@ -138,6 +138,7 @@ def test_participant_keys_do_not_depend_on_the_number_of_participants():
   assert len({tuple(r) for r in flat}) == 11
 
 
+@pytest.mark.slow  # heavy for the default suite (CI time)
 def test_nonpriv_is_the_private_program_with_the_noise_off():
   # The baseline runs the feddpdr program with σ = 0, θ = 0 and p = ∞. It
   # must equal the explicitly non-private kernels (exact PCA, fits with
