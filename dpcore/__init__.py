@@ -13,7 +13,7 @@ from __future__ import annotations
 from dpcore import lazy
 
 _SUBMODULES = (
-    "accounting", "auditing", "calibration", "clipping", "ddg",
+    "accounting", "audit_spec", "auditing", "calibration", "clipping", "ddg",
     "ddg_accounting", "discrete", "discrete_calibration", "dpsgd",
     "exponential", "ghost", "lattice", "lazy", "linalg", "memory",
     "metrics", "noise", "options", "rotation", "shape", "trainer", "tuning",

@@ -20,7 +20,8 @@ import jax
 
 from dpcore import accounting, auditing, memory
 from launch import common
-from launch.experiments import audit_spec, audits
+from dpcore import audit_spec
+from launch.experiments import audits
 
 AUDIT_ONLY = ("privacy audit: synthetic neighbouring data sets, nothing is "
               "released; the audited claim is under 'claim'")

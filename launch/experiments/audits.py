@@ -44,7 +44,7 @@ from launch.experiments import (
   rff_audits,
   tuning_audits,
 )
-from launch.experiments.audit_spec import (
+from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,

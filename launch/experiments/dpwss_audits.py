@@ -37,7 +37,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from launch.experiments.audit_spec import AuditSpec, claimed_epsilon
+from dpcore.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.svm import dpwss, kernels, smo, wss
 
 DELTA = 1e-5

@@ -46,7 +46,7 @@ import numpy as np
 import optax
 
 from dpcore import accounting, ghost, trainer
-from launch.experiments.audit_spec import (
+from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,

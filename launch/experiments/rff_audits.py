@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpcore import accounting
-from launch.experiments.audit_spec import (
+from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,

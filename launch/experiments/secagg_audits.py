@@ -33,7 +33,7 @@ import optax
 
 from dpcore import accounting, ddg, ddg_accounting, ghost
 from federated import fedsgd
-from launch.experiments.audit_spec import (
+from dpcore.audit_spec import (
     POSITIONS,
     AuditSpec,
     canary_index,

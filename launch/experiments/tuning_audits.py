@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from dpcore import accounting, noise, tuning
-from launch.experiments.audit_spec import AuditSpec
+from dpcore.audit_spec import AuditSpec
 
 OFFSETS = (0.0, 0.5, -0.5)
 """The candidates: public shifts of the score."""

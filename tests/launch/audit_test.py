@@ -14,7 +14,7 @@ import pytest
 from dpcore import accounting
 from launch import audit_run as audit_script
 from launch.experiments import audits
-from launch.experiments.audit_spec import POSITIONS, group
+from dpcore.audit_spec import POSITIONS, group
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
@@ -214,7 +214,7 @@ def test_spec_modules_import_in_any_order(first):
   # No import circle: each collection imports AuditSpec from its own light
   # module, and audits imports the others at the top.
   code = (f"from launch.experiments import {first}\n"
-          "from launch.experiments import audits, audit_spec\n"
+          "from dpcore import audit_spec\nfrom launch.experiments import audits\n"
           "assert audits.AuditSpec is audit_spec.AuditSpec\n"
           "import inspect\n"
           "assert 'import' not in inspect.getsource(audits.specs)\n")

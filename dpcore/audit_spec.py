@@ -1,8 +1,7 @@
 """The description of one privacy audit (:class:`AuditSpec`).
 
-Its own module so that the spec collections (:mod:`.audits`,
-:mod:`.dpwss_audits`, :mod:`.rff_audits`, :mod:`.tuning_audits`) import
-it without importing one another. :func:`claimed_epsilon` reads the ε a
+Every mechanism's audit specs are built from it, beside the mechanism;
+the audit runner (:mod:`launch.audit`) collects and runs them. :func:`claimed_epsilon` reads the ε a
 spec audits and checks that the library claims it under the spec's
 neighbouring relation.
 """
