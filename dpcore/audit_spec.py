@@ -1,9 +1,9 @@
 """The description of one privacy audit (:class:`AuditSpec`).
 
 Every mechanism's audit specs are built from it, beside the mechanism;
-the audit runner (:mod:`launch.audit`) collects and runs them. :func:`claimed_epsilon` reads the ε a
-spec audits and checks that the library claims it under the spec's
-neighbouring relation.
+the audit runner (:mod:`launch.audit`) collects and runs them.
+:func:`claimed_epsilon` reads the ε a spec audits and checks that the
+library claims it under the spec's neighbouring relation.
 """
 
 from __future__ import annotations

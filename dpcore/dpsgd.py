@@ -46,14 +46,13 @@ import numpy as np
 import optax
 from scipy import stats
 
-from dpcore import clipping, noise, validation
+from dpcore import clipping, noise, options, validation
 
 __all__ = [
     "DPAggregateState",
     "GapTable",
     "MAX_GAP_TABLE",
     "PoissonBatch",
-    "SAMPLERS",
     "choose_sampler",
     "dp_aggregate",
     "gap_table",
@@ -173,7 +172,6 @@ def _check_static_rate(sampling_rate) -> float:
 
 # -- the gap sampler: O(B) work per batch instead of O(N) ---------------------
 
-SAMPLERS = ("bernoulli", "gaps", "auto")
 
 # Fixed-point fraction bits of the host-side powers (1 − q)^g; the table
 # itself has 64-bit thresholds, compared with 64-bit uniforms.
@@ -340,9 +338,9 @@ def choose_sampler(num_examples: int, max_batch: int, *,
 
 def _check_method(method, num_examples: int, max_batch: int,
                   q: float) -> str:
-  if not isinstance(method, str) or method not in SAMPLERS:
+  if not isinstance(method, str) or method not in list(options.Sampler):
     raise ValueError(
-        f"method must be one of {', '.join(map(repr, SAMPLERS))}, got "
+        f"method must be one of {', '.join(options.Sampler)}, got "
         f"{method!r}; 'bernoulli' draws one random word per row, 'gaps' "
         f"one geometric gap per sampled row, 'auto' picks the cheaper "
         f"(choose_sampler).")

@@ -27,14 +27,21 @@ spellings in the message.
 True
 >>> parse_relation("replace")  # the old spelling, mapped
 <Relation.REPLACE_ONE: 'replace_one'>
->>> check_one_of("rbf", KERNELS, "--kernel")
-'rbf'
+>>> parse(Kernel, "rbf", "kernel")
+<Kernel.RBF: 'rbf'>
+
+Every other option set is a :class:`enum.StrEnum` below, used directly:
+a member *is* its spelling (``Kernel.RBF == "rbf"``), so it goes into
+JSON records and jit's static arguments as the string, and
+:func:`parse` is the one way a spelling becomes a member. The launch
+scripts' own vocabulary (feature scalings, evaluation splits, …) lives
+in :mod:`launch.vocabulary`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from typing import TypeVar
 
 
 class Relation(enum.StrEnum):
@@ -82,91 +89,174 @@ def parse_relation(value, name: str = "relation") -> Relation:
                    f"neighbouring relation); got {value!r}.")
 
 
-def check_one_of(value, allowed: Sequence[str], name: str) -> str:
-  """``value`` if it is one of ``allowed``, else a one-line ValueError.
+_Option = TypeVar("_Option", bound=enum.StrEnum)
+
+
+def parse(kind: type[_Option], value, name: str) -> _Option:
+  """``value`` as a member of the option set ``kind``; one-line error if not.
 
   Args:
-    value: the option given.
-    allowed: its spellings (one of the sets below).
-    name: the argument or flag, e.g. ``"kernel"`` or ``"--kernel"``.
+    kind: the option set, a :class:`enum.StrEnum` of this module.
+    value: a member of ``kind`` or its spelling.
+    name: the argument's name, for the message (e.g. ``"kernel"``).
 
   Returns:
-    ``value``.
+    The member.
 
   Raises:
     ValueError: ``"<name> must be one of a, b, c; got 'x'."``
   """
-  if isinstance(value, str) and value in allowed:
-    return value
-  raise ValueError(f"{name} must be one of {', '.join(allowed)}; got "
+  if isinstance(value, str):
+    try:
+      return kind(value)
+    except ValueError:
+      pass
+  raise ValueError(f"{name} must be one of {', '.join(kind)}; got "
                    f"{value!r}.")
 
 
 # -- dpcore --------------------------------------------------------------------
 
-DPSGD_SAMPLERS = ("bernoulli", "gaps", "auto")
-"""Poisson batch samplers (:func:`dpcore.dpsgd.poisson_batch`)."""
-TUNING_DISTRIBUTIONS = ("poisson", "geometric", "logarithmic",
-                        "negative_binomial")
-"""Laws of the number of trials (:func:`dpcore.tuning.trial_count`)."""
+
+class Sampler(enum.StrEnum):
+  """Poisson batch samplers (:func:`dpcore.dpsgd.poisson_batch`)."""
+  BERNOULLI = "bernoulli"
+  GAPS = "gaps"
+  AUTO = "auto"
+
+
+class TrialDistribution(enum.StrEnum):
+  """Laws of the number of trials (:func:`dpcore.tuning.trial_count`)."""
+  POISSON = "poisson"
+  GEOMETRIC = "geometric"
+  LOGARITHMIC = "logarithmic"
+  NEGATIVE_BINOMIAL = "negative_binomial"
+
 
 # -- mechanisms ----------------------------------------------------------------
 
-PCA_CALIBRATIONS = ("analytic", "classic")
-"""DP-PCA's Gaussian calibrations (:func:`mechanisms.pca.dp_pca.pca_sigma`)."""
-PCA_NOISES = ("float", "discrete")
-"""DP-PCA's noise: a float Gaussian or the discrete Gaussian on a grid."""
-TOPK_METHODS = ("eigh", "subspace")
-"""Top-k eigenvectors of a noisy matrix: exact, or by subspace iteration."""
-KERNELS = ("linear", "poly", "rbf", "sigmoid")
-"""SVM kernels (:class:`mechanisms.svm.kernels.KernelSpec`)."""
-DPWSS_SELECTIONS = ("paper", "private")
-"""DPWSS's working-set selection: the paper's, or the private one."""
-PAIR_FLAG_MODES = ("auto", "bits", "scan")
-"""How DPWSS remembers the pairs already selected."""
-RFF_LOSSES = ("huber_hinge", "logistic", "softmax")
-"""Losses of the random-feature learners."""
-RFF_BINARY_LOSSES = ("huber_hinge", "logistic")
-"""The binary ones of :data:`RFF_LOSSES`."""
-ERM_LOSSES = ("huber", "logistic")
-"""Objective perturbation's losses."""
-LVQ_MODELS = ("glvq", "gmlvq")
-LVQ_TRAINERS = ("dpsgd", "sgd", "bfgs")
-LVQ_SIGMA_RULES = ("accountant", "paper")
-"""σ of DP-LVQ: the RDP accountant's, or the paper's formula."""
-LVQ_INIT_MECHANISMS = ("laplace", "gaussian")
-LVQ_PHIS = ("identity", "sigmoid")
-"""GLVQ's squashing function Φ."""
+
+class PcaCalibration(enum.StrEnum):
+  """DP-PCA's Gaussian calibrations (:func:`~mechanisms.pca.dp_pca.pca_sigma`).
+  """
+  ANALYTIC = "analytic"
+  CLASSIC = "classic"
+
+
+class PcaNoise(enum.StrEnum):
+  """DP-PCA's noise: a float Gaussian or the discrete Gaussian on a grid."""
+  FLOAT = "float"
+  DISCRETE = "discrete"
+
+
+class TopK(enum.StrEnum):
+  """Top-k eigenvectors of a noisy matrix: exact, or by subspace iteration."""
+  EIGH = "eigh"
+  SUBSPACE = "subspace"
+
+
+class Kernel(enum.StrEnum):
+  """SVM kernels (:class:`mechanisms.svm.kernels.KernelSpec`)."""
+  LINEAR = "linear"
+  POLY = "poly"
+  RBF = "rbf"
+  SIGMOID = "sigmoid"
+
+
+class Selection(enum.StrEnum):
+  """DPWSS's working-set selection: the paper's, or the private one."""
+  PAPER = "paper"
+  PRIVATE = "private"
+
+
+class PairFlags(enum.StrEnum):
+  """How DPWSS remembers the pairs already selected."""
+  AUTO = "auto"
+  BITS = "bits"
+  SCAN = "scan"
+
+
+class RFFLoss(enum.StrEnum):
+  """Losses of the random-feature learners (the first two are binary)."""
+  HUBER_HINGE = "huber_hinge"
+  LOGISTIC = "logistic"
+  SOFTMAX = "softmax"
+
+
+class ERMLoss(enum.StrEnum):
+  """Objective perturbation's losses."""
+  HUBER = "huber"
+  LOGISTIC = "logistic"
+
+
+class LVQModel(enum.StrEnum):
+  """Prototype models: GLVQ, or GMLVQ with a learnt metric."""
+  GLVQ = "glvq"
+  GMLVQ = "gmlvq"
+
+
+class LVQTrainer(enum.StrEnum):
+  """How DP-LVQ trains: DP-SGD, or the non-private SGD and BFGS."""
+  DPSGD = "dpsgd"
+  SGD = "sgd"
+  BFGS = "bfgs"
+
+
+class SigmaRule(enum.StrEnum):
+  """σ of DP-LVQ: the RDP accountant's, or the paper's formula."""
+  ACCOUNTANT = "accountant"
+  PAPER = "paper"
+
+
+class InitMechanism(enum.StrEnum):
+  """DP-LVQ's private prototype initialisation."""
+  LAPLACE = "laplace"
+  GAUSSIAN = "gaussian"
+
+
+class Phi(enum.StrEnum):
+  """GLVQ's squashing function Φ."""
+  IDENTITY = "identity"
+  SIGMOID = "sigmoid"
+
 
 # -- federated -----------------------------------------------------------------
 
-FEDDPDR_MECHANISMS = ("nonpriv", "dpml", "dpdr_dpml", "feddpdr")
-FEDDPDR_AGGREGATIONS = ("subspace", "paper", "moments")
-"""How FedDPDR aggregates the participants' bases."""
-FEDDPDR_MODEL_AGGREGATIONS = ("weighted", "paper")
-FEDSGD_TRUST_MODELS = ("server", "local", "participant", "distributed")
-"""Who adds federated DP-SGD's noise, and what a neighbour is."""
 
-# -- launch scripts ---------------------------------------------------------
+class FedDPDRMechanism(enum.StrEnum):
+  """FedDPDR-DPML and its baselines."""
+  NONPRIV = "nonpriv"
+  DPML = "dpml"
+  DPDR_DPML = "dpdr_dpml"
+  FEDDPDR = "feddpdr"
 
-SCALINGS = ("auto", "auto_minmax", "none", "box", "minmax", "unit_rows",
-            "unit_ball")
-"""Feature scalings of ``launch.dpwss`` and ``launch.kernel_compare``."""
-DPWSS_WSS = ("wss2", "dpwss")
-DPWSS_RELEASES = ("none", "output_perturbation")
-EVAL_SPLITS = ("train", "test")
-SOLVER_DTYPES = ("float64", "float32")
-LVQ_TRAIN_ON = ("auto", "one_fold", "other_folds")
+
+class Aggregation(enum.StrEnum):
+  """How FedDPDR aggregates the participants' bases."""
+  SUBSPACE = "subspace"
+  PAPER = "paper"
+  MOMENTS = "moments"
+
+
+class ModelAggregation(enum.StrEnum):
+  """How FedDPDR averages the participants' models."""
+  WEIGHTED = "weighted"
+  PAPER = "paper"
+
+
+class Trust(enum.StrEnum):
+  """Who adds federated DP-SGD's noise, and what a neighbour is."""
+  SERVER = "server"
+  LOCAL = "local"
+  PARTICIPANT = "participant"
+  DISTRIBUTED = "distributed"
 
 
 __all__ = [
-    "DPSGD_SAMPLERS", "DPWSS_RELEASES", "DPWSS_SELECTIONS", "DPWSS_WSS",
-    "ERM_LOSSES", "EVAL_SPLITS", "FEDDPDR_AGGREGATIONS",
-    "FEDDPDR_MECHANISMS", "FEDDPDR_MODEL_AGGREGATIONS", "FEDSGD_TRUST_MODELS",
-    "KERNELS", "LEGACY_RELATIONS", "LVQ_INIT_MECHANISMS", "LVQ_MODELS",
-    "LVQ_PHIS", "LVQ_SIGMA_RULES", "LVQ_TRAINERS", "LVQ_TRAIN_ON",
-    "PAIR_FLAG_MODES", "PCA_CALIBRATIONS", "PCA_NOISES", "RELATIONS",
-    "RELATION_SPELLINGS", "RFF_BINARY_LOSSES", "RFF_LOSSES", "Relation",
-    "SCALINGS", "SOLVER_DTYPES", "TOPK_METHODS", "TUNING_DISTRIBUTIONS",
-    "check_one_of", "parse_relation",
+    "Aggregation", "ERMLoss", "FedDPDRMechanism", "InitMechanism",
+    "Kernel", "LEGACY_RELATIONS", "LVQModel", "LVQTrainer", "ModelAggregation",
+    "PairFlags", "PcaCalibration", "PcaNoise", "Phi", "RELATIONS",
+    "RELATION_SPELLINGS", "RFFLoss", "Relation", "Sampler", "Selection",
+    "SigmaRule", "TopK", "TrialDistribution", "Trust", "parse",
+    "parse_relation",
 ]

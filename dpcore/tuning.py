@@ -74,7 +74,6 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_math
 
 from dpcore import accounting, noise, options, validation
 
-DISTRIBUTIONS = options.TUNING_DISTRIBUTIONS
 """Laws of the number of trials K (``negative_binomial`` needs η)."""
 
 DEFAULT_ORDERS = tuple(float(a) for a in dp_rdp.RdpAccountant().orders)
@@ -114,7 +113,7 @@ class TrialCount:
   """The public law of the number of trials K.
 
   Attributes:
-    distribution: one of :data:`DISTRIBUTIONS`.
+    distribution: a :class:`dpcore.options.TrialDistribution` (or its spelling).
     expected: E[K] (μ for ``poisson``), exactly that of the law below.
     eta: η of the truncated negative binomial (None for ``poisson``).
     gamma: γ of the truncated negative binomial (None for ``poisson``).
@@ -156,9 +155,8 @@ def trial_count(distribution: str, expected_trials: float, *,
       truncated laws have γ < 1, so E[K] > 1).
     eta: η > −1 of ``negative_binomial`` (not given for the others).
   """
-  if distribution not in DISTRIBUTIONS:
-    raise ValueError(f"distribution={distribution!r}: choose one of "
-                     f"{DISTRIBUTIONS}.")
+  distribution = options.parse(options.TrialDistribution, distribution,
+                               "distribution")
   fixed = {"geometric": 1.0, "logarithmic": 0.0}
   if distribution == "negative_binomial":
     if eta is None:
@@ -717,7 +715,7 @@ def select(key: jax.Array, candidates: Sequence, trial: Callable, *,
   return result
 
 
-__all__ = ["DEFAULT_ORDERS", "DISTRIBUTIONS", "TrialCount", "TrialPrivacy",
+__all__ = ["DEFAULT_ORDERS", "TrialCount", "TrialPrivacy",
            "TuningGuarantee", "TuningResult", "any_of", "disjoint",
            "entry_label", "liu_talwar_epsilon",
            "negative_binomial_mean", "noisy_accuracy", "pure_trial",

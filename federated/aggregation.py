@@ -50,7 +50,6 @@ from dpcore import linalg, options, validation
 from federated import sharding
 
 __all__ = [
-    "TOPK",
     "check_topk",
     "model_aggregate",
     "moments_aggregate",
@@ -61,7 +60,6 @@ __all__ = [
     "weighted_projector_sum",
 ]
 
-TOPK = options.TOPK_METHODS
 """How :func:`subspace_aggregate` finds the top k (post-processing)."""
 
 
@@ -98,8 +96,8 @@ def size_weights(sizes):
 
 
 def check_topk(topk: str) -> str:
-  """``topk`` checked against :data:`TOPK`."""
-  options.check_one_of(topk, TOPK, "topk")
+  """``topk`` checked against :class:`dpcore.options.TopK`."""
+  options.parse(options.TopK, topk, "topk")
   return topk
 
 

@@ -90,11 +90,10 @@ from federated import ddgsgd
 PyTree = Any
 
 __all__ = [
-    "FedSGDPlan", "RELATION", "TRUST_MODELS", "accuracy", "make_plan",
+    "FedSGDPlan", "RELATION", "accuracy", "make_plan",
     "release", "softmax_loss", "softmax_params",
 ]
 
-TRUST_MODELS = options.FEDSGD_TRUST_MODELS
 RELATION = options.Relation.ADD_REMOVE
 """The relation of every trust model: one row added or removed (for
 ``"participant"``, one participant's rows)."""
@@ -344,7 +343,7 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     ValueError: an argument out of range, or neither (or both) of
       ``noise_multiplier`` and ``epsilon``.
   """
-  options.check_one_of(trust, TRUST_MODELS, "trust")
+  trust = options.parse(options.Trust, trust, "trust")
   sizes = np.asarray(sizes)
   if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(
       sizes.dtype, np.integer) or np.any(sizes < 1):

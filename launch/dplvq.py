@@ -70,13 +70,13 @@ import os
 from absl import flags
 
 from dpcore import options
-from launch import common
+from launch import common, vocabulary
 
 _DATASET = flags.DEFINE_string("dataset", "digits", "mnist, segment, har, "
                                "digits, ... (launch.data.load_dataset).")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
-_MODEL = flags.DEFINE_enum("model", "glvq", options.LVQ_MODELS, "Model.")
-_TRAINER = flags.DEFINE_enum("trainer", "dpsgd", options.LVQ_TRAINERS,
+_MODEL = flags.DEFINE_enum("model", "glvq", list(options.LVQModel), "Model.")
+_TRAINER = flags.DEFINE_enum("trainer", "dpsgd", list(options.LVQTrainer),
                              "DP-SGD, or the non-private SGD / L-BFGS.")
 _EPSILON = flags.DEFINE_float("epsilon", 1.5, "Total ε (init + DP-SGD).")
 _DELTA = flags.DEFINE_float("delta", 1e-5, "δ.")
@@ -86,18 +86,18 @@ _EPOCHS = flags.DEFINE_integer("epochs", 50, "Epochs E (T = E/q steps).")
 _LR = flags.DEFINE_float("lr", None, "SGD learning rate (default: 0.05 for "
                          "both models).")
 _SIGMA_RULE = flags.DEFINE_enum(
-    "sigma_rule", "accountant", options.LVQ_SIGMA_RULES,
+    "sigma_rule", "accountant", list(options.SigmaRule),
     "σ from the RDP accountant for ε₂, or the paper's 2q√(T log(1/δ))/ε₂ "
     "(the ε it actually gives is reported).")
 _INIT_FRACTION = flags.DEFINE_float("init_fraction", 0.2, "ε₁ / ε.")
 _INIT = flags.DEFINE_enum(
-    "init_mechanism", "laplace", options.LVQ_INIT_MECHANISMS,
+    "init_mechanism", "laplace", list(options.InitMechanism),
     "Private init: the paper's Laplace on counts and sums, or one Gaussian "
     "mechanism on both (L2 sensitivity √(1+d); δ split in halves).")
 _FOLDS = flags.DEFINE_integer("folds", 5, "Folds of the CV.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Repeats of the k-fold CV.")
 _TRAIN_ON = flags.DEFINE_enum(
-    "train_on", "auto", options.LVQ_TRAIN_ON,
+    "train_on", "auto", list(vocabulary.TrainOn),
     "auto: one fold for mnist (paper), the other folds otherwise.")
 _BOUNDS = flags.DEFINE_string(
     "bounds", "auto", "Feature bounds: 'auto' (the dataset's public bounds; "
@@ -107,7 +107,7 @@ _BOUNDS = flags.DEFINE_string(
 _RANK = flags.DEFINE_integer("rank", None, "Rank of Ω (default: full).")
 _NORMALISE = flags.DEFINE_bool("normalise", False,
                                "Project Ω to trace(ΩᵀΩ)=1 after each step.")
-_PHI = flags.DEFINE_enum("phi", "identity", options.LVQ_PHIS, "Φ.")
+_PHI = flags.DEFINE_enum("phi", "identity", list(options.Phi), "Φ.")
 _PPC = flags.DEFINE_integer("prototypes_per_class", 1, "Prototypes/class.")
 _BFGS_ITERS = flags.DEFINE_integer("bfgs_iterations", 100, "L-BFGS steps.")
 _PARALLEL = flags.DEFINE_integer("parallel", 5, "Runs vmapped together "

@@ -79,7 +79,7 @@ from __future__ import annotations
 from absl import flags
 
 from dpcore import options
-from launch import common
+from launch import common, vocabulary
 
 _DATASET = flags.DEFINE_string(
     "dataset", "heart", "Name(s) for launch.data.loaders.load_dataset "
@@ -90,11 +90,12 @@ _CLASSES = flags.DEFINE_string(
     "classes", None, "For multi-class sets: 'POS,NEG', two class ids "
     "(e.g. 3,8); the SVM is binary.")
 _SCALING = flags.DEFINE_enum(
-    "scaling", "auto", options.SCALINGS,
+    "scaling", "auto", list(vocabulary.Scaling),
     "Feature scaling (see module docstring).")
-_WSS = flags.DEFINE_enum("wss", "dpwss", options.DPWSS_WSS, "Selection.")
+_WSS = flags.DEFINE_enum("wss", "dpwss", list(vocabulary.WorkingSet),
+                         "Selection.")
 _SELECTION = flags.DEFINE_enum(
-    "selection", "paper", options.DPWSS_SELECTIONS,
+    "selection", "paper", list(options.Selection),
     "DPWSS selection: 'paper' (the paper's algorithm; no DP guarantee) or "
     "'private' (i and j by the exponential mechanism, exactly --max_iter "
     "iterations; the transcript is (ε, δ)-DP).")
@@ -108,7 +109,7 @@ _TOTAL_EPSILON = flags.DEFINE_float(
     "bisection); overrides --epsilon.")
 _SIGMA = flags.DEFINE_float("sigma", 0.5, "Constant factor σ ∈ (0, 1).")
 _C = flags.DEFINE_float("c", 1.0, "C.")
-_KERNEL = flags.DEFINE_enum("kernel", "rbf", options.KERNELS, "Kernel.")
+_KERNEL = flags.DEFINE_enum("kernel", "rbf", list(options.Kernel), "Kernel.")
 _GAMMA = flags.DEFINE_float("gamma", None, "γ (default 1/num_features).")
 _COEF0 = flags.DEFINE_float("coef0", 0.0, "coef0 (poly, sigmoid).")
 _DEGREE = flags.DEFINE_integer("degree", 3, "degree (poly).")
@@ -116,7 +117,7 @@ _EPS_STOP = flags.DEFINE_float("eps_stop", 1e-3, "Stopping tolerance.")
 _SHRINKING = flags.DEFINE_bool("shrinking", False, "LIBSVM's shrinking.")
 _MAX_ITER = flags.DEFINE_integer("max_iter", None, "Iteration cap.")
 _RELEASE = flags.DEFINE_enum(
-    "release", "none", options.DPWSS_RELEASES,
+    "release", "none", list(vocabulary.Release),
     "Private release of a linear (w, b); 'none' releases nothing private.")
 _RELEASE_EPSILON = flags.DEFINE_float("release_epsilon", 1.0,
                                       "ε of the output perturbation.")
@@ -130,9 +131,9 @@ _MEMORY_BUDGET = flags.DEFINE_string(
     "setting whose estimate exceeds it even one repeat at a time is "
     "refused before training")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
-_DTYPE = flags.DEFINE_enum("dtype", "float64", options.SOLVER_DTYPES,
+_DTYPE = flags.DEFINE_enum("dtype", "float64", list(vocabulary.SolverDtype),
                            "Solver precision.")
-_EVAL = flags.DEFINE_enum("eval", "train", options.EVAL_SPLITS,
+_EVAL = flags.DEFINE_enum("eval", "train", list(vocabulary.EvalSplit),
                           "Evaluate on the training set (paper) or test.")
 _TABLE = flags.DEFINE_bool("table", False, "Table-3 grid mode.")
 _SELECTION_TABLE = flags.DEFINE_bool(

@@ -75,7 +75,7 @@ from dpcore import options  # the option sets, without JAX
 from launch import common
 from launch.experiments import coordinator  # no JAX at import
 
-MECHANISMS = options.FEDDPDR_MECHANISMS
+MECHANISMS = list(options.FedDPDRMechanism)
 SWEEPS = ("fig2", "fig3", "fig4", "fig5", "table3", "all")
 # Settings of the paper's experiments, used by --sweep for flags not given.
 PAPER = {"epsilon": ["0.1"], "k": 20, "lam": 0.01, "participants": 5,
@@ -109,18 +109,18 @@ _N_PER = flags.DEFINE_integer("n_per_participant", 600,
 _SIZES = flags.DEFINE_list("sizes", None,
                            "uneven rows per participant, e.g. 100,500,1000")
 _LAM = flags.DEFINE_float("lam", 1.0, "regularisation λ (paper: 0.01)")
-_LOSS = flags.DEFINE_enum("loss", "huber", options.ERM_LOSSES, "loss")
+_LOSS = flags.DEFINE_enum("loss", "huber", list(options.ERMLoss), "loss")
 _AGGREGATION = flags.DEFINE_enum(
-    "aggregation", "subspace", options.FEDDPDR_AGGREGATIONS,
+    "aggregation", "subspace", list(options.Aggregation),
     "basis aggregation: subspace (sign/rotation invariant), paper "
     "((1/N) Σ wᵢ Uᵢ as printed) or moments (top k of the sum of the "
     "participants' noisy XᵢᵀXᵢ; the same privacy; for many small "
     "participants, docs/many_participants.md)")
 _MODEL_AGGREGATION = flags.DEFINE_enum(
-    "model_aggregation", "weighted", options.FEDDPDR_MODEL_AGGREGATIONS,
+    "model_aggregation", "weighted", list(options.ModelAggregation),
     "model aggregation: Σ wᵢβᵢ or the paper's (1/N) Σ wᵢβᵢ")
 _CALIBRATION = flags.DEFINE_enum(
-    "calibration", "analytic", options.PCA_CALIBRATIONS,
+    "calibration", "analytic", list(options.PcaCalibration),
     "DP-PCA noise: analytic Gaussian or the paper's classic formula "
     "(refused for ε₁ ≥ 1)")
 _BUDGET_PER_CLASSIFIER = flags.DEFINE_bool(
@@ -134,7 +134,7 @@ _NEIGHBOURING = flags.DEFINE_enum(
     "is its old spelling) or add_remove (1, the paper); the run is always "
     "accounted under replace_one")
 _TOPK = flags.DEFINE_enum(
-    "topk", "eigh", options.TOPK_METHODS,
+    "topk", "eigh", list(options.TopK),
     "DP-PCA's top-k of the noisy matrix: eigh (exact) or subspace (block "
     "subspace iteration, dpcore.linalg.subspace_top_k's defaults)")
 _BUCKETS = flags.DEFINE_bool(
@@ -148,7 +148,7 @@ _FEDSGD = flags.DEFINE_bool(
     "beside the table's mechanism, run federated DP-SGD (one softmax model, "
     "federated.fedsgd) on the same participants at each ε")
 _FEDSGD_TRUST = flags.DEFINE_enum(
-    "fedsgd_trust", "server", options.FEDSGD_TRUST_MODELS,
+    "fedsgd_trust", "server", list(options.Trust),
     "federated DP-SGD's trust model: server noise (secure aggregation), "
     "local noise (untrusted server) or participant-level DP")
 _FEDSGD_RATE = flags.DEFINE_float(

@@ -37,8 +37,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from dpcore import options
-from launch import common
+from launch import common, vocabulary
 
 _DATASETS = flags.DEFINE_list(
     "datasets", ["heart", "breast_cancer", "digits"],
@@ -47,7 +46,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
 _CLASSES = flags.DEFINE_string(
     "classes", "3,8", "POS,NEG: the two classes kept of a multi-class set.")
 _SCALING = flags.DEFINE_enum(
-    "scaling", "auto_minmax", options.SCALINGS, "Feature scaling, as "
+    "scaling", "auto_minmax", list(vocabulary.Scaling), "Feature scaling, as "
     "launch.dpwss (fitted on the training rows).")
 _METHODS = flags.DEFINE_list(
     "methods", ["libsvm", "wss2", "dpwss_paper",

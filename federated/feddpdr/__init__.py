@@ -107,12 +107,8 @@ from federated.feddpdr.plan import (
     release,
 )
 from federated.feddpdr.registry import (
-    AGGREGATIONS,
     DESCRIPTIONS,
-    MECHANISMS,
-    MODEL_AGGREGATIONS,
     NEIGHBOURING,
-    TOPK,
     Mechanism,
     describe,
 )
@@ -127,10 +123,9 @@ from federated.feddpdr.summary import ConvergenceError, Summary, summarise
 from federated.feddpdr.training import train
 
 __all__ = [
-    "AGGREGATIONS", "Bucketed", "Config", "ConvergenceError",
-    "DESCRIPTIONS", "FedDPDRPlan", "MECHANISMS", "MODEL_AGGREGATIONS",
+    "Bucketed", "Config", "ConvergenceError", "DESCRIPTIONS", "FedDPDRPlan",
     "Mechanism", "NEIGHBOURING", "NOMINAL_NOTE", "Outcome", "RELATION",
-    "Rows", "SERVER_STREAM", "Static", "Summary", "TOPK", "Traced",
+    "Rows", "SERVER_STREAM", "Static", "Summary", "Traced",
     "TrainOutput", "TrainingJob", "check_chunk", "check_data",
     "check_settings", "choose_chunk", "describe", "evaluate", "execute",
     "global_train_arguments", "make_plan", "memory_estimate",

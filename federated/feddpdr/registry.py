@@ -15,8 +15,7 @@ from dpcore import options
 from mechanisms.pca import dp_pca
 
 __all__ = [
-    "AGGREGATIONS", "DESCRIPTIONS", "MECHANISMS", "MODEL_AGGREGATIONS",
-    "Mechanism", "NEIGHBOURING", "TOPK", "describe",
+    "DESCRIPTIONS", "Mechanism", "NEIGHBOURING", "describe",
 ]
 
 
@@ -60,11 +59,7 @@ DESCRIPTIONS = {m.name: m for m in (
 """Every mechanism by name (:mod:`federated.feddpdr` says what each does);
 the program, the plan and the evaluation read these descriptions, never
 the names."""
-MECHANISMS = options.FEDDPDR_MECHANISMS  # the keys of DESCRIPTIONS
-AGGREGATIONS = options.FEDDPDR_AGGREGATIONS
-MODEL_AGGREGATIONS = options.FEDDPDR_MODEL_AGGREGATIONS
 NEIGHBOURING = dp_pca.NEIGHBOURING
-TOPK = dp_pca.TOPK
 
 
 def describe(mechanism: str, name: str = "mechanism") -> Mechanism:
@@ -74,5 +69,5 @@ def describe(mechanism: str, name: str = "mechanism") -> Mechanism:
     ValueError: an unknown mechanism; the message calls the setting
       ``name`` (e.g. ``"--sweep_mechanisms"``).
   """
-  options.check_one_of(mechanism, MECHANISMS, name)
+  mechanism = options.parse(options.FedDPDRMechanism, mechanism, name)
   return DESCRIPTIONS[mechanism]

@@ -19,14 +19,10 @@ import dataclasses
 from dpcore import calibration as dp_calibration
 from dpcore import options, validation
 from federated.feddpdr.registry import (
-  AGGREGATIONS,
-  MODEL_AGGREGATIONS,
-  TOPK,
   Mechanism,
   describe,
 )
 from mechanisms.erm import objective_perturbation as op
-from mechanisms.pca import dp_pca
 
 __all__ = ["Config", "Static", "check_chunk", "check_settings", "program"]
 
@@ -95,13 +91,14 @@ class Config(Static):
     def name(field):
       return prefix + field
     mech = describe(self.mechanism, name("mechanism"))
-    for value, allowed, field in (
-        (self.aggregation, AGGREGATIONS, "aggregation"),
-        (self.model_aggregation, MODEL_AGGREGATIONS, "model_aggregation"),
-        (self.loss, op.LOSSES, "loss"),
-        (self.calibration, dp_pca.CALIBRATIONS, "calibration"),
-        (self.topk, TOPK, "topk")):
-      options.check_one_of(value, allowed, name(field))
+    for value, kind, field in (
+        (self.aggregation, options.Aggregation, "aggregation"),
+        (self.model_aggregation, options.ModelAggregation,
+         "model_aggregation"),
+        (self.loss, options.ERMLoss, "loss"),
+        (self.calibration, options.PcaCalibration, "calibration"),
+        (self.topk, options.TopK, "topk")):
+      options.parse(kind, value, name(field))
     options.parse_relation(self.neighbouring, name("neighbouring"))
     dp_calibration.check_calibrated_epsilon(self.epsilon, name("epsilon"))
     validation.check_delta(self.delta, name("delta"))

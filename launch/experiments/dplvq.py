@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from dpcore import accounting, clipping, dpsgd, tuning, validation
+from dpcore.options import LVQModel
 from launch import common
 from launch.data import loaders as data
 from launch.experiments import lvq_eval
@@ -34,8 +35,6 @@ KEY_FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
               "seed", "scaling", "rank", "normalise", "phi", "init_variant",
               "tune")
 DEFAULT_LR = {"glvq": 0.05, "gmlvq": 0.05}
-MODELS = lvq_train.MODELS
-TRAINERS = lvq_train.TRAINERS
 DEFAULT_MAX_STEPS = 200_000
 # --bounds=LOW,HIGH is refused when it covers less than this share of a
 # set's public range (most values would be clipped to the box's faces).
@@ -158,10 +157,10 @@ def check_run(*, model: str, trainer: str, epsilon) -> None:
 def parse_models(text: str) -> list[str]:
   """``"glvq,gmlvq"`` → the list, refusing unknown names."""
   models = [m.strip() for m in text.split(",") if m.strip()]
-  bad = [m for m in models if m not in MODELS]
+  bad = [m for m in models if m not in list(LVQModel)]
   if bad or not models:
     raise ValueError(f"--models={text!r}: unknown model(s) {bad}; give a "
-                     f"comma-separated subset of {MODELS}.")
+                     f"comma-separated subset of {', '.join(LVQModel)}.")
   return models
 
 

@@ -19,7 +19,7 @@ from dpcore import (
     options,
     validation,
 )
-from launch import common
+from launch import common, vocabulary
 from launch.data import loaders as data
 from mechanisms.erm import output_perturbation
 from mechanisms.svm import dpwss, kernels, smo_train
@@ -42,7 +42,6 @@ PRIVATE_SIGMA = 0.5
 
 # -- data -------------------------------------------------------------------
 
-SCALINGS = options.SCALINGS
 
 
 def parse_classes(text) -> tuple[int, int] | None:
@@ -111,8 +110,7 @@ def resolve_scaling(name, scaling, bounds):
     ValueError: ``auto`` for a set without public bounds, or ``box`` for
       one (minmax reads the data and has to be asked for by name).
   """
-  if scaling not in SCALINGS:
-    raise ValueError(f"--scaling={scaling!r}: choose one of {SCALINGS}.")
+  options.parse(vocabulary.Scaling, scaling, "--scaling")
   if scaling in ("auto", "auto_minmax"):
     if bounds is not None:
       return "box"
@@ -196,7 +194,7 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
     ValueError: the first bad value found.
   """
   del unused
-  options.check_one_of(wss, options.DPWSS_WSS, "--wss")
+  options.parse(vocabulary.WorkingSet, wss, "--wss")
   if wss == "dpwss":
     dpwss.check_settings(
         sigma=sigma, delta=delta, selection=selection, max_iter=max_iter,
@@ -211,13 +209,13 @@ def check_setting(*, wss="dpwss", selection="paper", epsilon=1.0, sigma=0.5,
   kernels.check_settings(kernel, gamma=gamma, coef0=coef0, degree=degree,
                          prefix="--")
   validation.check_positive_int(repeats, "--repeats")
-  options.check_one_of(release, options.DPWSS_RELEASES, "--release")
+  options.parse(vocabulary.Release, release, "--release")
   if release != "none":
     validation.check_epsilon(release_epsilon, "--release_epsilon")
     output_perturbation.check_linear_kernel(kernel)
     check_release_scaling(scaling)
-  options.check_one_of(scaling, SCALINGS, "--scaling")
-  options.check_one_of(evaluate, options.EVAL_SPLITS, "--eval")
+  options.parse(vocabulary.Scaling, scaling, "--scaling")
+  options.parse(vocabulary.EvalSplit, evaluate, "--eval")
 
 
 def run_setting(*, dataset, data_dir=None, classes=None, scaling="auto",

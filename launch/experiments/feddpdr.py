@@ -518,7 +518,7 @@ class FedSGDRecipe:
 
   def check(self) -> FedSGDRecipe:
     """One-line ValueErrors naming the flag, before any work."""
-    options.check_one_of(self.trust, options.FEDSGD_TRUST_MODELS,
+    options.parse(options.Trust, self.trust,
                          "--fedsgd_trust")
     if not 0.0 <= self.sampling_rate <= 1.0:
       raise ValueError(f"--fedsgd_sampling_rate must be in [0, 1] (0: "

@@ -72,7 +72,6 @@ import optax
 from dpcore import clipping, options, validation
 from dpcore import noise as dp_noise
 
-LOSSES = options.ERM_LOSSES
 RELATION = options.Relation.REPLACE_ONE
 """The neighbouring relation objective perturbation is proven under."""
 HUBER_H = 0.5
@@ -103,7 +102,7 @@ def logistic_loss(z):
 
 def curvature_bound(loss: str, *, h: float = HUBER_H) -> float:
   """c with ℓ'' ≤ c: 1/(2h) for the Huber hinge, 1/4 for logistic."""
-  options.check_one_of(loss, LOSSES, "loss")
+  options.parse(options.ERMLoss, loss, "loss")
   if loss == "huber":
     return 1.0 / (2.0 * validation.check_positive(h, "h"))
   return 0.25
@@ -561,7 +560,7 @@ def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
 
 
 __all__ = [
-    "ConvergenceError", "FitResult", "HUBER_H", "LOSSES",
+    "ConvergenceError", "FitResult", "HUBER_H",
     "ObjectivePerturbationPlan", "RELATION", "curvature_bound",
     "decision_scores", "fit_nonprivate", "huber_loss", "logistic_loss",
     "make_plan", "minimise", "objective", "one_vs_rest", "perturbation_noise",

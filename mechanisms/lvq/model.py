@@ -41,17 +41,16 @@ import jax.numpy as jnp
 from dpcore import options, validation
 
 __all__ = [
-    "Forward", "PHIS", "cost", "error_rate", "example_loss", "forward",
+    "Forward", "cost", "error_rate", "example_loss", "forward",
     "init_omega", "is_gmlvq", "normalise_omega", "per_example_loss", "phi",
     "predict", "project", "relative_difference", "squared_distances",
 ]
 
-PHIS = options.LVQ_PHIS
 
 
 def phi(mu: jax.Array, kind: str) -> jax.Array:
   """The monotone transfer Φ applied to μ ∈ [−1, 1]."""
-  options.check_one_of(kind, PHIS, "phi")
+  options.parse(options.Phi, kind, "phi")
   if kind == "identity":
     return mu
   return jax.nn.sigmoid(mu)

@@ -33,16 +33,11 @@ from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import model as lvq
 
 __all__ = [
-    "DPLVQPlan", "INIT_MECHANISMS", "MODELS", "RELATION", "SAMPLER",
-    "SIGMA_RULES", "TRAINERS", "TrainConfig", "check_plan_settings",
+    "DPLVQPlan", "RELATION", "SAMPLER", "TrainConfig", "check_plan_settings",
     "init_params", "make_plan", "mean_cost", "release", "train",
     "train_bfgs", "train_sgd",
 ]
 
-MODELS = options.LVQ_MODELS
-TRAINERS = options.LVQ_TRAINERS
-SIGMA_RULES = options.LVQ_SIGMA_RULES
-INIT_MECHANISMS = options.LVQ_INIT_MECHANISMS
 RELATION = options.Relation.ADD_REMOVE
 """DP-LVQ's relation: the private init's and DP-SGD's (add/remove a row)."""
 # One coin per row, as the reproduction was run and recorded: the private
@@ -119,12 +114,10 @@ class TrainConfig:
       ValueError: one line naming the setting and the fix.
     """
     name = _namer(prefix, names)
-    for field, allowed in (("model", MODELS), ("trainer", TRAINERS),
-                           ("phi_kind", lvq.PHIS)):
-      value = getattr(self, field)
-      if value not in allowed:
-        raise ValueError(f"{name(field)} must be one of {allowed}, got "
-                         f"{value!r}.")
+    for field, kind in (("model", options.LVQModel),
+                        ("trainer", options.LVQTrainer),
+                        ("phi_kind", options.Phi)):
+      options.parse(kind, getattr(self, field), name(field))
     validation.check_positive_int(self.num_classes, name("num_classes"))
     if self.num_classes < 2:
       raise ValueError(f"{name('num_classes')} must be ≥ 2 (LVQ needs a "
@@ -280,12 +273,8 @@ def check_plan_settings(*, epsilon: float | None, delta: float,
                             high_inclusive=True)
   validation.check_positive_int(epochs, name("epochs"))
   validation.check_in_range(init_fraction, name("init_fraction"), 0.0, 1.0)
-  if sigma_rule not in SIGMA_RULES:
-    raise ValueError(f"{name('sigma_rule')} must be one of {SIGMA_RULES}, "
-                     f"got {sigma_rule!r}.")
-  if init_mechanism not in INIT_MECHANISMS:
-    raise ValueError(f"{name('init_mechanism')} must be one of "
-                     f"{INIT_MECHANISMS}, got {init_mechanism!r}.")
+  options.parse(options.SigmaRule, sigma_rule, name("sigma_rule"))
+  options.parse(options.InitMechanism, init_mechanism, name("init_mechanism"))
   validation.check_positive(clip_norm, name("clip_norm"))
 
 

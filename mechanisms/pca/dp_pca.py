@@ -84,13 +84,9 @@ from dpcore import (
 )
 from dpcore import noise as dp_noise
 
-CALIBRATIONS = options.PCA_CALIBRATIONS
 NEIGHBOURING = options.RELATION_SPELLINGS
 """Spellings ``neighbouring`` accepts (:func:`dpcore.options.parse_relation`:
 ``"replace"`` is the old spelling of ``"replace_one"``)."""
-NOISE = options.PCA_NOISES
-TOPK = options.TOPK_METHODS
-"""How the top-k of the noisy matrix is found (post-processing either way)."""
 
 
 class PcaResult(NamedTuple):
@@ -113,7 +109,7 @@ def sensitivity(neighbouring: options.Relation | str) -> float:
 
 def check_noise(noise: str, granularity) -> float | None:
   """Host-side check of the noise option; returns γ (None for float)."""
-  options.check_one_of(noise, NOISE, "noise")
+  options.parse(options.PcaNoise, noise, "noise")
   if noise == "float":
     if granularity is not None:
       raise ValueError("granularity applies only to noise='discrete'.")
@@ -175,7 +171,7 @@ def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
     sensitivity: L2 sensitivity of the upper triangle of XᵀX: 1 for
       add/remove neighbours, √2 for replacement (rows of norm ≤ 1).
   """
-  options.check_one_of(calibration, CALIBRATIONS, "calibration")
+  options.parse(options.PcaCalibration, calibration, "calibration")
   return dp_calibration.gaussian_sigma(
       epsilon=epsilon, delta=delta, sensitivity=sensitivity,
       method=calibration)
@@ -286,7 +282,7 @@ def make_plan(*, epsilon: float, delta: float, k: int, dim: int,
   relation = options.parse_relation(relation)
   dim = validation.check_positive_int(dim, "dim")
   k = _check_k(k, dim)
-  options.check_one_of(calibration, CALIBRATIONS, "calibration")
+  options.parse(options.PcaCalibration, calibration, "calibration")
   g = check_noise(noise, granularity)
   sens = sensitivity(relation)
   if g is None:
@@ -375,7 +371,7 @@ def second_moment_and_noise(key: jax.Array, x, mask, *, sigma):
 
 
 def check_topk(topk: str) -> str:
-  options.check_one_of(topk, TOPK, "topk")
+  options.parse(options.TopK, topk, "topk")
   return topk
 
 
@@ -559,7 +555,7 @@ def check_pca_inputs(x, *, k: int) -> None:
 
 
 __all__ = [
-    "CALIBRATIONS", "NEIGHBOURING", "NOISE", "PcaPlan", "PcaResult", "TOPK",
+    "NEIGHBOURING", "PcaPlan", "PcaResult",
     "check_noise", "check_pca_inputs", "check_topk", "clipped_rows",
     "discrete_pca_sigma", "lattice_sensitivity", "lattice_sigma", "make_plan",
     "noisy_basis", "noisy_second_moment", "pca", "pca_sigma", "release",

@@ -69,7 +69,6 @@ from dpcore import accounting, memory, options, validation
 from mechanisms.svm import kernels, smo, smo_train, wss
 
 DEFAULT_DELTA = 1e-5
-SELECTIONS = options.DPWSS_SELECTIONS
 RELATION = options.Relation.REPLACE_ONE
 """The neighbouring relation of the private selection (l public)."""
 
@@ -94,7 +93,6 @@ PRIVATE_SCOPE = (
 PAIR_FLAGS_TOTAL_BYTES = 4 << 30
 
 
-PAIR_FLAG_MODES = options.PAIR_FLAG_MODES
 
 
 def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
@@ -105,7 +103,7 @@ def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
   within ``wss.BITSET_MAX_BYTES``): 5 repeats at l = 50,000 take 1.6 GB;
   64 repeats at l = 50,000 (20 GB) scan the pair record instead.
   """
-  options.check_one_of(pair_flags, PAIR_FLAG_MODES, "pair_flags")
+  options.parse(options.PairFlags, pair_flags, "pair_flags")
   if pair_flags != "auto":
     return pair_flags
   per_run = wss.bitset_bytes(num)
@@ -233,7 +231,7 @@ def selections_per_iteration(selection: str) -> int:
 def check_selection(selection, name: str = "selection") -> str:
   """``selection`` if it is ``"paper"`` or ``"private"``; else ValueError
   naming it ``name`` (e.g. ``"--selection"`` for a flag)."""
-  if selection not in SELECTIONS:
+  if selection not in list(options.Selection):
     raise ValueError(f"{name} must be 'paper' (the paper's DPWSS, no "
                      f"guarantee) or 'private' (both indices private), got "
                      f"{selection!r}.")
@@ -622,7 +620,7 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
     raise ValueError(f"plan must come from dpwss.make_plan, got "
                      f"{type(plan).__name__}.")
   repeats = validation.check_count(repeats, "repeats")
-  options.check_one_of(pair_flags, PAIR_FLAG_MODES, "pair_flags")
+  options.parse(options.PairFlags, pair_flags, "pair_flags")
   if plan.selection == "private" and shrinking:
     raise ValueError(
         "selection='private' scores every row; shrinking=True has no "
@@ -713,8 +711,8 @@ def epsilon_per_iteration(total_epsilon: float, *, max_iter: int,
 
 __all__ = [
     "DEFAULT_DELTA", "DPWSSPlan", "DPWSSRun", "PAIR_FLAGS_TOTAL_BYTES",
-    "PAIR_FLAG_MODES", "PAPER_NOMINAL_NOTE", "PAPER_NO_GUARANTEE",
-    "PRIVATE_SCOPE", "RELATION", "RepeatsLayout", "SELECTIONS",
+    "PAPER_NOMINAL_NOTE", "PAPER_NO_GUARANTEE",
+    "PRIVATE_SCOPE", "RELATION", "RepeatsLayout",
     "check_iterations", "check_selection", "check_settings",
     "epsilon_per_iteration",
     "epsilon_per_selection", "make_plan", "pair_buffer_iterations",

@@ -44,7 +44,6 @@ from jax import lax
 from dpcore import options, validation
 
 __all__ = [
-    "KERNELS",
     "KernelSpec",
     "SparseRows",
     "check_settings",
@@ -59,7 +58,6 @@ __all__ = [
     "squared_norms",
 ]
 
-KERNELS = options.KERNELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +93,7 @@ def check_settings(kind: str, *, gamma=None, coef0=0.0, degree=3,
   """A kernel's settings checked; one-line ValueErrors.
 
   Args:
-    kind: one of :data:`KERNELS`.
+    kind: a :class:`dpcore.options.Kernel` (or its spelling).
     gamma: γ > 0, or None (1/num_features, see :meth:`KernelSpec.resolve`).
     coef0: a finite number.
     degree: an integer ≥ 1.
@@ -105,7 +103,7 @@ def check_settings(kind: str, *, gamma=None, coef0=0.0, degree=3,
   Raises:
     ValueError: the first bad setting, named.
   """
-  options.check_one_of(kind, KERNELS, f"{prefix}kernel")
+  options.parse(options.Kernel, kind, f"{prefix}kernel")
   if gamma is not None:
     validation.check_positive(gamma, f"{prefix}gamma")
   validation.check_positive_int(degree, f"{prefix}degree")

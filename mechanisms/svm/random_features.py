@@ -92,8 +92,7 @@ import optax
 from dpcore import accounting, clipping, ghost, options, trainer, validation
 from mechanisms.erm import output_perturbation
 
-LOSSES = options.RFF_LOSSES
-BINARY_LOSSES = options.RFF_BINARY_LOSSES
+_BINARY = (options.RFFLoss.HUBER_HINGE, options.RFFLoss.LOGISTIC)
 HUBER_H = 0.5  # the Huber hinge's half-width (as in mechanisms.erm)
 FEATURE_BOUND = math.sqrt(2.0)  # ‖φ(x)‖ ≤ √2 for every x
 
@@ -286,7 +285,7 @@ def _check_data(feature_map, x, y, *, loss, num_classes, rows=None,
     raise ValueError(
         f"x has {x.shape[0]} rows but the plan was made for "
         f"num_examples={rows}; make the plan for this data's size.")
-  if loss in BINARY_LOSSES:
+  if loss in _BINARY:
     y = validation.check_labels(y, "y", binary_pm1=both_classes,
                                 classes=(-1, 1), n_rows=x.shape[0])
   else:
@@ -350,7 +349,7 @@ class RFFDPSGDPlan:
 
   @property
   def outputs(self) -> int:
-    return 1 if self.loss in BINARY_LOSSES else self.num_classes
+    return 1 if self.loss in _BINARY else self.num_classes
 
   @property
   def noise_multiplier(self) -> float:
@@ -391,9 +390,9 @@ class RFFDPSGDPlan:
 
 def check_loss(loss, num_classes) -> tuple[str, int]:
   """(loss, K) checked: a binary loss needs K = 2, softmax K ≥ 2."""
-  options.check_one_of(loss, LOSSES, "loss")
+  options.parse(options.RFFLoss, loss, "loss")
   num_classes = validation.check_positive_int(num_classes, "num_classes")
-  if loss in BINARY_LOSSES and num_classes != 2:
+  if loss in _BINARY and num_classes != 2:
     raise ValueError(
         f"loss={loss!r} is binary (labels ±1) but num_classes="
         f"{num_classes}; use loss='softmax' for {num_classes} classes.")
@@ -485,7 +484,7 @@ def _softmax_loss(layers, example):
 
 def layered_loss(loss: str) -> ghost.LayeredLoss:
   """The per-example loss on (φ, y) as a :mod:`dpcore.ghost` layered loss."""
-  options.check_one_of(loss, LOSSES, "loss")
+  options.parse(options.RFFLoss, loss, "loss")
   fn = _softmax_loss if loss == "softmax" else _binary_loss(loss)
   return ghost.layered(fn)
 
@@ -530,7 +529,7 @@ def release_dpsgd(key: jax.Array, plan: RFFDPSGDPlan,
   and the optimiser do not read the data; (ω, b) is public.
   """
   phi = features(feature_map, x)
-  if plan.loss in BINARY_LOSSES:
+  if plan.loss in _BINARY:
     y = y.astype(phi.dtype)
   else:
     y = y.astype(jnp.int32)
@@ -742,11 +741,9 @@ def release_output_perturbation(key: jax.Array,
 
 
 __all__ = [
-    "BINARY_LOSSES",
     "FEATURE_BOUND",
     "FeatureMap",
     "HUBER_H",
-    "LOSSES",
     "RFFDPSGDPlan",
     "RFFOutputPerturbationPlan",
     "RandomFeatureModel",

@@ -313,8 +313,7 @@ class DPWSS:
   name = "dpwss"
 
   def __post_init__(self):
-    options.check_one_of(self.pair_flags, options.PAIR_FLAG_MODES,
-                         "pair_flags")
+    options.parse(options.PairFlags, self.pair_flags, "pair_flags")
 
   def empty_memory(self, num_rows: int) -> PairMemory:
     use_bits = self.pair_flags == "bits" or (

@@ -4,6 +4,7 @@ The import tests run in a fresh interpreter (this module itself imports
 the library, and with it JAX, to check that it uses the same sets).
 """
 
+import enum
 import json
 import subprocess
 import sys
@@ -59,36 +60,62 @@ def test_only_parse_relation_maps_the_old_spelling():
                                         "replace")
 
 
-def test_check_one_of_gives_a_one_line_error_naming_the_flag():
-  assert options.check_one_of("rbf", options.KERNELS, "--kernel") == "rbf"
+def test_parse_gives_the_member_or_a_one_line_error_naming_the_flag():
+  assert options.parse(options.Kernel, "rbf", "--kernel") is (
+      options.Kernel.RBF)
+  assert options.parse(options.Kernel, options.Kernel.POLY, "kernel") is (
+      options.Kernel.POLY)
   with pytest.raises(ValueError, match=r"^--kernel must be one of linear, "
                      r"poly, rbf, sigmoid; got 'cubic'\.$"):
-    options.check_one_of("cubic", options.KERNELS, "--kernel")
-  for bad in (None, 3, ["rbf"]):
+    options.parse(options.Kernel, "cubic", "--kernel")
+  for bad in (None, 3, ["rbf"], "RBF"):
     with pytest.raises(ValueError, match="kernel must be one of"):
-      options.check_one_of(bad, options.KERNELS, "kernel")
+      options.parse(options.Kernel, bad, "kernel")
 
 
-def test_option_sets_are_tuples_of_distinct_snake_case_words():
-  sets = {name: value for name, value in vars(options).items()
-          if name.isupper() and isinstance(value, tuple)}
-  assert len(sets) >= 20
-  for name, value in sets.items():
-    assert value and len(set(value)) == len(value), name
-    assert all(isinstance(v, str) and v == v.strip().lower() and " " not in v
-               for v in value), name
+def _option_sets(module):
+  return {name: value for name, value in vars(module).items()
+          if isinstance(value, type) and issubclass(value, enum.StrEnum)
+          and value.__module__ == module.__name__}
+
+
+def test_option_sets_are_str_enums_of_distinct_snake_case_words():
+  sets = _option_sets(options)
+  assert len(sets) >= 19
+  for name, kind in sets.items():
+    values = [m.value for m in kind]
+    assert values and len(set(values)) == len(values), name
+    assert all(v == v.strip().lower() and " " not in v for v in values), name
+    # A member is its spelling: in f-strings, JSON and comparisons.
+    member = next(iter(kind))
+    assert member == member.value and f"{member}" == member.value
   assert set(options.__all__) >= set(sets)
 
 
+def test_the_library_keeps_no_aliases_of_the_option_sets():
+  # One vocabulary: no module keeps its own tuple of an option set's
+  # spellings (the old aliases ``kernels.KERNELS``, ``fedsgd.TRUST_MODELS``…).
+  spellings = {frozenset(m.value for m in kind)
+               for kind in _option_sets(options).values()}
+  for module in (tuning, trainer, aggregation, fedsgd, objective_perturbation,
+                 output_perturbation, init, model, train, dp_pca, dpwss,
+                 kernels, random_features):
+    for name, value in vars(module).items():
+      if name.isupper() and isinstance(value, tuple) and value and all(
+          isinstance(v, str) for v in value):
+        assert frozenset(value) not in spellings, (module.__name__, name)
+
+
 def test_the_library_checks_against_the_same_sets():
-  assert tuning.DISTRIBUTIONS is options.TUNING_DISTRIBUTIONS
-  assert kernels.KERNELS is options.KERNELS
-  assert dp_pca.TOPK is aggregation.TOPK is options.TOPK_METHODS
-  assert dpwss.SELECTIONS is options.DPWSS_SELECTIONS
-  assert fedsgd.TRUST_MODELS is options.FEDSGD_TRUST_MODELS
-  assert model.PHIS is options.LVQ_PHIS
-  assert train.MODELS is options.LVQ_MODELS
-  assert random_features.LOSSES is options.RFF_LOSSES
+  with pytest.raises(ValueError, match="^kernel must be one of linear"):
+    kernels.check_settings("cubic", gamma=1.0)
+  with pytest.raises(ValueError, match="^trust must be one of server, local, "
+                     "participant, distributed; got 'peer'"):
+    fedsgd.make_plan([10, 10], trust="peer", sampling_rate=0.5, steps=1,
+                     clip_norm=1.0, noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="^distribution must be one of "
+                     "poisson, geometric"):
+    tuning.trial_count("uniform", expected_trials=3.0)
   # Every mechanism states its relation in the one vocabulary.
   assert {trainer.RELATION, fedsgd.RELATION, init.RELATION,
           train.RELATION} == {Relation.ADD_REMOVE}

@@ -259,7 +259,7 @@ def test_select_refuses_bad_input_before_any_trial(kwargs, words):
     ("geometric", -3.0, None, "expected_trials"),
     ("geometric", 1.0, None, "mean above 1"),
     ("poisson", 0.5, None, "at least 1"),
-    ("uniform", 5.0, None, "choose one of"),
+    ("uniform", 5.0, None, "must be one of"),
     ("negative_binomial", 5.0, None, "needs eta"),
     ("negative_binomial", 5.0, -1.0, "eta > -1"),
     ("geometric", 5.0, 0.5, "only for"),

@@ -5,7 +5,7 @@ p of a compacted Poisson batch (``PoissonBatch.mask``, now ``slot_mask``):
 participant 0 was in a step with probability 1 − (1 − q)^P and the last
 almost never, while the sampler's own law tests passed, because nothing
 ran the mechanism and looked at whom it used. These tests do, for every
-trust model (``fedsgd.TRUST_MODELS``: ``"server"``, ``"local"``,
+trust model (``dpcore.options.Trust``: ``"server"``, ``"local"``,
 ``"participant"``, ``"distributed"``).
 
 Read-back: one step of :func:`federated.fedsgd.release` with σ = 0, a clip
@@ -34,7 +34,7 @@ import numpy as np
 import optax
 import pytest
 
-from dpcore import dpsgd, ghost
+from dpcore import dpsgd, ghost, options
 from federated import fedsgd
 from tests import law
 
@@ -106,7 +106,7 @@ def _participants_used(plan, **kw):
 
 
 def test_every_trust_model_is_covered():
-  assert set(fedsgd.TRUST_MODELS) == {"server", "local", "participant",
+  assert set(options.Trust) == {"server", "local", "participant",
                                       "distributed"}
 
 

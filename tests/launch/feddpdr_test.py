@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from dpcore import accounting, clipping, memory
+from dpcore import accounting, clipping, memory, options
 from federated import feddpdr as fed
 from launch import common, programs
 from launch.data import loaders as data_lib
@@ -88,7 +88,8 @@ def test_sizes_must_fit_and_are_never_capped():
 def test_sweep_grids_follow_the_paper():
   points = launch.sweep_points("fig3", d=784, available=60_000,
                                n_default=10_000, participants=5,
-                               mechanisms=fed.MECHANISMS, epsilon=0.1)
+                               mechanisms=list(options.FedDPDRMechanism),
+                               epsilon=0.1)
   assert sorted({p[3] for p in points if p[1] != "nonpriv"}) == list(
       launch.PAPER_EPSILON)
   # Non-Priv takes no ε: one run (ε None), not one per ε.

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from dpcore import options
 from federated import feddpdr
 
 
@@ -39,7 +40,7 @@ def test_config_is_static_plus_the_budget():
 
 
 def test_every_mechanism_is_described_once():
-  assert tuple(feddpdr.DESCRIPTIONS) == feddpdr.MECHANISMS
+  assert tuple(feddpdr.DESCRIPTIONS) == tuple(options.FedDPDRMechanism)
   for name, mech in feddpdr.DESCRIPTIONS.items():
     assert mech.name == name and feddpdr.describe(name) is mech
     program = feddpdr.describe(mech.program)

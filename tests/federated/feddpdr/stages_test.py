@@ -2,13 +2,14 @@
 
 import pytest
 
+from dpcore import options
 from federated import feddpdr
 from federated.feddpdr import stages
 
 
 @pytest.mark.parametrize("mechanism", sorted(feddpdr.DESCRIPTIONS))
-@pytest.mark.parametrize("aggregation", feddpdr.AGGREGATIONS)
-@pytest.mark.parametrize("model", feddpdr.MODEL_AGGREGATIONS)
+@pytest.mark.parametrize("aggregation", list(options.Aggregation))
+@pytest.mark.parametrize("model", list(options.ModelAggregation))
 def test_every_program_has_its_stages(mechanism, aggregation, model):
   static = feddpdr.program(feddpdr.Config(
       mechanism=mechanism, aggregation=aggregation, model_aggregation=model))
@@ -28,8 +29,8 @@ def test_every_program_has_its_stages(mechanism, aggregation, model):
 
 
 def test_the_stage_tables_cover_every_setting():
-  assert set(stages._SERVER_BASES) == set(feddpdr.AGGREGATIONS)
-  assert set(stages._MODELS) == set(feddpdr.MODEL_AGGREGATIONS)
+  assert set(stages._SERVER_BASES) == set(list(options.Aggregation))
+  assert set(stages._MODELS) == set(list(options.ModelAggregation))
   described = {(m.reduces, m.federated)
                for m in feddpdr.DESCRIPTIONS.values()}
   assert described <= set(stages._BY_DESCRIPTION)
