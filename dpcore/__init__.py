@@ -12,14 +12,6 @@ from __future__ import annotations
 
 from dpcore import lazy
 
-_SUBMODULES = (
-    "accounting", "audit_spec", "auditing", "calibration", "clipping", "ddg",
-    "ddg_accounting", "discrete", "discrete_calibration", "dpsgd",
-    "exponential", "ghost", "lattice", "lazy", "linalg", "memory",
-    "metrics", "noise", "options", "rotation", "shape", "trainer", "tuning",
-    "uint64", "validation",
-)
-
 # Re-exported name -> the submodule that defines it.
 _EXPORTS = {
     "BudgetExceededError": "accounting",
@@ -43,5 +35,4 @@ _EXPORTS = {
     "symmetric_gaussian_noise": "noise",
 }
 
-__getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES,
-                                            _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach(__name__, exports=_EXPORTS)

@@ -16,6 +16,4 @@ that records its cost in a :class:`dpcore.PrivacyLedger`.
 
 from dpcore import lazy
 
-_SUBMODULES = ("erm", "features", "lvq", "pca", "svm")
-
-__getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES)
+__getattr__, __dir__, __all__ = lazy.attach(__name__)

@@ -10,6 +10,4 @@
 
 from dpcore import lazy
 
-_SUBMODULES = ("normalization", "scattering")
-
-__getattr__, __dir__, __all__ = lazy.attach(__name__, _SUBMODULES)
+__getattr__, __dir__, __all__ = lazy.attach(__name__)
