@@ -42,8 +42,8 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, validation
-from launch import common
+from dpcore import accounting, options, validation
+from launch import common, vocabulary
 from launch.data import loaders
 from launch.experiments import dpwss as dpwss_experiment
 from mechanisms.erm import output_perturbation
@@ -102,9 +102,7 @@ def check_settings(*, datasets, methods, epsilons, delta, seeds,
   if not (isinstance(test_fraction, float) and 0.0 < test_fraction < 1.0):
     raise ValueError(f"--test_fraction={test_fraction!r}: must lie in "
                      f"(0, 1), e.g. 0.3.")
-  if scaling not in dpwss_experiment.SCALINGS:
-    raise ValueError(f"--scaling={scaling!r}: choose one of "
-                     f"{dpwss_experiment.SCALINGS}.")
+  options.parse(vocabulary.Scaling, scaling, "--scaling")
   dpwss_experiment.parse_classes(classes)
   for name in datasets:
     loaders.check_dataset(name, data_dir=data_dir)
