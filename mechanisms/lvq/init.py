@@ -29,6 +29,7 @@ Laplace initialisation (:func:`make_laplace_plan` → :class:`LaplacePlan`,
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -142,6 +143,9 @@ def class_mean_prototypes(key: jax.Array, x, y, *, num_classes: int,
   return _spread(key, means, prototypes_per_class, jitter)
 
 
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["epsilon", "delta"],
+                   meta_fields=["relation", "dim"])
 @dataclasses.dataclass(frozen=True)
 class LaplacePlan:
   """The public facts of the Laplace initialisation.
@@ -154,6 +158,9 @@ class LaplacePlan:
     delta: 0 (pure ε-DP).
     relation: add/remove one row (:data:`RELATION`).
     dim: d; the class sums' L1 sensitivity (the counts' is 1).
+
+  A pytree whose leaves are ε₁ and δ: under ``jax.jit`` a plan passed as
+  an argument gives one compiled program for every ε₁.
   """
   epsilon: float
   delta: float
@@ -204,6 +211,9 @@ def make_laplace_plan(*, epsilon: float, dim: int) -> LaplacePlan:
   return LaplacePlan(epsilon, 0.0, RELATION, dim)
 
 
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["epsilon", "delta", "noise_multiplier"],
+                   meta_fields=["relation", "dim"])
 @dataclasses.dataclass(frozen=True)
 class GaussianPlan:
   """The public facts of the Gaussian initialisation.
@@ -216,6 +226,8 @@ class GaussianPlan:
     relation: add/remove one row (:data:`RELATION`).
     dim: d.
     noise_multiplier: σ_init, the noise std per unit of L2 sensitivity.
+
+  A pytree whose leaves are ε₁, δ₁ and σ_init (as :class:`LaplacePlan`).
   """
   epsilon: float
   delta: float

@@ -16,6 +16,7 @@ run a ``lax.scan``, so they jit and vmap over folds and repeats.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -97,52 +98,48 @@ class TrainConfig:
         num_examples, sampling_rate=self.sampling_rate, epochs=self.epochs,
         max_batch=self.max_batch, sampler=SAMPLER)
 
-  def validate(self, *, prefix: str = "",
-               names: dict[str, str] | None = None) -> TrainConfig:
+  def validate(self) -> TrainConfig:
     """Checks every field (host side, before tracing).
-
-    Args:
-      prefix: what the messages put before each setting's name: ``"--"``
-        when the settings came from command-line flags.
-      names: the shown name of a field whose flag is spelt otherwise
-        (e.g. ``{"sampling_rate": "q"}``); other fields keep their names.
 
     Returns:
       ``self``.
 
     Raises:
-      ValueError: one line naming the setting and the fix.
+      ValueError: one line naming the field and the fix.
     """
-    name = _namer(prefix, names)
     for field, kind in (("model", options.LVQModel),
                         ("trainer", options.LVQTrainer),
                         ("phi_kind", options.Phi)):
-      options.parse(kind, getattr(self, field), name(field))
-    validation.check_positive_int(self.num_classes, name("num_classes"))
+      options.parse(kind, getattr(self, field), field)
+    validation.check_positive_int(self.num_classes, "num_classes")
     if self.num_classes < 2:
-      raise ValueError(f"{name('num_classes')} must be ≥ 2 (LVQ needs a "
-                       f"wrong class).")
-    validation.check_positive_int(self.epochs, name("epochs"))
-    validation.check_in_range(self.sampling_rate, name("sampling_rate"), 0.0,
-                              1.0, high_inclusive=True)
-    validation.check_positive(self.learning_rate, name("learning_rate"))
-    validation.check_positive_int(self.max_batch, name("max_batch"))
+      raise ValueError("num_classes must be ≥ 2 (LVQ needs a wrong class).")
+    validation.check_positive_int(self.epochs, "epochs")
+    validation.check_in_range(self.sampling_rate, "sampling_rate", 0.0, 1.0,
+                              high_inclusive=True)
+    validation.check_positive(self.learning_rate, "learning_rate")
+    validation.check_positive_int(self.max_batch, "max_batch")
     if self.rank is not None:
-      validation.check_positive_int(self.rank, name("rank"))
+      validation.check_positive_int(self.rank, "rank")
     validation.check_positive_int(self.prototypes_per_class,
-                                  name("prototypes_per_class"))
-    validation.check_positive_int(self.bfgs_iterations,
-                                  name("bfgs_iterations"))
+                                  "prototypes_per_class")
+    validation.check_positive_int(self.bfgs_iterations, "bfgs_iterations")
     return self
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["epsilon", "delta", "init", "dpsgd", "target_epsilon",
+                 "target_epsilon_sgd", "sgd_delta"],
+    meta_fields=["relation", "sigma_rule"])
 @dataclasses.dataclass(frozen=True)
 class DPLVQPlan:
   """The public facts of one private G(M)LVQ model (see :func:`make_plan`).
 
   Attributes:
-    epsilon: the target total ε (initialisation + DP-SGD).
-    delta: δ of the target.
+    epsilon: the guarantee: the ε that the ledger composes for the init,
+      the steps and the padding at ``delta`` (:meth:`record`).
+    delta: δ.
     relation: add/remove one row (:data:`RELATION`), the relation of the
       initialisation and of DP-SGD's Poisson subsampling.
     init: the initialisation's plan, a :class:`lvq_init.LaplacePlan`
@@ -150,17 +147,25 @@ class DPLVQPlan:
     dpsgd: the :class:`dpcore.trainer.DPSGDPlan` of the steps (N, q, T, C,
       σ, B, the one-coin-per-row sampler; its ``delta`` is ``sgd_delta``,
       its ``epsilon`` ε₂ when σ was calibrated by the accountant).
-    epsilon_sgd_target: ε₂ = ε − ε₁, the DP-SGD part's target.
+    target_epsilon: the total ε₁ + ε₂ the noise was calibrated for (with
+      the paper's σ rule, the guarantee may exceed it).
+    target_epsilon_sgd: ε₂ = ε − ε₁, the DP-SGD part's target.
     sgd_delta: δ of the DP-SGD part (δ with the Laplace init, δ/2 with the
       Gaussian one).
     sigma_rule: ``"accountant"`` or ``"paper"``.
+
+  A pytree whose leaves are its numbers (the ε's and δ's, the init's and
+  the steps' noise, C); the counts, the relation and the σ rule are
+  static. Under ``jax.jit`` a plan passed as an argument gives one
+  compiled program for every ε of the same run shape.
   """
   epsilon: float
   delta: float
   relation: options.Relation
   init: lvq_init.LaplacePlan | lvq_init.GaussianPlan
   dpsgd: trainer.DPSGDPlan
-  epsilon_sgd_target: float
+  target_epsilon: float
+  target_epsilon_sgd: float
   sgd_delta: float
   sigma_rule: str
 
@@ -170,10 +175,11 @@ class DPLVQPlan:
     return self.init.dim
 
   @property
-  def init_mechanism(self) -> str:
+  def init_mechanism(self) -> options.InitMechanism:
     """``"laplace"`` or ``"gaussian"``."""
-    return ("gaussian" if isinstance(self.init, lvq_init.GaussianPlan)
-            else "laplace")
+    return (options.InitMechanism.GAUSSIAN
+            if isinstance(self.init, lvq_init.GaussianPlan)
+            else options.InitMechanism.LAPLACE)
 
   @property
   def epsilon_init(self) -> float:
@@ -208,74 +214,52 @@ class DPLVQPlan:
   def report(self) -> dict:
     """The model's privacy record (``accounting.PRIVACY_FIELDS``) at δ.
 
-    The guarantee is the ledger's; the target ε₁ + ε₂ goes in
-    ``epsilon_nominal`` beside it (with the paper's σ rule that target is
-    not what the noise gives; the guarantee is).
+    The guarantee is the ledger's (``epsilon``); the target ε₁ + ε₂ goes
+    in ``epsilon_nominal`` beside it (with the paper's σ rule that target
+    is not what the noise gives; the guarantee is).
     """
-    if self.sigma_rule == "paper":
+    if self.sigma_rule == options.SigmaRule.PAPER:
       note = ("target ε₁ + ε₂ of the paper's rule σ = 2q√(T log(1/δ))/ε₂; "
               "the guarantee is the ledger's ε")
     else:
       note = "target ε₁ + ε₂ the DP-SGD noise was calibrated to (RDP)"
     ledger = accounting.PrivacyLedger()
     self.record(ledger)
-    return ledger.report(
-        self.delta, nominal_epsilon=self.epsilon_init + self.epsilon_sgd_target,
-        nominal_note=note)
+    return ledger.report(self.delta, nominal_epsilon=self.target_epsilon,
+                         nominal_note=note)
 
 
-# How a setting is named in messages when no flag spelling is given: the
-# names :func:`make_plan` has always used.
-_DEFAULT_NAMES = {"sampling_rate": "q (sampling_rate)",
-                  "clip_norm": "clip (clip_norm)"}
-
-
-def _namer(prefix: str, names: dict[str, str] | None):
-  """``field`` → its name in messages: ``prefix`` + its (flag) name."""
-  names = dict(names or {})
-
-  def name(field):
-    if field in names:
-      return prefix + names[field]
-    return prefix + (field if prefix else _DEFAULT_NAMES.get(field, field))
-  return name
 
 
 def check_plan_settings(*, epsilon: float | None, delta: float,
                         sampling_rate: float, epochs: int, clip_norm: float,
                         init_fraction: float = 0.2,
                         sigma_rule: str = "accountant",
-                        init_mechanism: str = "laplace", prefix: str = "",
-                        names: dict[str, str] | None = None) -> None:
+                        init_mechanism: str = "laplace") -> None:
   """Checks :func:`make_plan`'s settings that need no data (host side).
 
   :func:`make_plan` runs it; a caller may run it first, before any data
-  is read, with the names its users know.
+  is read. Messages name the arguments as :func:`make_plan` does.
 
   Args:
     epsilon: as :func:`make_plan`, or None to leave it unchecked (not
       known yet).
     delta, sampling_rate, epochs, clip_norm, init_fraction: as
       :func:`make_plan`; so are ``sigma_rule`` and ``init_mechanism``.
-    prefix: what the messages put before each setting's name: ``"--"``
-      when the settings came from command-line flags.
-    names: the shown name of a setting whose flag is spelt otherwise
-      (e.g. ``{"sampling_rate": "q", "clip_norm": "clip"}``).
 
   Raises:
-    ValueError: one line naming the setting and the fix.
+    ValueError: one line naming the argument and the fix.
   """
-  name = _namer(prefix, names)
   if epsilon is not None:
-    validation.check_epsilon(epsilon, name("epsilon"))
-  validation.check_delta(delta, name("delta"))
-  validation.check_in_range(sampling_rate, name("sampling_rate"), 0.0, 1.0,
+    validation.check_epsilon(epsilon, "epsilon")
+  validation.check_delta(delta, "delta")
+  validation.check_in_range(sampling_rate, "sampling_rate", 0.0, 1.0,
                             high_inclusive=True)
-  validation.check_positive_int(epochs, name("epochs"))
-  validation.check_in_range(init_fraction, name("init_fraction"), 0.0, 1.0)
-  options.parse(options.SigmaRule, sigma_rule, name("sigma_rule"))
-  options.parse(options.InitMechanism, init_mechanism, name("init_mechanism"))
-  validation.check_positive(clip_norm, name("clip_norm"))
+  validation.check_positive_int(epochs, "epochs")
+  validation.check_in_range(init_fraction, "init_fraction", 0.0, 1.0)
+  options.parse(options.SigmaRule, sigma_rule, "sigma_rule")
+  options.parse(options.InitMechanism, init_mechanism, "init_mechanism")
+  validation.check_positive(clip_norm, "clip_norm")
 
 
 def make_plan(num_examples: int, *, epsilon: float, delta: float,
@@ -287,7 +271,9 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
 
   Args:
     num_examples: N, the training rows of one model.
-    epsilon: total target ε.
+    epsilon: the total target ε the noise is calibrated for (the plan's
+      ``target_epsilon``; its ``epsilon`` is the guarantee the ledger
+      composes, at or below it with the accountant's σ).
     delta: δ.
     sampling_rate: q.
     epochs: E (T = round(E/q) steps).
@@ -307,8 +293,8 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
 
   Returns:
     A :class:`DPLVQPlan`; ``plan.record(ledger)`` writes the init, the
-    steps and the padding, and ``ledger.guarantee(delta)`` is the
-    guarantee; :func:`release` trains under it.
+    steps and the padding, whose composition at δ is ``plan.epsilon``;
+    :func:`release` trains under it.
 
   Raises:
     ValueError: an argument out of range, named with its fix.
@@ -333,8 +319,9 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
   steps = dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
   eps_init = init_fraction * epsilon
   eps_sgd = epsilon - eps_init
-  delta_sgd = delta if init_mechanism == "laplace" else delta / 2.0
-  if init_mechanism == "laplace":
+  laplace = init_mechanism == options.InitMechanism.LAPLACE
+  delta_sgd = delta if laplace else delta / 2.0
+  if laplace:
     init = lvq_init.make_laplace_plan(epsilon=eps_init, dim=dim)
   else:
     init = lvq_init.make_gaussian_plan(epsilon=eps_init, delta=delta / 2.0,
@@ -342,7 +329,7 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
   common = dict(sampling_rate=sampling_rate, epochs=epochs,
                 clip_norm=clip_norm, delta=delta_sgd, max_batch=max_batch,
                 sampler=SAMPLER)
-  if sigma_rule == "accountant":  # σ calibrated for (ε₂, δ₂) by the plan
+  if sigma_rule == options.SigmaRule.ACCOUNTANT:  # σ for (ε₂, δ₂)
     run = trainer.make_plan(num_examples, epsilon=eps_sgd, **common)
   else:  # the paper's σ, given: its guarantee is the ledger's
     sigma = dpsgd.paper_noise_multiplier(
@@ -350,8 +337,12 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
         steps=steps)
     run = trainer.make_plan(num_examples, noise_multiplier=sigma, **common)
   assert run.steps == steps
-  return DPLVQPlan(epsilon, delta, RELATION, init, run, eps_sgd, delta_sgd,
-                   sigma_rule)
+  ledger = accounting.PrivacyLedger()
+  init.record(ledger)
+  run.record(ledger, label="dpsgd")
+  return DPLVQPlan(ledger.guarantee(delta).epsilon, delta, RELATION, init,
+                   run, epsilon, eps_sgd, delta_sgd,
+                   options.SigmaRule(sigma_rule))
 
 
 def init_params(key, x, y, config: TrainConfig, init=None):

@@ -374,12 +374,12 @@ def test_bad_inputs_give_clear_errors():
   with pytest.raises(ValueError, match="epsilon"):
     lvq_train.make_plan(100, epsilon=-1.0, sampling_rate=0.01, **kw)
   for q in (0.0, 1.2, -0.5):
-    with pytest.raises(ValueError, match="q"):
+    with pytest.raises(ValueError, match="^sampling_rate must lie"):
       lvq_train.make_plan(100, epsilon=1.0, sampling_rate=q, **kw)
-    with pytest.raises(ValueError, match="q"):
+    with pytest.raises(ValueError, match="^sampling_rate must lie"):
       lvq_train.TrainConfig(sampling_rate=q).validate()
   for clip in (0.0, -1.0):
-    with pytest.raises(ValueError, match="clip"):
+    with pytest.raises(ValueError, match="^clip_norm must be"):
       lvq_train.make_plan(100, epsilon=1.0, sampling_rate=0.01,
                           **{**kw, "clip_norm": clip})
   with pytest.raises(ValueError, match="release"):
@@ -482,10 +482,15 @@ def test_plans_have_the_shape_and_record_as_before(rule, init):
       options.Relation.ADD_REMOVE)
   assert plan.dpsgd.delta == plan.sgd_delta
   # σ calibrated by the plan keeps its target; the paper's σ is given.
-  assert plan.dpsgd.epsilon == (plan.epsilon_sgd_target
-                                if rule == "accountant" else None)
+  assert plan.dpsgd.target_epsilon == (plan.target_epsilon_sgd
+                                       if rule == "accountant" else None)
   assert _ledger(plan).guarantee(1e-5).epsilon == accounted(
       BASE_EPSILON[rule, init])
+  # epsilon is the guarantee that holds, the target is kept beside it.
+  assert plan.epsilon == accounted(BASE_EPSILON[rule, init])
+  assert plan.target_epsilon == 1.5
+  assert plan.report()["epsilon"] == plan.epsilon
+  assert plan.report()["epsilon_nominal"] == 1.5
   for fn in (lvq_train.release, lvq_init.release_laplace,
              lvq_init.release_gaussian):
     shape.check_release(fn)
@@ -509,3 +514,59 @@ def test_init_plans_record_as_before():
   with pytest.raises(TypeError, match="LaplacePlan"):
     lvq_init.release_laplace(jax.random.key(0), gaussian, jnp.zeros((4, 4)),
                              jnp.arange(4) % 2, num_classes=2)
+
+
+def _trace_count(fn):
+  """``fn`` jitted, and the number of times it was traced so far."""
+  traces = []
+
+  def counted(*args):
+    traces.append(1)
+    return fn(*args)
+  return jax.jit(counted), traces
+
+
+def test_plans_are_pytrees_of_their_numbers():
+  plan = lvq_train.make_plan(200, epsilon=1.5, delta=1e-5, sampling_rate=0.1,
+                             epochs=2, clip_norm=0.5, dim=4)
+  leaves, treedef = jax.tree.flatten(plan)
+  assert leaves == [plan.epsilon, 1e-5, plan.epsilon_init, 0.0,
+                    *jax.tree.leaves(plan.dpsgd), 1.5,
+                    plan.target_epsilon_sgd, 1e-5]
+  assert plan.noise_multiplier in leaves
+  assert jax.tree.unflatten(treedef, leaves) == plan
+  gaussian = lvq_init.make_gaussian_plan(epsilon=1.0, delta=1e-6, dim=4)
+  assert jax.tree.leaves(gaussian) == [1.0, 1e-6, gaussian.noise_multiplier]
+
+
+@pytest.mark.parametrize("make, release", [
+    (lambda eps: lvq_init.make_laplace_plan(epsilon=eps, dim=3),
+     lvq_init.release_laplace),
+    (lambda eps: lvq_init.make_gaussian_plan(epsilon=eps, delta=1e-6, dim=3),
+     lvq_init.release_gaussian),
+], ids=["laplace", "gaussian"])
+def test_two_epsilons_reuse_one_compiled_init(make, release):
+  x = jax.random.uniform(jax.random.key(0), (60, 3), minval=-1.0)
+  y = jnp.arange(60) % 2
+  run, traces = _trace_count(lambda plan, x, y: release(
+      jax.random.key(1), plan, x, y, num_classes=2))
+  a, b = run(make(0.5), x, y), run(make(4.0), x, y)
+  assert len(traces) == 1  # ε is a traced leaf, not a constant
+  assert not np.allclose(a, b)
+  np.testing.assert_allclose(
+      a, release(jax.random.key(1), make(0.5), x, y, num_classes=2),
+      rtol=1e-6)
+
+
+def test_two_epsilons_reuse_one_compiled_release():
+  x = jax.random.uniform(jax.random.key(0), (60, 3), minval=-1.0)
+  y = jnp.arange(60) % 2
+  config = lvq_train.TrainConfig(num_classes=2, epochs=1,
+                                 sampling_rate=0.25, max_batch=40)
+  run, traces = _trace_count(lambda plan, x, y: lvq_train.release(
+      jax.random.key(1), plan, x, y, config).params)
+  for eps in (0.5, 4.0):
+    run(lvq_train.make_plan(60, epsilon=eps, delta=1e-5, sampling_rate=0.25,
+                            epochs=1, clip_norm=0.5, dim=3, max_batch=40),
+        x, y)
+  assert len(traces) == 1
