@@ -85,14 +85,13 @@ def initialize(coordinator_address: str | None = None,
 
 
 def check_settings(coordinator_address: str, num_processes: int,
-                   process_id: int, *, prefix: str = "") -> None:
+                   process_id: int) -> None:
   """Checks explicit :func:`initialize` settings (no JAX call).
 
-  ``prefix`` is what the messages put before the settings' names (``"--"``
-  when they came from command-line flags of the same names).
+  Raises:
+    ValueError: one line naming the argument and the fix.
   """
-  address, count, pid = (prefix + name for name in (
-      "coordinator_address", "num_processes", "process_id"))
+  address, count, pid = "coordinator_address", "num_processes", "process_id"
   if not isinstance(coordinator_address, str):
     raise ValueError(f"{address} must be a 'host:port' string, got "
                      f"{coordinator_address!r}.")

@@ -68,7 +68,7 @@ Privacy:
   has sensitivity 1 under add/remove (the paper's Lemma 4.1) and √2 under
   replacement, the relation objective perturbation is proven under. The
   run is always *accounted* under replacement (sensitivity √2), so one
-  guarantee covers all of it; ``neighbouring`` only picks what σ is
+  guarantee covers all of it; ``Config.relation`` only picks what σ is
   calibrated for: ``"replace_one"`` (default; the old spelling
   ``"replace"`` is accepted, :func:`dpcore.options.parse_relation`) or
   ``"add_remove"`` (the paper's calibration, reproduced; the reported ε is
@@ -108,7 +108,6 @@ from federated.feddpdr.plan import (
 )
 from federated.feddpdr.registry import (
     DESCRIPTIONS,
-    NEIGHBOURING,
     Mechanism,
     describe,
 )
@@ -124,7 +123,7 @@ from federated.feddpdr.training import train
 
 __all__ = [
     "Bucketed", "Config", "ConvergenceError", "DESCRIPTIONS", "FedDPDRPlan",
-    "Mechanism", "NEIGHBOURING", "NOMINAL_NOTE", "Outcome", "RELATION",
+    "Mechanism", "NOMINAL_NOTE", "Outcome", "RELATION",
     "Rows", "SERVER_STREAM", "Static", "Summary", "Traced",
     "TrainOutput", "TrainingJob", "check_chunk", "check_data",
     "check_settings", "choose_chunk", "describe", "evaluate", "execute",

@@ -93,12 +93,12 @@ class Layout(NamedTuple):
     groups: ``(rows, original indices or None)`` per bucket; one entry,
       with None, for one padded array.
     count: N, every participant.
-    d: the data dimension.
+    dim: d, the data dimension.
     dtype: the rows' dtype.
   """
   groups: tuple
   count: int
-  d: int
+  dim: int
   dtype: jnp.dtype
 
   @classmethod

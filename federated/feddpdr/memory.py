@@ -15,7 +15,7 @@ from federated.feddpdr.settings import Config, Static, check_chunk, program
 __all__ = ["choose_chunk", "memory_estimate", "plan_chunk"]
 
 
-def memory_estimate(num_participants: int, n_max: int, d: int, *,
+def memory_estimate(num_participants: int, n_max: int, dim: int, *,
                     config: Config | Static, num_classes: int,
                     seeds: int = 1, chunk: int | None = None) -> int:
   """An upper estimate of :func:`train`'s peak bytes, before any work.
@@ -37,7 +37,7 @@ def memory_estimate(num_participants: int, n_max: int, d: int, *,
   num_participants = validation.check_positive_int(num_participants,
                                                    "num_participants")
   n_max = validation.check_positive_int(n_max, "n_max")
-  d = validation.check_positive_int(d, "d")
+  d = validation.check_positive_int(dim, "dim")
   seeds = validation.check_positive_int(seeds, "seeds")
   chunk = check_chunk(chunk)
   static = program(config)  # nonpriv: the feddpdr program's memory
@@ -54,21 +54,19 @@ def memory_estimate(num_participants: int, n_max: int, d: int, *,
   return int(inputs + outputs + unit * in_flight)
 
 
-def choose_chunk(num_participants: int, n_max: int, d: int, *,
+def choose_chunk(num_participants: int, n_max: int, dim: int, *,
                  config: Config | Static, num_classes: int, seeds: int,
-                 budget: int, prefix: str = "") -> tuple[int | None, int]:
+                 budget: int) -> tuple[int | None, int]:
   """The largest participant chunk whose :func:`memory_estimate` fits.
 
   :func:`dpcore.memory.largest_chunk` over :func:`memory_estimate`.
 
   Args:
-    num_participants, n_max, d: the participants held, their padded rows,
-      the data dimension.
+    num_participants, n_max, dim: the participants held, their padded
+      rows, the data dimension.
     config, num_classes, seeds: the run (what :func:`memory_estimate`
       needs).
-    budget: the bytes the training may use.
-    prefix: what the message puts before the settings' names (``"--"``
-      for command-line flags).
+    budget: the bytes the training may use (``memory_budget``).
 
   Returns:
     ``(chunk, estimate)``: ``chunk`` None when all participants fit at
@@ -78,24 +76,22 @@ def choose_chunk(num_participants: int, n_max: int, d: int, *,
     dpcore.memory.MemoryBudgetError: even one participant at a time would
       not fit; one line naming the estimate, the budget and the fix.
   """
-  budget = validation.check_positive_int(budget, "budget")
+  budget = validation.check_positive_int(budget, "memory_budget")
   total = validation.check_positive_int(num_participants, "num_participants")
   return dp_memory.largest_chunk(
-    total,
-      lambda chunk: memory_estimate(total, n_max, d, config=config,
+      total,
+      lambda chunk: memory_estimate(total, n_max, dim, config=config,
                                     num_classes=num_classes, seeds=seeds,
                                     chunk=chunk),
       budget=budget,
       what=f"the training's {total} participants ({n_max} rows each at "
-           f"d={d})",
-      fix=f"{prefix}memory_budget, or use fewer participants, "
-          f"{prefix}seeds or rows")
+           f"d={dim})",
+      fix="memory_budget, or use fewer participants, seeds or rows")
 
 
-def plan_chunk(configs, *, sizes, d: int, num_classes: int, seeds: int,
+def plan_chunk(configs, *, sizes, dim: int, num_classes: int, seeds: int,
                budget: int | None, chunk: int | None = None,
-               processes: int = 1,
-               prefix: str = "") -> tuple[int | None, int | None]:
+               processes: int = 1) -> tuple[int | None, int | None]:
   """One participant chunk for runs of ``configs``, checked against memory.
 
   With ``chunk`` given, :func:`memory_estimate` at that chunk must fit
@@ -107,13 +103,12 @@ def plan_chunk(configs, *, sizes, d: int, num_classes: int, seeds: int,
     configs: the runs that will share the chunk (e.g. a table's baseline
       and its budgets).
     sizes: every participant's rows.
-    d, num_classes, seeds: the data dimension, classes and repeats.
-    budget: the bytes the training may use; None (unknown) keeps
-      ``chunk`` as given, unchecked against memory.
-    chunk: the participants mapped at once, or None to choose.
+    dim, num_classes, seeds: the data dimension, classes and repeats.
+    budget: the bytes the training may use (``memory_budget``); None
+      (unknown) keeps ``chunk`` as given, unchecked against memory.
+    chunk: the participants mapped at once (``participant_chunk``), or
+      None to choose.
     processes: the processes the participants are split over.
-    prefix: what the messages put before the settings' names (``"--"``
-      for command-line flags).
 
   Returns:
     ``(chunk, estimate)``: the chunk, and the largest estimate among the
@@ -124,27 +119,27 @@ def plan_chunk(configs, *, sizes, d: int, num_classes: int, seeds: int,
       participant at a time, does not fit; one line naming the estimate,
       the budget and the settings to change.
   """
-  chunk = check_chunk(chunk, f"{prefix}participant_chunk")
+  chunk = check_chunk(chunk)
   if budget is None:
     return chunk, None
   count = -(-len(sizes) // max(1, processes))
   n_max = int(max(sizes))
   kwargs = dict(num_classes=num_classes, seeds=seeds)
   if chunk is not None:
-    worst = max(memory_estimate(count, n_max, d, config=c, chunk=chunk,
+    worst = max(memory_estimate(count, n_max, dim, config=c, chunk=chunk,
                                 **kwargs) for c in configs)
     if worst > budget:
       raise dp_memory.MemoryBudgetError(
-          f"{prefix}participant_chunk={chunk} needs an estimated "
+          f"participant_chunk={chunk} needs an estimated "
           f"{dp_memory.size_text(worst)}, above the memory budget of "
           f"{dp_memory.size_text(budget)}; give a smaller "
-          f"{prefix}participant_chunk, leave it out to have one chosen, or "
-          f"raise {prefix}memory_budget.")
+          f"participant_chunk, leave it out to have one chosen, or raise "
+          f"memory_budget.")
     return chunk, worst
   chosen, estimate = None, 0
   for config in configs:
-    c, e = choose_chunk(count, n_max, d, config=config, budget=budget,
-                        prefix=prefix, **kwargs)
+    c, e = choose_chunk(count, n_max, dim, config=config, budget=budget,
+                        **kwargs)
     if c is not None and (chosen is None or c < chosen):
       chosen = c
     estimate = max(estimate, e)

@@ -64,7 +64,7 @@ def _gather(out: TrainOutput, *, per_participant: bool) -> TrainOutput:
 def execute(key: jax.Array, participants: Participants | Buckets, x_test,
             y_test, *, num_classes: int, config: Config, seeds: int = 1,
             mesh=None, participant_chunk: int | None = None,
-            memory_budget: int | str | None = memory.AUTO, sizes=None,
+            memory_budget: int | str | None = None, sizes=None,
             train_with=None) -> Outcome:
   """The pipeline: calibrates, trains ``seeds`` repeats, evaluates, sums up.
 
@@ -97,9 +97,9 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
       at once, or what ``memory_budget`` allows). Peak memory then grows
       with the chunk, not with N; results are the same up to rounding.
     memory_budget: bytes the training may use: the chunk is checked
-      against it, or chosen by it (:func:`plan_chunk`); "auto" (default):
-      3/4 of the memory available now (:func:`memory.resolve_budget`);
-      None: unchecked.
+      against it, or chosen by it (:func:`plan_chunk`); None (default):
+      no limit, unchecked; ``"auto"``: 3/4 of the memory available now
+      (:func:`dpcore.memory.resolve_budget`).
     sizes: every participant's rows; default ``participants.sizes``
       (required with a mesh over several processes).
     train_with: optional ``f(job) -> TrainOutput`` that makes the
@@ -125,13 +125,13 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
     sizes = participants.sizes
   first = (participants.groups[0] if isinstance(participants, Buckets)
            else participants)
-  d = np.shape(first.x)[-1]
-  plan = make_plan(sizes, d=d, num_classes=num_classes, config=config)
+  dim = np.shape(first.x)[-1]
+  plan = make_plan(sizes, dim=dim, num_classes=num_classes, config=config)
   memory_budget = memory.resolve_budget(memory_budget)
   if memory_budget is not None:
     processes = (len({dev.process_index for dev in mesh.devices.flat})
                  if several else 1)
-    chunk, _ = plan_chunk([config], sizes=plan.n.astype(int), d=d,
+    chunk, _ = plan_chunk([config], sizes=plan.n.astype(int), dim=dim,
                           num_classes=num_classes, seeds=seeds,
                           budget=memory_budget, chunk=chunk,
                           processes=processes)
@@ -151,7 +151,7 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
 def run(key: jax.Array, participants: Participants | Buckets, x_test, y_test,
         *, num_classes: int, config: Config, seeds: int = 1, mesh=None,
         participant_chunk: int | None = None,
-        memory_budget: int | str | None = memory.AUTO) -> Summary:
+        memory_budget: int | str | None = None) -> Summary:
   """:func:`execute`'s :class:`Summary`: checks, calibrates, trains,
   evaluates.
 

@@ -43,7 +43,7 @@ NOMINAL_NOTE = ("the paper's figure: eps1 + eps2, one classifier's eps2 "
 RELATION = options.Relation.REPLACE_ONE
 """The relation every run is accounted under: one row of one participant
 replaced (objective perturbation's; DP-PCA's σ may be calibrated for
-add/remove, ``Config.neighbouring``, but is recorded under this)."""
+add/remove, ``Config.relation``, but is recorded under this)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,7 @@ class FedDPDRPlan:
     epsilon: the guarantee ε of every participant's releases at
       ``delta``, as the ledger composes them (``privacy``'s
       ``epsilon``); None for ``nonpriv``. The budget setting the noise was
-      calibrated from is :attr:`epsilon_nominal`.
+      calibrated from is :attr:`target_epsilon`.
     delta: δ of the setting; None for ``nonpriv``.
     relation: :data:`RELATION` (replace one row of one participant).
     config: the experiment (its :func:`program` selects the compiled
@@ -76,9 +76,10 @@ class FedDPDRPlan:
     fits: the participants' objective-perturbation plans, one per
       distinct size (their records do not depend on n), or () when
       non-private.
-    epsilon_nominal: the budget setting ε the noise was calibrated from
-      (the paper's nominal figure ε₁ + ε₂; with ``budget_per_classifier``
-      the guarantee is larger); None for ``nonpriv``.
+    target_epsilon: the budget setting ε the noise was calibrated from
+      (the paper's nominal figure ε₁ + ε₂, the record's
+      ``epsilon_nominal``; with ``budget_per_classifier`` the guarantee is
+      larger); None for ``nonpriv``.
   """
   epsilon: float | None
   delta: float | None
@@ -95,7 +96,7 @@ class FedDPDRPlan:
   privacy: dict
   pca: dp_pca.PcaPlan | None = None
   fits: tuple = ()
-  epsilon_nominal: float | None = None
+  target_epsilon: float | None = None
 
   def record(self, ledger: accounting.PrivacyLedger) -> None:
     """Records one participant's releases: DP-PCA, then its K fits.
@@ -125,13 +126,13 @@ def _record(ledger: accounting.PrivacyLedger, pca: dp_pca.PcaPlan | None,
 
 
 def _privacy(pca: dp_pca.PcaPlan | None, fits: tuple, *, delta: float,
-             epsilon_nominal: float) -> dict:
+             target_epsilon: float) -> dict:
   """The privacy record (fields ``accounting.PRIVACY_FIELDS``) of every
   participant's ledger (:func:`_record`), with the paper's nominal ε
   beside it."""
   ledger = accounting.PrivacyLedger()
   _record(ledger, pca, fits, relation=RELATION)
-  return ledger.report(delta, nominal_epsilon=epsilon_nominal,
+  return ledger.report(delta, nominal_epsilon=target_epsilon,
                        nominal_note=NOMINAL_NOTE)
 
 def _checked_sizes(sizes) -> np.ndarray:
@@ -153,16 +154,16 @@ def _checked_sizes(sizes) -> np.ndarray:
   return sizes
 
 
-def make_plan(sizes, *, d: int, num_classes: int,
+def make_plan(sizes, *, dim: int, num_classes: int,
               config: Config) -> FedDPDRPlan:
   """Validates the settings and calibrates every participant's noise.
 
   Args:
     sizes: every participant's rows (public).
-    d: the data dimension.
+    dim: d, the data dimension.
     num_classes: K.
-    config: the experiment; its budget (ε, δ, calibration, split,
-      neighbouring) is calibrated here.
+    config: the experiment; its budget (ε, δ, calibration, split, the
+      relation DP-PCA's σ is calibrated for) is calibrated here.
 
   Returns:
     A :class:`FedDPDRPlan`; :func:`release` trains under it and
@@ -178,7 +179,7 @@ def make_plan(sizes, *, d: int, num_classes: int,
   """
   if not isinstance(config, Config):
     raise TypeError(f"config must be a feddpdr.Config, got {config!r}.")
-  config.check(d=d)
+  config.check(dim=dim)
   sizes = _checked_sizes(sizes)
   num_classes = validation.check_positive_int(num_classes, "num_classes")
   if num_classes < 2:
@@ -203,8 +204,8 @@ def make_plan(sizes, *, d: int, num_classes: int,
   sigma, pca_plan = 0.0, None
   if has_pca:
     pca_plan = dp_pca.make_plan(
-        epsilon=eps_pca, delta=config.delta, k=config.k, dim=d,
-        relation=config.neighbouring, calibration=config.calibration)
+        epsilon=eps_pca, delta=config.delta, k=config.k, dim=dim,
+        relation=config.relation, calibration=config.calibration)
     sigma = pca_plan.sigma
   # p and θ depend on nᵢ only: computed once per distinct size.
   distinct, which = np.unique(sizes, return_inverse=True)
@@ -212,7 +213,7 @@ def make_plan(sizes, *, d: int, num_classes: int,
                             loss=config.loss, h=config.huber_h,
                             num_classes=num_classes) for n_i in distinct)
   privacy = _privacy(pca_plan, fits, delta=config.delta,
-                     epsilon_nominal=config.epsilon)
+                     target_epsilon=config.epsilon)
   # The plan's ε is the guarantee its record composes to, not the setting.
   return FedDPDRPlan(
       epsilon=privacy["epsilon"], delta=config.delta, relation=RELATION,
@@ -221,7 +222,7 @@ def make_plan(sizes, *, d: int, num_classes: int,
       p=np.asarray([q.p for q in fits])[which],
       theta=np.asarray([q.theta for q in fits])[which], epsilon_pca=eps_pca,
       epsilon_fit=eps_fit, num_fits=num_fits, privacy=privacy, pca=pca_plan,
-      fits=fits, epsilon_nominal=config.epsilon)
+      fits=fits, target_epsilon=config.epsilon)
 
 
 def release(key: jax.Array, plan: FedDPDRPlan,

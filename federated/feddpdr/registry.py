@@ -12,10 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 from dpcore import options
-from mechanisms.pca import dp_pca
 
 __all__ = [
-    "DESCRIPTIONS", "Mechanism", "NEIGHBOURING", "describe",
+    "DESCRIPTIONS", "Mechanism", "describe",
 ]
 
 
@@ -59,7 +58,6 @@ DESCRIPTIONS = {m.name: m for m in (
 """Every mechanism by name (:mod:`federated.feddpdr` says what each does);
 the program, the plan and the evaluation read these descriptions, never
 the names."""
-NEIGHBOURING = dp_pca.NEIGHBOURING
 
 
 def describe(mechanism: str, name: str = "mechanism") -> Mechanism:

@@ -2,7 +2,8 @@
 
 :class:`Config` is :class:`Static` (what shapes the compiled program:
 mechanism, k, λ, loss, aggregations, top-k, tol, max_iter) plus the budget
-(ε, δ, calibration, split, neighbouring), which reaches the program only
+(ε, δ, calibration, split, the relation σ is calibrated for), which
+reaches the program only
 through the traced per-participant numbers σ, n, p and θ of the plan
 (:class:`federated.feddpdr.Traced`). :func:`program` is the
 :class:`Static` that selects the compiled program: ``nonpriv`` runs the
@@ -30,14 +31,15 @@ __all__ = ["Config", "Static", "check_chunk", "check_settings", "program"]
 @dataclasses.dataclass(frozen=True)
 class Static:
   """The settings that shape the compiled program (``jit`` static)."""
-  mechanism: str = "feddpdr"
+  mechanism: options.FedDPDRMechanism = options.FedDPDRMechanism.FEDDPDR
   k: int = 20
   lam: float = 0.01
-  loss: str = "huber"
+  loss: options.ERMLoss = options.ERMLoss.HUBER
   huber_h: float = op.HUBER_H
-  aggregation: str = "subspace"
-  model_aggregation: str = "weighted"
-  topk: str = "eigh"
+  aggregation: options.Aggregation = options.Aggregation.SUBSPACE
+  model_aggregation: options.ModelAggregation = (
+      options.ModelAggregation.WEIGHTED)
+  topk: options.TopK = options.TopK.EIGH
   tol: float = 1e-8
   max_iter: int = 500
 
@@ -56,16 +58,23 @@ class Config(Static):
   """Settings of one FedDPDR-DPML experiment (see the module docstring).
 
   The fields of :class:`Static`, which shape the compiled program, and the
-  budget (ε, δ, calibration, split, neighbouring), which only changes the
+  budget (ε, δ, calibration, split, relation), which only changes the
   host-side calibration (:func:`make_plan`) and reaches the program as
   traced arrays.
+
+  ``relation`` is the neighbouring relation DP-PCA's σ is calibrated for
+  (``dp_pca.make_plan``'s ``relation``): ``"replace_one"`` (sensitivity
+  √2, default; the old spelling ``"replace"`` is accepted) or
+  ``"add_remove"`` (1, the paper's). Every run is *accounted* under
+  replace-one (:data:`federated.feddpdr.RELATION`, the plan's
+  ``relation``), which objective perturbation is proven under.
   """
   epsilon: float = 0.1
   delta: float = 1e-4
-  calibration: str = "analytic"
+  calibration: options.PcaCalibration = options.PcaCalibration.ANALYTIC
   budget_per_classifier: bool = False
   pca_fraction: float = 0.5
-  neighbouring: str = options.Relation.REPLACE_ONE.value
+  relation: options.Relation = options.Relation.REPLACE_ONE
 
   @property
   def static(self) -> Static:
@@ -73,68 +82,57 @@ class Config(Static):
     return Static(**{f.name: getattr(self, f.name)
                      for f in dataclasses.fields(Static)})
 
-  def check(self, *, d: int | None = None, prefix: str = "") -> Config:
-    """Validates every field, and k against the data dimension d.
+  def check(self, *, dim: int | None = None) -> Config:
+    """Validates every field, and k against the data dimension.
 
     Args:
-      d: the data dimension; None leaves the check of k against it for
-        later (e.g. before the data is loaded).
-      prefix: what the messages put before each setting's name: ``"--"``
-        when the settings came from command-line flags of the same names.
+      dim: the data dimension d; None leaves the check of k against it
+        for later (e.g. before the data is loaded).
 
     Returns:
       ``self``.
 
     Raises:
-      ValueError: one line naming the setting and the fix.
+      ValueError: one line naming the field and the fix.
     """
-    def name(field):
-      return prefix + field
-    mech = describe(self.mechanism, name("mechanism"))
-    for value, kind, field in (
-        (self.aggregation, options.Aggregation, "aggregation"),
-        (self.model_aggregation, options.ModelAggregation,
-         "model_aggregation"),
-        (self.loss, options.ERMLoss, "loss"),
-        (self.calibration, options.PcaCalibration, "calibration"),
-        (self.topk, options.TopK, "topk")):
-      options.parse(kind, value, name(field))
-    options.parse_relation(self.neighbouring, name("neighbouring"))
-    dp_calibration.check_calibrated_epsilon(self.epsilon, name("epsilon"))
-    validation.check_delta(self.delta, name("delta"))
-    validation.check_positive(self.lam, name("lam"))
-    validation.check_positive(self.huber_h, name("huber_h"))
-    validation.check_positive(self.tol, name("tol"))
-    validation.check_count(self.max_iter, name("max_iter"))
-    validation.check_in_range(self.pca_fraction, name("pca_fraction"), 0.0,
-                              1.0)
-    k = validation.check_positive_int(self.k, name("k"))
-    if mech.reduces and d is not None and k > d:
-      raise ValueError(
-          f"{name('k')}={k} exceeds the data dimension d={d}; choose "
-          f"{name('k')} <= {d}.")
+    mech = describe(self.mechanism)
+    for field, kind in (("aggregation", options.Aggregation),
+                        ("model_aggregation", options.ModelAggregation),
+                        ("loss", options.ERMLoss),
+                        ("calibration", options.PcaCalibration),
+                        ("topk", options.TopK)):
+      options.parse(kind, getattr(self, field), field)
+    options.parse_relation(self.relation, "relation")
+    dp_calibration.check_calibrated_epsilon(self.epsilon, "epsilon")
+    validation.check_delta(self.delta, "delta")
+    validation.check_positive(self.lam, "lam")
+    validation.check_positive(self.huber_h, "huber_h")
+    validation.check_positive(self.tol, "tol")
+    validation.check_count(self.max_iter, "max_iter")
+    validation.check_in_range(self.pca_fraction, "pca_fraction", 0.0, 1.0)
+    k = validation.check_positive_int(self.k, "k")
+    if mech.reduces and dim is not None and k > dim:
+      raise ValueError(f"k={k} exceeds the data dimension d={dim}; choose "
+                       f"k <= {dim}.")
     eps_pca = self.epsilon * self.pca_fraction
-    if (self.calibration == "classic" and mech.private and mech.reduces
-        and eps_pca >= 1):
+    if (self.calibration == options.PcaCalibration.CLASSIC and mech.private
+        and mech.reduces and eps_pca >= 1):
       raise ValueError(
-          f"{name('calibration')}=classic is proven only for ε₁ < 1, and "
-          f"{name('epsilon')}={self.epsilon:g} gives ε₁ = {eps_pca:g}; use "
-          f"{name('calibration')}=analytic or a smaller {name('epsilon')}.")
+          f"calibration=classic is proven only for ε₁ < 1, and "
+          f"epsilon={self.epsilon:g} gives ε₁ = {eps_pca:g}; use "
+          f"calibration=analytic or a smaller epsilon.")
     return self
 
 
-def check_settings(configs, *, d: int | None = None, seeds: int = 1,
-                   participant_chunk: int | None = None,
-                   prefix: str = "") -> None:
+def check_settings(configs, *, dim: int | None = None, seeds: int = 1,
+                   participant_chunk: int | None = None) -> None:
   """Every setting of runs of ``configs``, checked before any work.
 
   Args:
     configs: the runs' :class:`Config` s (:meth:`Config.check` each).
-    d: the data dimension, or None where not known yet.
+    dim: the data dimension, or None where not known yet.
     seeds: repeats per run.
     participant_chunk: participants mapped at once, or None.
-    prefix: what the messages put before the settings' names (``"--"``
-      when they came from command-line flags of the same names).
 
   Raises:
     ValueError: one line naming the setting and the fix.
@@ -142,18 +140,17 @@ def check_settings(configs, *, d: int | None = None, seeds: int = 1,
   for config in configs:
     if not isinstance(config, Config):
       raise TypeError(f"config must be a feddpdr.Config, got {config!r}.")
-    config.check(d=d, prefix=prefix)
-  validation.check_positive_int(seeds, prefix + "seeds")
-  check_chunk(participant_chunk, prefix + "participant_chunk")
+    config.check(dim=dim)
+  validation.check_positive_int(seeds, "seeds")
+  check_chunk(participant_chunk)
 
 
-def check_chunk(participant_chunk: int | None,
-                name: str = "participant_chunk") -> int | None:
-  """``participant_chunk`` checked (None, or a positive integer); the
-  message calls it ``name`` (e.g. ``"--participant_chunk"``)."""
+def check_chunk(participant_chunk: int | None) -> int | None:
+  """``participant_chunk`` checked: None, or a positive integer."""
   if participant_chunk is None:
     return None
-  return validation.check_positive_int(participant_chunk, name)
+  return validation.check_positive_int(participant_chunk,
+                                       "participant_chunk")
 
 
 def _static(config: Config | Static) -> Static:
@@ -166,7 +163,15 @@ def program(config: Config | Static) -> Static:
   A mechanism runs the program its :class:`Mechanism` names: ``nonpriv``
   runs the ``feddpdr`` program with the noise switched off by its traced
   arguments (:func:`make_plan`), so the baseline and every private budget
-  share one executable; every other mechanism is its own.
+  share one executable; every other mechanism is its own. Its options
+  are the members of their :mod:`dpcore.options` sets, so one program
+  has one spelling however its settings were spelt.
   """
   static = _static(config)
-  return dataclasses.replace(static, mechanism=static.description.program)
+  return dataclasses.replace(
+      static,
+      mechanism=options.FedDPDRMechanism(static.description.program),
+      loss=options.ERMLoss(static.loss),
+      aggregation=options.Aggregation(static.aggregation),
+      model_aggregation=options.ModelAggregation(static.model_aggregation),
+      topk=options.TopK(static.topk))

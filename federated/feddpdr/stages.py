@@ -80,7 +80,7 @@ def _no_local_bases(step: Step):
 
 
 def _no_global_basis(step: Step):
-  return jnp.zeros((step.layout.d, step.static.k), step.layout.dtype)
+  return jnp.zeros((step.layout.dim, step.static.k), step.layout.dtype)
 
 
 def _no_bases(step: Step):
@@ -139,7 +139,7 @@ def _moment_bases(step: Step):
                                                         rows.mask, si),
                       step.pca_keys, step.traced.sigma)
   total = sum(m for m, _ in parts) + dp_noise.symmetric_from_upper(
-      sum(z for _, z in parts), step.layout.d)
+      sum(z for _, z in parts), step.layout.dim)
   return _no_local_bases(step), aggregation.moments_aggregate(
       total, step.static.k, **_server_topk(step))
 

@@ -105,7 +105,7 @@ _PCA_SCRIPT = """
 
 def pca_sigma() -> float:
   """The DP-PCA σ of the layouts problem's FedDPDR run (ε = 100)."""
-  plan = feddpdr.make_plan(layouts.SIZES[:4], d=layouts.D,
+  plan = feddpdr.make_plan(layouts.SIZES[:4], dim=layouts.D,
                          num_classes=layouts.NUM_CLASSES,
                          config=layouts.config("feddpdr"))
   return float(plan.sigma[0])
@@ -239,7 +239,7 @@ _TRAIN_SCRIPT = """
         [parts.x[i][keep[i - start]] for i in range(start, stop)],
         [parts.y[i][keep[i - start]] for i in range(start, stop)])
     cfg = layouts.config("feddpdr")
-    plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+    plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     with jax.enable_x64(True):
       args = feddpdr.global_train_arguments(jax.random.key(2), local, plan,
@@ -349,11 +349,11 @@ def test_initialize_refuses_bad_settings():
     distributed.initialize("127.0.0.1:99999", 2, 0)
   with pytest.raises(ValueError, match="process_id not given"):
     distributed.initialize("127.0.0.1:1234", 2)
-  # A command line's flags, named as flags.
-  with pytest.raises(ValueError, match="^--process_id=2 must be"):
-    distributed.check_settings("127.0.0.1:1234", 2, 2, prefix="--")
-  with pytest.raises(ValueError, match="^--coordinator_address="):
-    distributed.check_settings("nohost", 2, 0, prefix="--")
+  # Named as the library's arguments (a script's flags spell them so).
+  with pytest.raises(ValueError, match="^process_id=2 must be"):
+    distributed.check_settings("127.0.0.1:1234", 2, 2)
+  with pytest.raises(ValueError, match="^coordinator_address="):
+    distributed.check_settings("nohost", 2, 0)
 
 
 def test_participant_blocks():

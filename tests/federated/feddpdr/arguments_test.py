@@ -11,7 +11,7 @@ from tests.federated import layouts
 def test_global_train_arguments_check_the_local_block():
   parts, _, _ = layouts.problem(4)
   cfg = layouts.config("feddpdr")
-  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
   mesh = distributed.global_mesh(4)
   with jax.enable_x64(True):
@@ -38,7 +38,7 @@ def test_global_train_arguments_check_the_local_block():
 def test_train_arguments_types_and_buckets():
   parts, _, _ = layouts.problem(4)
   cfg = layouts.config("feddpdr")
-  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
   with jax.enable_x64(True):
     keys, rows, traced = feddpdr.train_arguments(jax.random.key(2), parts,

@@ -26,7 +26,7 @@ def test_layout_puts_buckets_back_in_the_original_order():
             for a in x),
       (jnp.array([2, 0]), jnp.array([1])))
   layout = Layout.of(bucketed, 3)
-  assert (layout.count, layout.d) == (3, 3)
+  assert (layout.count, layout.dim) == (3, 3)
   got = layout.in_order([jnp.array([20.0, 0.0]), jnp.array([10.0])])
   np.testing.assert_array_equal(got, [0.0, 10.0, 20.0])
   one = Layout.of(bucketed.groups[0], 2)

@@ -104,18 +104,22 @@ def test_execute_hands_its_training_call_to_the_harness():
                          memory_budget=2**40, **kw).chunk is None
 
 
-def test_default_budget_is_three_quarters_of_the_memory_available(
-    monkeypatch):
-  # With no memory_budget the library call plans against MemAvailable, as
-  # the scripts do: too little memory is refused before any training.
+def test_the_library_sets_no_memory_budget_unless_asked(monkeypatch):
+  # The library call has no limit by default (memory_budget=None); "auto"
+  # plans against 3/4 of MemAvailable, as the scripts ask: too little
+  # memory is then refused before any training.
   x, labels = blobs(200, 6, 3, 4)
   parts = partition.partition(jax.random.key(0), x[:150], labels[:150],
                               sizes=(70, 80))
   config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=4.0, k=2, lam=1.0)
   jobs = []
   monkeypatch.setattr(memory, "available_bytes", lambda: 1_000)
+  kw = dict(num_classes=3, config=config,
+            train_with=lambda job: jobs.append(job) or job())
+  assert feddpdr.execute(jax.random.key(1), parts, x[150:], labels[150:],
+                         **kw).chunk is None
+  assert len(jobs) == 1
   with pytest.raises(memory.MemoryBudgetError, match="even one at a time"):
     feddpdr.execute(jax.random.key(1), parts, x[150:], labels[150:],
-                    num_classes=3, config=config,
-                    train_with=lambda job: jobs.append(job))
-  assert not jobs
+                    memory_budget="auto", **kw)
+  assert len(jobs) == 1

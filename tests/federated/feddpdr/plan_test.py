@@ -17,7 +17,7 @@ from tests.pinned import accounted
 def test_privacy_matches_independent_dp_accounting(budget_per_classifier):
   config = feddpdr.Config(epsilon=0.5, delta=1e-4,
                           budget_per_classifier=budget_per_classifier)
-  plan = feddpdr.make_plan(np.array([1000, 2000]), d=30, num_classes=10,
+  plan = feddpdr.make_plan(np.array([1000, 2000]), dim=30, num_classes=10,
                          config=config)
   eps1 = eps2 = 0.25
   per_fit = eps2 if budget_per_classifier else eps2 / 10
@@ -49,10 +49,11 @@ def test_add_remove_calibration_is_accounted_under_replace_one():
   # The paper calibrates DP-PCA for sensitivity 1 (add/remove); the run is
   # accounted under replace-one (√2), so the reported ε exceeds nominal.
   sizes = np.array([500, 500])
-  paper = feddpdr.make_plan(sizes, d=30, num_classes=10, config=feddpdr.Config(
-      epsilon=0.5, neighbouring="add_remove"))
-  ours = feddpdr.make_plan(sizes, d=30, num_classes=10, config=feddpdr.Config(
-      epsilon=0.5))
+  paper = feddpdr.make_plan(sizes, dim=30, num_classes=10,
+                            config=feddpdr.Config(epsilon=0.5,
+                                                  relation="add_remove"))
+  ours = feddpdr.make_plan(sizes, dim=30, num_classes=10,
+                           config=feddpdr.Config(epsilon=0.5))
   np.testing.assert_allclose(ours.sigma[0], math.sqrt(2) * paper.sigma[0],
                              rtol=1e-9)
   assert paper.privacy["epsilon"] > ours.privacy["epsilon"]
@@ -67,25 +68,25 @@ def test_add_remove_calibration_is_accounted_under_replace_one():
 def test_paper_calibration_and_other_mechanisms_budget():
   sizes = np.array([500, 500])
   classic = feddpdr.make_plan(
-      sizes, d=30, num_classes=10, config=feddpdr.Config(
-          epsilon=0.5, calibration="classic", neighbouring="add_remove"))
+      sizes, dim=30, num_classes=10, config=feddpdr.Config(
+          epsilon=0.5, calibration="classic", relation="add_remove"))
   np.testing.assert_allclose(classic.sigma[0], math.sqrt(
       2 * math.log(1.25 / 1e-4)) / 0.25)
-  dpml = feddpdr.make_plan(sizes, d=30, num_classes=10,
+  dpml = feddpdr.make_plan(sizes, dim=30, num_classes=10,
                          config=feddpdr.Config(mechanism="dpml",
                                                epsilon=0.5))
   assert dpml.epsilon_pca is None and dpml.epsilon_fit == pytest.approx(0.05)
   np.testing.assert_allclose(dpml.privacy["epsilon"], 0.5, rtol=1e-6)
-  nonpriv = feddpdr.make_plan(sizes, d=30, num_classes=10,
+  nonpriv = feddpdr.make_plan(sizes, dim=30, num_classes=10,
                             config=feddpdr.Config(mechanism="nonpriv"))
   assert nonpriv.privacy == accounting.no_guarantee_record(
       accounting.NON_PRIVATE)
   assert nonpriv.epsilon_fit is None and not np.any(nonpriv.sigma)
   with pytest.raises(ValueError, match="classic"):
-    feddpdr.make_plan(sizes, d=30, num_classes=10, config=feddpdr.Config(
+    feddpdr.make_plan(sizes, dim=30, num_classes=10, config=feddpdr.Config(
         epsilon=2.0, calibration="classic"))
   # p and θ use each participant's own n.
-  uneven = feddpdr.make_plan(np.array([100, 10_000]), d=30, num_classes=10,
+  uneven = feddpdr.make_plan(np.array([100, 10_000]), dim=30, num_classes=10,
                            config=feddpdr.Config(epsilon=0.5))
   assert uneven.theta[0] > uneven.theta[1]
 
@@ -97,7 +98,7 @@ BASE_EPSILON = [
     ({}, 0.38590900133424855),
     ({"mechanism": "dpml"}, 0.5),
     ({"budget_per_classifier": True}, 2.75),
-    ({"neighbouring": "add_remove"}, 0.49614018343383637),
+    ({"relation": "add_remove"}, 0.49614018343383637),
     ({"calibration": "classic"}, 0.3046824557805051),
 ]
 
@@ -105,12 +106,12 @@ BASE_EPSILON = [
 @pytest.mark.parametrize("settings, epsilon", BASE_EPSILON)
 def test_the_plan_has_the_shape_and_records_as_before(settings, epsilon):
   config = feddpdr.Config(epsilon=0.5, delta=1e-4, k=5, **settings)
-  plan = feddpdr.make_plan(np.array([1000, 2000]), d=30, num_classes=10,
+  plan = feddpdr.make_plan(np.array([1000, 2000]), dim=30, num_classes=10,
                            config=config)
   shape.check_plan(plan)
   shape.check_release(feddpdr.release)
   assert plan.epsilon == accounted(epsilon) and plan.delta == 1e-4
-  assert plan.epsilon_nominal == 0.5
+  assert plan.target_epsilon == 0.5
   assert plan.relation is options.Relation.REPLACE_ONE
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
@@ -120,7 +121,7 @@ def test_the_plan_has_the_shape_and_records_as_before(settings, epsilon):
 
 
 def test_a_nonprivate_plan_refuses_to_record():
-  plan = feddpdr.make_plan(np.array([10, 20]), d=30, num_classes=10,
+  plan = feddpdr.make_plan(np.array([10, 20]), dim=30, num_classes=10,
                            config=feddpdr.Config(mechanism="nonpriv", k=5))
   shape.check_plan(plan)
   assert plan.epsilon is None and plan.delta is None
@@ -134,7 +135,7 @@ def test_the_plan_is_built_whole_never_written_into(mechanism):
   # is a field equal to what the plan's own record reports, and nothing
   # sits in the instance's __dict__ beyond the fields.
   config = feddpdr.Config(mechanism=mechanism, epsilon=0.5, k=5)
-  plan = feddpdr.make_plan([100, 200], d=30, num_classes=10, config=config)
+  plan = feddpdr.make_plan([100, 200], dim=30, num_classes=10, config=config)
   fields = {f.name for f in dataclasses.fields(plan)}
   assert set(vars(plan)) == fields
   with pytest.raises(dataclasses.FrozenInstanceError):
@@ -143,7 +144,7 @@ def test_the_plan_is_built_whole_never_written_into(mechanism):
     ledger = accounting.PrivacyLedger()
     plan.record(ledger)
     assert plan.privacy == ledger.report(
-        plan.delta, nominal_epsilon=plan.epsilon_nominal,
+        plan.delta, nominal_epsilon=plan.target_epsilon,
         nominal_note=feddpdr.NOMINAL_NOTE)
     assert plan.epsilon == plan.privacy["epsilon"]
   else:

@@ -33,7 +33,7 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
   xp[:, :60], yp[:, :60] = parts.x, parts.y
   mask = np.zeros((3, n_max), np.float32)
   mask[:, :60] = parts.mask
-  plan = feddpdr.make_plan(parts.sizes, d=d, num_classes=classes,
+  plan = feddpdr.make_plan(parts.sizes, dim=d, num_classes=classes,
                          config=config)
   key = jax.random.key(5)
   with jax.enable_x64(True):
@@ -109,7 +109,7 @@ def test_budgets_share_one_compiled_program(monkeypatch):
   betas = []
   for eps in (0.5, 50.0):
     config = feddpdr.Config(epsilon=eps, k=2, lam=1.0)
-    plan = feddpdr.make_plan(parts.sizes, d=6, num_classes=3, config=config)
+    plan = feddpdr.make_plan(parts.sizes, dim=6, num_classes=3, config=config)
     with jax.enable_x64(True):
       args = feddpdr.train_arguments(jax.random.key(1), parts, plan,
                                      seeds=1)
@@ -149,7 +149,7 @@ def test_nonpriv_is_the_private_program_with_the_noise_off():
   x, labels = blobs(sum(sizes), d, classes, 7)
   xs, ys = np.split(x, [sizes[0]]), np.split(labels, [sizes[0]])
   parts = partition.pad(xs, ys)
-  plan = feddpdr.make_plan(parts.sizes, d=d, num_classes=classes,
+  plan = feddpdr.make_plan(parts.sizes, dim=d, num_classes=classes,
                          config=config)
   assert np.all(plan.sigma == 0) and np.all(plan.theta == 0)
   assert np.all(np.isinf(plan.p))
@@ -193,7 +193,7 @@ def test_subspace_topk_agrees_with_eigh_in_the_pipeline():
   runs = {}
   for topk in ("eigh", "subspace"):
     cfg = dataclasses.replace(layouts.config("nonpriv"), topk=topk)
-    plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+    plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     with jax.enable_x64(True):
       args = feddpdr.train_arguments(jax.random.key(2), parts, plan,
