@@ -381,17 +381,17 @@ def _draw(plan: _Plan, key, data, trials: int) -> np.ndarray:
 def sample_statistic(key: jax.Array, mechanism: Callable, data: Any, *,
                      statistic: Callable, trials: int,
                      chunk: int = 100_000,
-                     memory_budget: int | str | None = memory.AUTO
+                     memory_budget: int | str | None = None
                      ) -> np.ndarray:
   """``trials`` i.i.d. draws of statistic(mechanism(k, data)), on the host.
 
   The runs are vmapped over keys in equal chunks of at most ``chunk`` (so
   memory stays bounded however many trials) and jitted once per chunk
   size and data shape; chunk i uses the keys ``split(fold_in(key, i),
-  size)``. Under ``memory_budget`` (bytes; "auto", the default: 3/4 of
-  the memory available, :func:`memory.resolve_budget`; None: no check), a
-  chunk whose compiled program and draws would not fit is drawn in smaller
-  vmapped batches of the same keys (:func:`fit_batch`).
+  size)``. Under ``memory_budget`` (bytes, or ``"auto"``: 3/4 of the
+  memory available, :func:`memory.resolve_budget`; None, the default: no
+  check), a chunk whose compiled program and draws would not fit is drawn
+  in smaller vmapped batches of the same keys (:func:`fit_batch`).
 
   Raises:
     ValueError: ``trials``, ``chunk`` or ``memory_budget`` is not a
@@ -411,7 +411,7 @@ def sample_statistic(key: jax.Array, mechanism: Callable, data: Any, *,
 def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
           statistic: Callable, delta: float, trials: int,
           chunk: int = 100_000, confidence: float = 0.95,
-          memory_budget: int | str | None = memory.AUTO) -> AuditResult:
+          memory_budget: int | str | None = None) -> AuditResult:
   """A ``confidence`` lower bound on the ε of ``mechanism`` at ``delta``.
 
   Args:
@@ -432,10 +432,11 @@ def audit(key: jax.Array, mechanism: Callable, data_0: Any, data_1: Any, *,
       ``memory_budget`` asks for less.
     confidence: probability that the bound holds; split evenly between
       the two error rates (Bonferroni).
-    memory_budget: bytes the audit may use ("auto", the default: 3/4 of
-      the memory available, :func:`memory.resolve_budget`; None: no
-      check). The estimate
-      is XLA's count of the compiled chunk's buffers plus
+    memory_budget: bytes the audit may use, or ``"auto"`` (3/4 of the
+      memory available, :func:`memory.resolve_budget`); None, the
+      default: no check, so a call does not depend on how busy the
+      machine is. The estimate is XLA's count of the compiled chunk's
+      buffers plus
       :data:`HOST_BYTES_PER_TRIAL` per trial; where it exceeds the budget,
       each chunk is drawn in the largest vmapped batch that fits
       (:func:`fit_batch`): the same keys and draws, less memory.

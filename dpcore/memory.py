@@ -8,6 +8,12 @@ When even one unit does not fit, :class:`MemoryBudgetError` says so in one
 line, naming the estimate, the budget and what to change. Nothing here
 touches JAX: the estimate is arithmetic on shapes.
 
+An entry point's ``memory_budget`` defaults to None: no limit, so a
+library call gives the same run on an idle and on a busy machine.
+``"auto"`` (:data:`AUTO`, 3/4 of the memory available at the call) and a
+number of bytes are asked for explicitly, as the launch scripts do
+(``--memory_budget``).
+
 >>> per_unit, fixed = 3 * 2**20, 2**20
 >>> largest_chunk(100, lambda c: fixed + c * per_unit, budget=64 * 2**20,
 ...               what="the audit's trials", fix="--trial_chunk")
@@ -34,7 +40,10 @@ __all__ = [
 # estimates are upper estimates of the arrays, and the interpreter, JAX and
 # the data loaders need room beside them.
 DEFAULT_FRACTION = 0.75
-# The default ``memory_budget`` of the library's entry points.
+# The ``memory_budget`` value that asks for :func:`default_budget`. The
+# library's entry points default to None (no limit: a call does not behave
+# differently on a busy machine); a launch script chooses its budget and
+# passes it, "auto" included.
 AUTO = "auto"
 
 
@@ -77,9 +86,10 @@ def default_budget(fraction: float = DEFAULT_FRACTION) -> int | None:
 def resolve_budget(memory_budget, name: str = "memory_budget") -> int | None:
   """A call's ``memory_budget`` in bytes, or None for no check.
 
-  ``"auto"`` (:data:`AUTO`, the entry points' default) is
+  ``"auto"`` (:data:`AUTO`, asked for explicitly) is
   :func:`default_budget` — 3/4 of the memory available now, None where
-  that is unknown; None asks for no check; a positive integer is itself.
+  that is unknown; None (the library's default) asks for no check; a
+  positive integer is itself.
   The estimates are of host arrays: on an accelerator pass the device's
   share explicitly.
 

@@ -6,6 +6,7 @@ is drawn in smaller vmapped batches of the same keys; one that does not
 fit even one trial at a time is refused in one line before any run.
 """
 
+import inspect
 import tracemalloc
 from types import SimpleNamespace
 
@@ -112,6 +113,14 @@ def test_batches_draw_the_same_trials_as_whole_chunks():
   assert len(np.unique(whole)) == whole.size
 
 
+def test_the_library_default_is_no_memory_limit():
+  # "auto" reads the memory available at the call: a default that made a
+  # library call depend on how busy the machine is. Launch scripts pass
+  # their budget explicitly.
+  for fn in (auditing.audit, auditing.sample_statistic):
+    assert inspect.signature(fn).parameters["memory_budget"].default is None
+
+
 def test_audit_under_a_budget_gives_the_same_bound():
   key = jax.random.key(0)
   data_0 = jnp.zeros((3, 3), jnp.float32)
@@ -121,9 +130,14 @@ def test_audit_under_a_budget_gives_the_same_bound():
                         **kwargs)
   roomy = auditing.audit(key, _pca_like, data_0, data_1,
                          memory_budget=2**34, **kwargs)
-  automatic = auditing.audit(key, _pca_like, data_0, data_1, **kwargs)
+  default = auditing.audit(key, _pca_like, data_0, data_1, **kwargs)
+  automatic = auditing.audit(key, _pca_like, data_0, data_1,
+                             memory_budget=memory.AUTO, **kwargs)
   assert free.batch is None and free.memory_estimate is None
-  # The default budget is 3/4 of the memory available: this one fits.
+  # The library's default is no check (None), whatever the machine holds.
+  assert default.batch is None and default.memory_estimate is None
+  assert default.epsilon_lower == free.epsilon_lower
+  # "auto", asked for, is 3/4 of the memory available: this one fits.
   assert automatic.batch is None and automatic.memory_estimate == (
       roomy.memory_estimate)
   assert roomy.batch is None and roomy.memory_estimate > (
