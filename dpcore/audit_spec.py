@@ -1,7 +1,10 @@
-"""The description of one privacy audit (:class:`AuditSpec`).
+"""The description of one privacy audit (:class:`AuditSpec`) and its run.
 
-Every mechanism's audit specs are built from it, beside the mechanism;
-the audit runner (:mod:`launch.audit`) collects and runs them.
+Every mechanism's audit specs are built from it, beside the mechanism: a
+module ``<mechanism>_audit.py`` whose ``specs()`` returns them (the
+unbroken specs and their deliberately broken variants). The audit runner
+(:mod:`launch.audit`) collects every such module of ``dpcore``,
+``mechanisms`` and ``federated`` and runs each spec with :func:`run`.
 :func:`claimed_epsilon` reads the ε a spec audits and checks that the
 library claims it under the spec's neighbouring relation.
 """
@@ -12,7 +15,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from dpcore import options
+import jax
+import jax.numpy as jnp
+
+from dpcore import auditing, options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,3 +119,33 @@ def claimed_epsilon(claim, relation, delta: float | None = None) -> float:
         f"claims its ε under {claimed}; build the neighbours for the "
         f"relation the mechanism records.")
   return epsilon
+
+
+def run(key: jax.Array, spec: AuditSpec, *, trials: int | None = None,
+        chunk: int = 100_000, memory_budget: int | None = None
+        ) -> auditing.AuditResult:
+  """Audits ``spec`` (its default trials unless given), in x64 if it asks.
+
+  Args:
+    key: the audit's PRNG key (the runner derives one per spec name).
+    spec: the spec to audit.
+    trials: runs per side (None: ``spec.default_trials``).
+    chunk: trials per chunk of keys (:func:`dpcore.auditing.audit`).
+    memory_budget: bytes (None: no check); bounds the trials vmapped at
+      once (:func:`dpcore.auditing.audit`).
+
+  Returns:
+    The :class:`dpcore.auditing.AuditResult`.
+  """
+  trials = spec.default_trials if trials is None else trials
+  with jax.enable_x64(spec.x64):
+    data_0 = jax.tree.map(jnp.asarray, spec.data_0)
+    data_1 = jax.tree.map(jnp.asarray, spec.data_1)
+    return auditing.audit(key, spec.mechanism, data_0, data_1,
+                          statistic=spec.statistic, delta=spec.delta,
+                          trials=trials, chunk=chunk,
+                          memory_budget=memory_budget)
+
+
+__all__ = ["POSITIONS", "AuditSpec", "canary_index", "claimed_epsilon",
+           "group", "run", "spec_name"]

@@ -1,9 +1,11 @@
 r"""Empirical privacy audit of every mechanism in the library.
 
-Runs the audits of :func:`launch.experiments.audits.specs` (each a
-worst-case pair of
+Runs every audit spec of the library (each a worst-case pair of
 neighbouring data sets and a statistic, see :mod:`dpcore.auditing`) and
-compares each 95 % lower bound on ε with the ε the library reports::
+compares each 95 % lower bound on ε with the ε the library reports. The
+specs live beside their mechanisms, in the modules named ``*_audit`` of
+``dpcore``, ``mechanisms`` and ``federated``; :func:`launch.audit_run.specs`
+finds them all::
 
   python -m launch.audit                            # every spec, defaults
   python -m launch.audit --only=gaussian,laplace --trials=100000

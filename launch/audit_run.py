@@ -1,7 +1,13 @@
-"""Running the audit specs and writing their records and Markdown page.
+"""Collecting and running the audit specs, writing records and a page.
 
 The body of ``python -m launch.audit`` (:mod:`launch.audit` holds only its
 flags), importable without defining any flag.
+
+The specs are found, not listed: :func:`audit_modules` walks the library
+packages (:data:`PACKAGES`) and finds every module named ``*_audit`` (or
+``audit``), each beside the mechanism it audits; :func:`specs` imports
+them in sorted order and concatenates their ``specs()``. A new
+mechanism's ``<module>_audit.py`` is audited without editing any list.
 
 A record says what was audited and found: ``"claim"`` holds the audited
 mechanism's reported ε at the audit's δ (None: no claim) and, where it
@@ -12,22 +18,71 @@ lower bound. The audit itself releases nothing, so its ``"privacy"`` is
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sys
 import zlib
 
 import jax
 
-from dpcore import accounting, auditing, memory
+from dpcore import accounting, audit_spec, auditing, memory
 from launch import common
-from dpcore import audit_spec
-from launch.experiments import audits
+
+PACKAGES = ("dpcore", "mechanisms", "federated")
+"""The library packages searched for audit modules."""
 
 AUDIT_ONLY = ("privacy audit: synthetic neighbouring data sets, nothing is "
               "released; the audited claim is under 'claim'")
 
 
-def verdict(spec: audits.AuditSpec, epsilon_lower: float) -> str:
+def is_audit_module(name: str) -> bool:
+  """Whether the dotted module ``name`` holds audit specs: its last part
+  ends in ``_audit`` or is ``audit``."""
+  leaf = name.rsplit(".", 1)[-1]
+  return leaf == "audit" or leaf.endswith("_audit")
+
+
+def audit_modules() -> list[str]:
+  """The dotted names of every audit module of :data:`PACKAGES`, sorted."""
+  names = []
+  for package in PACKAGES:
+    root = importlib.import_module(package)
+    names.extend(info.name for info in
+                 pkgutil.walk_packages(root.__path__, package + ".")
+                 if not info.ispkg and is_audit_module(info.name))
+  return sorted(names)
+
+
+def specs() -> list[audit_spec.AuditSpec]:
+  """Every audit spec of the library, broken variants included.
+
+  Each module of :func:`audit_modules` in sorted order, and within a
+  module the order of its ``specs()``.
+
+  Raises:
+    TypeError: an audit module has no ``specs()``.
+    ValueError: two specs share a name (each spec's key is derived from
+      its name, so two would draw the same noise).
+  """
+  out, seen = [], {}
+  for name in audit_modules():
+    module = importlib.import_module(name)
+    if not callable(getattr(module, "specs", None)):
+      raise TypeError(f"audit module {name} has no specs(): define "
+                      f"specs() -> list[AuditSpec] (or rename the module "
+                      f"so that it does not end in '_audit').")
+    for spec in module.specs():
+      if spec.name in seen:
+        raise ValueError(f"audit spec {spec.name!r} is built by both "
+                         f"{seen[spec.name]} and {name}; spec names must "
+                         f"be unique.")
+      seen[spec.name] = name
+      out.append(spec)
+  return out
+
+
+def verdict(spec: audit_spec.AuditSpec, epsilon_lower: float) -> str:
   """``ok``, ``VIOLATION``, ``caught``, ``NOT CAUGHT`` or ``no claim``."""
   if spec.reported_epsilon is None:
     return "no claim"
@@ -90,7 +145,7 @@ def check_host_memory(selected, *, trials: int | None,
           f"or raise --memory_budget.")
 
 
-def run_one(spec: audits.AuditSpec, *, seed: int, trials: int | None,
+def run_one(spec: audit_spec.AuditSpec, *, seed: int, trials: int | None,
             chunk: int, memory_budget: int | None = None) -> dict:
   """Audits one spec and returns its JSON-ready record.
 
@@ -100,8 +155,8 @@ def run_one(spec: audits.AuditSpec, *, seed: int, trials: int | None,
   """
   key = jax.random.fold_in(jax.random.key(seed),
                            zlib.crc32(spec.name.encode()) & 0x7FFFFFFF)
-  result = audits.run_spec(key, spec, trials=trials, chunk=chunk,
-                           memory_budget=memory_budget)
+  result = audit_spec.run(key, spec, trials=trials, chunk=chunk,
+                          memory_budget=memory_budget)
   nominal = spec.nominal_epsilon
   if nominal is not None and spec.reported_epsilon is not None and abs(
       nominal - spec.reported_epsilon) <= 1e-9 * max(1.0, nominal):
@@ -206,6 +261,9 @@ variants (σ halved, the DP-SGD mask dropped, the clip skipped, the Laplace
 scale from the wrong sensitivity) whose ε is still reported from the
 correct calibration: each must be caught, i.e. its bound must exceed the
 reported ε, which shows that the audits have the power to find such bugs.
+Each mechanism's specs are built beside it, in the library modules named
+`*_audit` (`dpcore.noise_audit`, `federated.fedsgd_audit`, …), and
+collected by `launch.audit_run.specs`.
 *trials* is the number of runs on each side; *seconds* the wall time
 (compilation included). Each spec's default number of trials is set so
 that the whole audit takes a few minutes on a 2-core CPU (10⁶ for the
@@ -255,7 +313,7 @@ def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
   ``memory_budget`` (bytes, None: no check) is each spec's
   (:func:`run_one`).
   """
-  selected = audits.specs()
+  selected = specs()
   if only:
     known = {s.name for s in selected} | {
         audit_spec.group(s.name) for s in selected}

@@ -7,9 +7,8 @@ smaller vmapped batches of the same keys, which the record says.
 
 import pytest
 
-from dpcore import auditing, memory
+from dpcore import audit_spec, auditing, memory, noise_audit
 from launch import audit_run
-from launch.experiments import audits
 from tests.launch import cli
 
 
@@ -30,9 +29,9 @@ def test_too_many_trials_are_refused_before_any_spec_runs(monkeypatch,
   def forbid(*args, **kwargs):
     raise AssertionError("a spec ran")
 
-  monkeypatch.setattr(audits, "specs", lambda: [audits.laplace_spec(),
-                                                audits.gaussian_spec()])
-  monkeypatch.setattr(audits, "run_spec", forbid)
+  monkeypatch.setattr(audit_run, "specs", lambda: [
+      noise_audit.laplace_spec(), noise_audit.gaussian_spec()])
+  monkeypatch.setattr(audit_spec, "run", forbid)
   out = tmp_path / "audit.jsonl"
   with pytest.raises(memory.MemoryBudgetError) as err:
     audit_run.run_audits(trials=10**7, memory_budget=2**29, out=str(out),
@@ -43,12 +42,12 @@ def test_too_many_trials_are_refused_before_any_spec_runs(monkeypatch,
       "lower --trials or raise --memory_budget.")
   assert not out.exists()
   # Within the budget, nothing is refused.
-  audit_run.check_host_memory(audits.specs(), trials=10**6,
+  audit_run.check_host_memory(audit_run.specs(), trials=10**6,
                               memory_budget=2**29)  # the patched two
 
 
 def test_a_tight_budget_draws_the_same_trials_in_batches():
-  spec = audits.gaussian_spec()
+  spec = noise_audit.gaussian_spec()
   kwargs = dict(seed=0, trials=20_000, chunk=10_000)
   roomy = audit_run.run_one(spec, memory_budget=2**40, **kwargs)
   assert roomy["batch"] is None and roomy["chunk"] == 10_000
@@ -65,8 +64,8 @@ def test_a_tight_budget_draws_the_same_trials_in_batches():
 _BODY = r'''
 from launch import audit as script
 from launch import audit_run
-from launch.experiments import audits
-audits.specs = lambda: [audits.gaussian_spec()]  # the others: not needed
+from dpcore import noise_audit
+audit_run.specs = lambda: [noise_audit.gaussian_spec()]  # no others needed
 audit_run.run_one = forbid("audit_run.run_one")
 for group, items in cases.items():
   for name, argv in items.items():

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 from sklearn import datasets
@@ -175,47 +174,6 @@ def test_selection_comparison_writes_and_resumes(small_svmlight, tmp_path):
   assert table.count("private, σ=0.5, T=30") == 2
   launch_dpwss.run_selection_comparison(**args)  # all done: no new runs
   assert len(common.read_jsonl(out)) == len(records)
-
-
-def test_dpwss_audit_specs():
-  from launch.experiments import dpwss_audits
-  specs = {s.name: s for s in dpwss_audits.specs()}
-  for name, spec in specs.items():
-    assert spec.relation == "replace_one"
-    if "paper" in name:
-      assert spec.reported_epsilon is None and spec.nominal_epsilon
-    else:
-      assert spec.reported_epsilon > 0 and spec.nominal_epsilon is None
-  assert len(specs) == 6
-
-
-def _audit(name, trials):
-  from launch.experiments import audits, dpwss_audits
-  spec = {s.name: s for s in dpwss_audits.specs()}[name]
-  return spec, audits.run_spec(jax.random.key(0), spec, trials=trials)
-
-
-def test_paper_transcript_audits_far_above_its_nominal_epsilon():
-  # The canary (a copy of a positive row, at index 0) is selected in every
-  # run under D and never under D′: no false positive, no false negative,
-  # and the bound is limited only by the trials (log(1000/3) ≈ 5.8).
-  spec, result = _audit("dpwss_paper_transcript_j", 2000)
-  assert result.false_positive == 0.0 and result.false_negative == 0.0
-  assert result.epsilon_lower > 5.0 > spec.nominal_epsilon
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["dpwss_paper_one_selection_j",
-                                  "dpwss_paper_one_selection_i",
-                                  "dpwss_paper_transcript_i",
-                                  "dpwss_private_transcript_j",
-                                  "dpwss_private_transcript_i"])
-def test_dpwss_audits(name):
-  spec, result = _audit(name, 20_000)
-  if spec.reported_epsilon is None:
-    assert result.epsilon_lower > 5.0  # nominal 0.05 or 1
-  else:
-    assert result.epsilon_lower < spec.reported_epsilon
 
 
 def _libsvm_fit(path, gamma):

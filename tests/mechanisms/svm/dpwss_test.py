@@ -213,7 +213,7 @@ def test_same_key_same_run():
 
 
 def test_paper_selection_reports_no_guarantee():
-  # The paper's selection is not DP (launch.experiments.dpwss_audits): no ε,
+  # The paper's selection is not DP (mechanisms.svm.dpwss_audit): no ε,
   # and the paper's figure labelled nominal.
   plan = dpwss.make_plan(selection_epsilon=1.0, sigma=0.5, delta=1e-5)
   assert plan.epsilon is None and plan.delta is None

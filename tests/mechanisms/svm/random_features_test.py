@@ -8,14 +8,13 @@ import math
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from dpcore import accounting, shape, trainer
-from launch.experiments import audits, rff_audits
 from mechanisms.erm import output_perturbation
 from mechanisms.svm import random_features as rf
+from mechanisms.svm import random_features_audit
 from tests.pinned import accounted
 
 SQRT2 = math.sqrt(2.0)
@@ -100,7 +99,7 @@ def test_non_finite_rows_map_to_zero_and_leave_other_rows_alone():
 def test_bound_is_attained_and_not_exceeded_at_random():
   fmap = rf.make_feature_map(jax.random.key(6), input_dim=2,
                              num_features=2)
-  row = rff_audits.attaining_row(fmap)
+  row = random_features_audit.attaining_row(fmap)
   phi = np.asarray(rf.features(fmap, row.astype(np.float32)))
   assert np.linalg.norm(phi) == pytest.approx(SQRT2, rel=1e-5)
   many = np.asarray(jax.random.normal(jax.random.key(7), (5000, 2))) * 50
@@ -373,41 +372,8 @@ def test_output_perturbation_release_and_its_record():
 def test_unit_features_are_in_the_unit_ball():
   fmap = rf.make_feature_map(jax.random.key(18), input_dim=2,
                              num_features=2)
-  rows = np.vstack([rff_audits.attaining_row(fmap)[None],
+  rows = np.vstack([random_features_audit.attaining_row(fmap)[None],
                     _points(n=50, d=2) * 1e6])
   norms = np.linalg.norm(rf.unit_features(fmap, rows), axis=1)
   assert norms.max() <= 1.0 + 1e-12
   assert norms.max() > 1.0 - 1e-6  # the attaining row sits on the sphere
-
-
-# -- audits --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("make,trials", [
-    (rff_audits.dpsgd_spec, 40_000),
-    (rff_audits.output_perturbation_spec, 100_000),
-])
-def test_audit_stays_below_the_reported_epsilon(make, trials):
-  spec = make()
-  result = audits.run_spec(jax.random.key(20), spec, trials=trials)
-  assert result.epsilon_lower <= spec.reported_epsilon
-  assert result.epsilon_lower > 0.3 * spec.reported_epsilon
-
-
-def test_audit_catches_halved_noise():
-  spec = rff_audits.dpsgd_spec(broken=True)
-  assert spec.broken
-  result = audits.run_spec(jax.random.key(21), spec, trials=10_000)
-  assert result.epsilon_lower > spec.reported_epsilon
-
-
-def test_output_perturbation_audit_attains_the_sensitivity():
-  spec = rff_audits.output_perturbation_spec()
-  assert spec.settings["canary_feature_norm"] == pytest.approx(SQRT2,
-                                                               rel=1e-5)
-  assert spec.settings["minimiser_distance"] == pytest.approx(
-      spec.settings["sensitivity"], rel=1e-5)
-  assert [s.name for s in rff_audits.specs()] == [
-      "rff_dpsgd@first", "rff_dpsgd@middle", "rff_dpsgd@last",
-      "rff_output_perturbation", "rff_dpsgd_sigma_halved"]
-  assert jnp.asarray(spec.data_0).shape == (3,)

@@ -1,4 +1,4 @@
-"""Audits of the random-feature SVM releases (for launch.experiments.audits).
+"""Audit specs of the random-feature SVM releases.
 
 Two specs of :mod:`mechanisms.svm.random_features`, each on a tiny problem
 whose neighbours differ in one canary row, under the relation the

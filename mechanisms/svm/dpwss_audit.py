@@ -1,4 +1,4 @@
-"""Audits of DPWSS's selection transcript, for :mod:`launch.experiments.audits`.
+"""Audit specs of DPWSS's selection transcript (:mod:`mechanisms.svm.dpwss`).
 
 Two modes of :mod:`mechanisms.svm.dpwss` (``make_plan(selection=…)``),
 audited on small problems where one row (the canary) changes between D and

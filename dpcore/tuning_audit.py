@@ -1,4 +1,4 @@
-"""Audits of private hyperparameter selection (``dpcore.tuning``).
+"""Audit specs of private hyperparameter selection (:mod:`dpcore.tuning`).
 
 The toy: each trial picks one of a few candidates (public offsets added to
 the score) uniformly at random and releases a canary count plus Laplace
@@ -118,4 +118,4 @@ def specs() -> list[AuditSpec]:
           tuned_laplace_spec(broken="k_released")]
 
 
-__all__ = ["OFFSETS", "specs", "tuned_laplace_spec"]
+__all__ = ["K_LEAK", "OFFSETS", "specs", "tuned_laplace_spec"]

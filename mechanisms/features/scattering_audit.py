@@ -1,4 +1,4 @@
-"""Audits of the scattering features + DP-SGD head (for .audits).
+"""Audit specs of the scattering features + DP-SGD head.
 
 The pipeline of :mod:`launch.experiments.features` on a tiny problem: the
 mechanism takes the raw images, computes their order-2 scattering
@@ -11,7 +11,7 @@ fast paths (the layered loss, the geometric-gap sampler), as
 :func:`launch.experiments.features.train_head` does.
 
 The head is the trainer row's layered linear loss ℓ(w; φ) = −w·φ
-(:func:`launch.experiments.audits._trainer_canary_loss`), whose gradient
+(:func:`dpcore.trainer_audit.canary_loss`), whose gradient
 is −φ(x) whatever w, so the weight trained by SGD from 0 is
 lr·Σₜ (clipped sum + noise)/qN: the run releases the sum of its T noisy
 updates (post-processing of what the accountant covers).
@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpcore import accounting, ghost, trainer
+from dpcore import accounting, ghost, trainer, trainer_audit
 from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
@@ -61,11 +61,6 @@ CANARY_SEED = 3  # the fixed canary image
 _FEATURES = {"examples": 8, "side": 8, "J": 1, "L": 4, "num_groups": 1,
              "sampling_rate": 0.5, "steps": 3, "noise_multiplier": 1.0,
              "clip_norm": 1.0, "learning_rate": 1.0}
-
-
-def _canary_loss(layers, example):
-  # ℓ(w; φ) = −w·φ: the gradient is −φ whatever w (as the trainer row's).
-  return -layers.dense("w", example)[0]
 
 
 def _features(images):
@@ -102,7 +97,7 @@ def features_dpsgd_spec(*, position: str = "first",
                            delta=audit_delta, sampler="gaps")
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
-  loss = ghost.layered(_canary_loss)
+  loss = ghost.layered(trainer_audit.canary_loss)
   clipped_sum = None
   if broken == "clip_skipped":
     def clipped_sum(params, batch, mask, clip_norm):

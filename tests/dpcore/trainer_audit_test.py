@@ -1,0 +1,56 @@
+"""dpcore.trainer_audit: the trainer's claim survives a small audit at
+every canary position; a clipped sum that does not clip is caught."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from dpcore import audit_spec, ghost, trainer_audit
+from dpcore.audit_spec import POSITIONS
+
+SMALL = {f"trainer_ghost@{p}": 20_000 for p in POSITIONS}
+BROKEN = {"trainer_clip_skipped": 5_000}
+
+
+@pytest.fixture(scope="module")
+def specs():
+  return {s.name: s for s in trainer_audit.specs()}
+
+
+def test_names_positions_and_claims(specs):
+  assert list(specs) == [*SMALL, *BROKEN]
+  for p in POSITIONS:
+    assert specs[f"trainer_ghost@{p}"].position == p
+  broken = specs["trainer_clip_skipped"]
+  assert broken.broken and broken.position is None
+  assert broken.reported_epsilon == (
+      specs["trainer_ghost@first"].reported_epsilon)
+  with pytest.raises(ValueError, match="broken must be"):
+    trainer_audit.trainer_spec(broken="mask_dropped")
+
+
+def test_canary_loss_gradient_is_minus_the_row():
+  # The set-up every trainer-based audit relies on: a row's gradient is
+  # −x whatever w, so a zero row adds nothing and the canary is clipped.
+  loss = ghost.layered(trainer_audit.canary_loss)
+  x = jnp.asarray([[3.0, -4.0], [0.0, 0.0]], jnp.float32)
+  for w in (jnp.zeros((2, 1)), jnp.ones((2, 1))):
+    params = {"w": {"w": w}}
+    total = loss.clipped_sum(params, x, jnp.ones((2,)), 1.0)
+    got = jax.tree.leaves(total)[0][:, 0]
+    assert jnp.allclose(got, -x[0] / 5.0, atol=1e-6)  # clipped to norm 1
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_small_audit_stays_below_the_claim(specs, name):
+  spec = specs[name]
+  result = audit_spec.run(jax.random.key(11), spec, trials=SMALL[name])
+  assert result.epsilon_lower <= spec.reported_epsilon
+  assert result.epsilon_lower > 0.5 * spec.reported_epsilon
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_variant_is_caught(specs, name):
+  spec = specs[name]
+  result = audit_spec.run(jax.random.key(12), spec, trials=BROKEN[name])
+  assert result.epsilon_lower > spec.reported_epsilon
