@@ -62,6 +62,7 @@ __all__ = [
     "dpsgd_steps",
     "gaussian_epsilon",
     "no_guarantee_record",
+    "plan_epsilon",
     "privacy_record",
     "zcdp_epsilon",
     "zcdp_event",
@@ -627,6 +628,32 @@ def no_guarantee_record(reason: str, *, nominal_epsilon: float | None = None,
 
 NON_PRIVATE = "non-private run: nothing was released under a DP guarantee"
 """The ``no_guarantee`` reason of a non-private baseline's record."""
+
+
+def plan_epsilon(plan, *, delta: float | None = None) -> float:
+  """The ε a fresh ledger reports once ``plan.record(ledger)`` has run.
+
+  What a mechanism's ``make_plan`` stores as the plan's ``epsilon`` (the
+  guarantee of everything the plan releases; the budget it was calibrated
+  for is ``target_epsilon``, :mod:`dpcore.shape`), so that the plan and
+  a run's record (``ledger.report``) state one number.
+
+  Args:
+    plan: anything with ``record(ledger)`` (and ``delta`` when ``delta``
+      is not given).
+    delta: the δ the ε is stated at; default the plan's own. A δ of 0
+      (a pure plan) or None states the ε of basic composition at the
+      entries' own δ, as ``ledger.guarantee()`` does.
+
+  Returns:
+    ``PrivacyLedger().guarantee(delta).epsilon`` after the record (the
+    ledger's default accountants: RDP and PLD, the smallest valid ε).
+  """
+  if delta is None:
+    delta = getattr(plan, "delta", None)
+  ledger = PrivacyLedger()
+  plan.record(ledger)
+  return ledger.guarantee(delta or None).epsilon
 
 
 def _truncation_delta(epsilon: float, probability: float) -> float:

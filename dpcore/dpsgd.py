@@ -610,7 +610,9 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
     key: base PRNG key; step t draws its noise from ``fold_in(key, t)``.
     clip_norm: C > 0, the joint L2 bound on each example's gradient.
     noise_multiplier: σ ≥ 0; the noise std per coordinate is σC (σ = 0
-      switches the noise off, for testing only: no privacy).
+      switches the noise off, for testing only: no privacy). C and σ may
+      be traced (e.g. a :class:`dpcore.trainer.DPSGDPlan` argument of a
+      jitted function); concrete ones are checked here.
     expected_batch_size: qN, the divisor of the noisy sum (a public
       constant, unlike the realised batch size).
     presummed: if True, ``update`` receives an already clipped and masked
@@ -637,12 +639,15 @@ def dp_aggregate(key: jax.Array, *, clip_norm: float,
   the caller's clipped sum must carry the same bound.
   """
   validation.check_key(key)
-  clip_norm = validation.check_positive(clip_norm, "clip_norm")
-  noise_multiplier = validation.check_non_negative(noise_multiplier,
-                                                   "noise_multiplier")
+  if validation.is_concrete((clip_norm, noise_multiplier)):
+    clip_norm = validation.check_positive(clip_norm, "clip_norm")
+    noise_multiplier = validation.check_non_negative(noise_multiplier,
+                                                     "noise_multiplier")
+  # else traced (a plan passed to jit as an argument): checked host-side
+  # by the plan's maker.
   expected_batch_size = validation.check_positive(
       expected_batch_size, "expected_batch_size")
-  stddev = float(noise_multiplier) * clip_norm
+  stddev = noise_multiplier * clip_norm
 
   def init_fn(params):
     del params

@@ -6,12 +6,22 @@ steps with one naming rule:
 * ``make_plan(*, epsilon, delta, …)`` (or ``make_<variant>_plan`` where a
   module holds several mechanisms) runs on the host, calibrates, and
   returns a frozen dataclass whose name ends in ``Plan``. It holds the
-  public facts of the release: the budget (``epsilon``, ``delta``; None
-  where a mechanism has no guarantee), the noise scale, the sensitivity
-  it enforces, the neighbouring ``relation``
+  public facts of the release: the guarantee (``epsilon``, ``delta``), the
+  noise scale, the sensitivity it enforces, the neighbouring ``relation``
   (:class:`dpcore.options.Relation`) and the counts. ``plan.record(ledger)``
   is the one way the release enters a
   :class:`dpcore.accounting.PrivacyLedger`.
+* ``plan.epsilon`` is the ε that holds: what the ledger reports, at the
+  plan's δ, for everything the plan releases
+  (:func:`dpcore.accounting.plan_epsilon`); None only where no guarantee
+  can be stated (no δ known, no noise, a non-private plan).
+  ``plan.target_epsilon`` is the budget the noise was calibrated for, the
+  ``epsilon=`` that ``make_plan`` was given (None where σ was given
+  directly); a calibrated plan's ``epsilon`` is at most its target.
+* A plan is a pytree (``jax.tree_util.register_dataclass``): its numbers
+  (σ, the clip, ε, δ, …) are leaves and its structure (counts, shapes,
+  options) static aux data, so a jitted function that takes the plan as an
+  argument compiles once for every ε of the same shape.
 * ``release(key, plan, …)`` (or ``release_<variant>``) is pure and
   jittable: the key first, the plan second, then the data. It draws
   exactly the noise the plan's ``record`` accounts.
@@ -42,14 +52,14 @@ def check_plan(plan) -> None:
   """
   cls = type(plan)
   problems = []
-  if not dataclasses.is_dataclass(plan) or isinstance(plan, type):
+  instance = dataclasses.is_dataclass(plan) and not isinstance(plan, type)
+  if not instance:
     problems.append("is not a dataclass instance")
   elif not cls.__dataclass_params__.frozen:
     problems.append("is not frozen")
   if not cls.__name__.endswith("Plan"):
     problems.append("has a name that does not end in 'Plan'")
-  names = ({f.name for f in dataclasses.fields(plan)}
-           if dataclasses.is_dataclass(plan) else set())
+  names = {f.name for f in dataclasses.fields(plan)} if instance else set()
   missing = [f for f in PLAN_FIELDS if f not in names]
   if missing:
     problems.append(f"lacks the fields {missing}")

@@ -46,6 +46,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -70,9 +71,24 @@ PyTree = Any
 ClippedSumFn = Callable[[PyTree, PyTree, jax.Array, float], PyTree]
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["clip_norm", "noise_multiplier", "epsilon",
+                 "target_epsilon", "delta"],
+    meta_fields=["num_examples", "sampling_rate", "steps", "max_batch",
+                 "truncation_probability", "sampler", "sampler_departure",
+                 "private", "relation"])
 @dataclasses.dataclass(frozen=True)
 class DPSGDPlan:
-  """The public, static description of one DP-SGD run (see make_plan).
+  """The public description of one DP-SGD run (see make_plan).
+
+  A pytree whose leaves are the run's numbers C, σ, ε, the target ε and δ;
+  its structure (N, q, T, B, the sampler, the truncation and sampler
+  bounds, ``private``, the relation) is static aux data. So under
+  ``jax.jit`` a plan passed as an argument gives one compiled program for
+  every ε (and C) of the same run shape. The sampling rate q stays static:
+  the Poisson samplers turn it into an exact integer threshold (or a gap
+  table) host-side (:func:`dpcore.dpsgd.inclusion_threshold`).
 
   Attributes:
     num_examples: N, rows of the training data.
@@ -91,12 +107,18 @@ class DPSGDPlan:
       (:func:`dpcore.dpsgd.sampler_departure`; 0 for ``"bernoulli"``).
     private: False only for :func:`nonprivate_plan`'s plans: no clipping
       (C = ∞), no noise, no guarantee.
-    epsilon: the target ε that σ was calibrated for (:func:`make_plan`
-      with ``epsilon=``); None when σ was given directly (its guarantee is
-      the ledger's, from σ, q and T) or the plan is non-private.
+    epsilon: the guarantee: the ε at ``delta`` that a ledger holding
+      :meth:`record`'s entries reports (the T steps, the padding's
+      truncation and the sampler's departure composed; at most
+      ``target_epsilon`` when σ was calibrated). None where there is no
+      guarantee to state: no ``delta``, σ = 0, or a non-private plan.
+    target_epsilon: the budget ε that σ was calibrated for
+      (:func:`make_plan` with ``epsilon=``); None when σ was given
+      directly.
     delta: the δ at which :meth:`record` states the steps' stand-alone ε
-      (the calibration's target δ when ``epsilon`` is set); None when not
-      given (``record`` then needs ``delta=``) and for a non-private plan.
+      and ``epsilon`` holds (the calibration's target δ when
+      ``target_epsilon`` is set); None when not given (``record`` then
+      needs ``delta=``) and for a non-private plan.
     relation: add/remove one row (:data:`RELATION`): the relation
       Poisson subsampling's amplification is proven under.
   """
@@ -111,6 +133,7 @@ class DPSGDPlan:
   sampler_departure: float = 0.0
   private: bool = True
   epsilon: float | None = None
+  target_epsilon: float | None = None
   delta: float | None = None
   relation: options.Relation = RELATION
 
@@ -176,8 +199,9 @@ def resolve_noise(*, noise_multiplier: float | None, epsilon: float | None,
                   ) -> tuple[float, float | None, float | None]:
   """σ given, or calibrated from (ε, δ) for T Poisson-subsampled steps.
 
-  Returns ``(noise_multiplier, epsilon, delta)`` checked: exactly one of
-  σ and ε must be given (ε needs δ); δ alone is kept for the record.
+  Returns ``(noise_multiplier, target_epsilon, delta)`` checked: exactly
+  one of σ and ε must be given (ε needs δ; it comes back as the target,
+  None for a σ given); δ alone is kept for the record.
 
   Raises:
     ValueError: neither or both of σ and ε, or a bad value (named).
@@ -217,10 +241,12 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
       ``epsilon`` at ``delta`` (:func:`dpcore.accounting.calibrate_dpsgd_noise`
       over this q and T). σ = 0 runs without noise, for tests only: such a
       plan has no guarantee and :meth:`DPSGDPlan.record` refuses it.
-    epsilon: the target ε σ is calibrated for (only without
-      ``noise_multiplier``); the plan keeps it.
+    epsilon: the budget ε σ is calibrated for (only without
+      ``noise_multiplier``); the plan keeps it as ``target_epsilon``, and
+      its ``epsilon`` is the guarantee the ledger reports (at most this).
     delta: δ of the target, and the δ at which the plan's record states
-      the steps' stand-alone ε (optional with ``noise_multiplier``).
+      the steps' stand-alone ε and ``epsilon`` holds (optional with
+      ``noise_multiplier``: without it the plan states no ε).
     steps: T; or
     epochs: E, turned into T by :func:`dpcore.dpsgd.num_steps` (exactly
       one of the two).
@@ -247,7 +273,7 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
   # T (given, or from epochs) fits int32: validation.check_count.
   steps = accounting.dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                                  epochs=epochs)
-  noise_multiplier, epsilon, delta = resolve_noise(
+  noise_multiplier, target, delta = resolve_noise(
       noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta,
       sampling_rate=sampling_rate, steps=steps)
   if max_batch is None:
@@ -264,9 +290,23 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
   departure = dpsgd.sampler_departure(
       num_examples, sampling_rate=sampling_rate, steps=steps,
       max_batch=max_batch, method=sampler)
-  return DPSGDPlan(num_examples, sampling_rate, steps, clip_norm,
+  plan = DPSGDPlan(num_examples, sampling_rate, steps, clip_norm,
                    noise_multiplier, max_batch, truncation, sampler,
-                   departure, epsilon=epsilon, delta=delta)
+                   departure, target_epsilon=target, delta=delta)
+  return dataclasses.replace(plan, epsilon=_guarantee(plan))
+
+
+@functools.lru_cache(maxsize=256)
+def _guarantee(plan: DPSGDPlan) -> float | None:
+  """The plan's ``epsilon``: the ledger's ε at its δ after :meth:`record`.
+
+  None without a guarantee (σ = 0, no δ, or non-private). Cached per plan
+  (a frozen, hashable description): the PLD composition takes about a
+  second, and callers (tests, sweeps) often make the same plan again.
+  """
+  if not plan.private or plan.noise_multiplier <= 0 or plan.delta is None:
+    return None
+  return accounting.plan_epsilon(plan)
 
 
 def nonprivate_plan(num_examples: int, *, sampling_rate: float,

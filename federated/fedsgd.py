@@ -115,11 +115,12 @@ _ASSUMPTIONS = {
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["noise_multiplier", "epsilon", "delta"],
-    meta_fields=["trust", "num_participants", "rows", "total_rows",
-                 "sampling_rate", "steps", "clip_norm", "row_plan",
-                 "truncation_probability", "sampler_departure", "relation",
-                 "server_batch", "ddg_params", "min_survivors"])
+    data_fields=["clip_norm", "noise_multiplier", "row_plan", "epsilon",
+                 "target_epsilon", "delta"],
+    meta_fields=["trust", "num_participants", "rows", "num_examples",
+                 "sampling_rate", "steps", "truncation_probability",
+                 "sampler_departure", "relation", "server_batch",
+                 "ddg_params", "min_survivors"])
 @dataclasses.dataclass(frozen=True)
 class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
@@ -128,7 +129,7 @@ class FedSGDPlan:
     trust: ``"server"``, ``"local"`` or ``"participant"``.
     num_participants: P.
     rows: n, the padded rows per participant (the longest participant).
-    total_rows: N, the real rows of all participants.
+    num_examples: N, the real rows of all participants.
     sampling_rate: q, per row (server, local) or per participant.
     steps: T.
     clip_norm: C.
@@ -141,11 +142,14 @@ class FedSGDPlan:
       some step): the union bound (0 for ``"participant"``).
     sampler_departure: the samplers' departure from exact Poisson
       sampling, over all participants and steps.
-    epsilon: the target ε σ was calibrated for (:func:`make_plan` with
-      ``epsilon=``); None when σ was given directly (the guarantee is the
-      ledger's, from σ, q and T).
+    epsilon: the guarantee: the ε at ``delta`` that a ledger holding
+      :meth:`record`'s entries reports (at most ``target_epsilon`` when σ
+      was calibrated); None where there is none to state (no ``delta``,
+      or σ = 0).
+    target_epsilon: the budget ε σ was calibrated for (:func:`make_plan`
+      with ``epsilon=``); None when σ was given directly.
     delta: the δ at which :meth:`record` states the steps' stand-alone ε
-      (the target's δ when ``epsilon`` is set).
+      and ``epsilon`` holds (the target's δ when σ was calibrated).
     relation: add/remove one row (for ``"participant"``, one participant
       with all its rows): :data:`RELATION`.
     server_batch: ``"server"`` only (else None): G, the rows of one step's
@@ -160,14 +164,17 @@ class FedSGDPlan:
       a step's secure sum proceeds with; the guarantee counts P_min noise
       shares.
 
-  A pytree whose leaves are σ, ε and δ (the budget; the other facts are
-  static): under ``jax.jit`` a plan passed as an argument gives one
-  compiled program for every ε of the same run shape.
+  A pytree whose leaves are C, σ, the row plan's C and σ, ε, the target
+  ε and δ (the numbers; the other facts, q included, are static): under
+  ``jax.jit`` a plan passed as an argument gives one compiled program for
+  every ε of the same run shape. ``"distributed"`` is the exception: its
+  :class:`dpcore.ddg.DDGParams` (the grid and the discrete noise share,
+  which follow σ) are static, so each ε compiles its own program.
   """
   trust: str
   num_participants: int
   rows: int
-  total_rows: int
+  num_examples: int
   sampling_rate: float
   steps: int
   clip_norm: float
@@ -176,6 +183,7 @@ class FedSGDPlan:
   truncation_probability: float
   sampler_departure: float
   epsilon: float | None
+  target_epsilon: float | None
   delta: float | None
   relation: options.Relation = RELATION
   server_batch: int | None = None
@@ -187,7 +195,7 @@ class FedSGDPlan:
     """qN (rows) or qP (participants): the public divisor of the sum."""
     if self.trust == "participant":
       return self.sampling_rate * self.num_participants
-    return self.sampling_rate * self.total_rows
+    return self.sampling_rate * self.num_examples
 
   @property
   def assumption(self) -> str:
@@ -260,7 +268,7 @@ class FedSGDPlan:
     """JSON-ready public settings (for records)."""
     out = {"trust": self.trust, "assumption": self.assumption,
            "participants": self.num_participants, "rows": self.rows,
-           "total_rows": self.total_rows,
+           "total_rows": self.num_examples,
            "sampling_rate": self.sampling_rate, "steps": self.steps,
            "clip_norm": self.clip_norm,
            "noise_multiplier": self.noise_multiplier,
@@ -317,9 +325,12 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
       guarantee, tests only); or None to calibrate it for ``epsilon`` at
       ``delta`` (:func:`dpcore.accounting.calibrate_dpsgd_noise` at this q
       and T).
-    epsilon: the target ε (only without ``noise_multiplier``).
+    epsilon: the budget ε σ is calibrated for (only without
+      ``noise_multiplier``), kept as ``target_epsilon``; the plan's
+      ``epsilon`` is the guarantee its record composes to (at most this).
     delta: the target's δ, and the δ the record states the steps' ε at
-      (needed by :meth:`FedSGDPlan.record`).
+      (needed by :meth:`FedSGDPlan.record`; without it the plan states no
+      ε).
     steps: T; or
     epochs: E (T = round(E/q), :func:`dpcore.dpsgd.num_steps`).
     overflow_probability: the padded batch B of a participant is chosen so
@@ -415,17 +426,32 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
         dim=model_size, clip_norm=clip_norm, bits=bits, count=count,
         survivors=survivors, rows=count * row_plan.max_batch,
         sampling_rate=q, steps=steps)
-  return FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
-                    row_plan, truncation, departure, epsilon, delta,
+  plan = FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
+                    row_plan, truncation, departure, None, epsilon, delta,
                     server_batch=server_batch, ddg_params=ddg_params,
                     min_survivors=survivors)
+  return dataclasses.replace(plan, epsilon=_guarantee(plan))
 
 
-def softmax_params(d: int, num_classes: int) -> dict:
-  """Zero softmax-regression parameters (data-independent)."""
-  d = validation.check_positive_int(d, "d")
+def _guarantee(plan: FedSGDPlan) -> float | None:
+  """The plan's ``epsilon``: the ledger's ε at its δ after ``record``;
+  None without δ or without noise (no guarantee to state)."""
+  if plan.delta is None:
+    return None
+  if plan.trust == "distributed":
+    if plan.ddg_params.sigma_share is None:
+      return None
+  elif plan.noise_multiplier <= 0:
+    return None
+  return accounting.plan_epsilon(plan)
+
+
+def softmax_params(dim: int, num_classes: int) -> dict:
+  """Zero softmax-regression parameters (data-independent) for ``dim``
+  features."""
+  dim = validation.check_positive_int(dim, "dim")
   num_classes = validation.check_positive_int(num_classes, "num_classes")
-  return {"out": {"w": jnp.zeros((d, num_classes)),
+  return {"out": {"w": jnp.zeros((dim, num_classes)),
                   "b": jnp.zeros((num_classes,))}}
 
 

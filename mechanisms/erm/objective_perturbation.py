@@ -5,10 +5,11 @@ regularised empirical risk,
 
   J(β) = (1/n) Σᵢ ℓ(yᵢ xᵢᵀβ) + (λ/2)‖β‖² + (1/n) bᵀβ + (θ/2)‖β‖²,
 
-with ``b`` drawn with density ∝ exp(−(p/2)‖b‖) and (p, θ) from
-:func:`make_plan`. Two smooth losses are supported: the Huber
-hinge (``"huber"``, h = 0.5 as in Wang et al. 2024, curvature bound
-c = 1/(2h)) and the logistic loss (``"logistic"``, c = 1/4).
+over the n = ``num_examples`` true rows, with ``b`` drawn with density
+∝ exp(−(p/2)‖b‖) and (p, θ) from :func:`make_plan`. Two smooth losses
+are supported: the Huber hinge (``"huber"``, h = 0.5 as in Wang et al.
+2024, curvature bound c = 1/(2h)) and the logistic loss (``"logistic"``,
+c = 1/4).
 
 The minimiser is found with ``optax.lbfgs`` (Armijo backtracking line
 search, see :func:`_lbfgs` for why not optax's default zoom search) in a
@@ -29,7 +30,7 @@ calibrates (p, θ) host-side into a frozen :class:`ObjectivePerturbationPlan`;
 ``plan.record(ledger)`` enters its fits in a ledger; :func:`release` draws
 the noise and minimises::
 
-  plan = op.make_plan(epsilon=0.5, n=x.shape[0], lam=0.01)
+  plan = op.make_plan(epsilon=0.5, num_examples=x.shape[0], lam=0.01)
   with jax.enable_x64(True):
     fit = op.release(key, plan, x64, y64)  # y in {−1, +1}
   plan.record(ledger)
@@ -37,9 +38,9 @@ the noise and minimises::
 Multi-class problems are one-vs-rest (a plan with ``num_classes=K``;
 :func:`one_vs_rest` is the kernel, for (n, p, θ) given directly, e.g.
 traced per participant): the K binary fits are one ``vmap`` with
-independent noise. Each fit reads all rows, so K fits at ε each cost K·ε
-under sequential composition (the plan records K entries); the caller
-chooses the per-classifier ε (e.g. ε₂/K for a total of ε₂).
+independent noise. Each fit reads all rows, so K fits compose
+sequentially: ``make_plan(epsilon=ε, num_classes=K)`` gives each fit
+ε/K (``plan.epsilon_fit``), and the plan records the K fits, ε in all.
 :func:`fit_nonprivate` is the noise-free fit (no release).
 
 Privacy:
@@ -69,7 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpcore import clipping, options, validation
+from dpcore import accounting, clipping, options, validation
 from dpcore import noise as dp_noise
 
 RELATION = options.Relation.REPLACE_ONE
@@ -109,22 +110,30 @@ def curvature_bound(loss: str, *, h: float = HUBER_H) -> float:
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["n", "p", "theta"],
-    meta_fields=["epsilon", "delta", "relation", "lam", "c", "loss", "h",
-                 "num_classes"])
+    jax.tree_util.register_dataclass,
+    data_fields=["num_examples", "p", "theta", "lam", "epsilon",
+                 "target_epsilon", "epsilon_fit", "delta"],
+    meta_fields=["relation", "c", "loss", "h", "num_classes"])
 @dataclasses.dataclass(frozen=True)
 class ObjectivePerturbationPlan:
   """The public facts of objective-perturbation fits (see :func:`make_plan`).
 
-  A pytree whose leaves are n, p and θ (the values that differ between
-  participants of different sizes): plans of one ε stack into a batch
-  that ``vmap`` maps over.
+  A pytree whose leaves are its numbers (n, p, θ, λ and the budget); the
+  loss, h, c and K are static. Plans stack into a batch that ``vmap``
+  maps over (e.g. participants of different sizes), and under ``jax.jit``
+  plans that differ only in ε share one compiled program.
 
   Attributes:
-    epsilon: ε of each fit (pure DP).
+    epsilon: the guarantee of one release (all its :attr:`fits` fits), as
+      a ledger holding :meth:`record`'s entry reports it (pure DP:
+      :attr:`fits` × ``epsilon_fit``); at most ``target_epsilon``.
+    target_epsilon: the budget of one release (``make_plan``'s
+      ``epsilon``).
+    epsilon_fit: ε of each fit, ``target_epsilon`` / :attr:`fits`: what
+      p and θ are calibrated for.
     delta: 0 (pure DP).
     relation: replace-one (:data:`RELATION`), the relation of the proof.
-    n: the true number of rows (public under replace-one).
+    num_examples: n, the true number of rows (public under replace-one).
     p: the ε' of Chaudhuri et al.; the noise density is ∝ exp(−(p/2)‖b‖).
     theta: the extra ridge Δ (0 when p > 0 at the first try).
     lam: the regularisation λ > 0.
@@ -135,9 +144,11 @@ class ObjectivePerturbationPlan:
       class ids 0 … K−1 (:attr:`fits` fits).
   """
   epsilon: float
+  target_epsilon: float
+  epsilon_fit: float
   delta: float
   relation: options.Relation
-  n: int
+  num_examples: int
   p: float
   theta: float
   lam: float
@@ -155,28 +166,32 @@ class ObjectivePerturbationPlan:
 
   def record(self, ledger, *, label: str = "objective_perturbation",
              count: int = 1) -> None:
-    """Puts ``count`` releases (each :attr:`fits` ε-DP fits) in ``ledger``.
+    """Puts ``count`` releases in ``ledger``: :attr:`fits` pure fits of
+    ``epsilon_fit`` each per release, one entry.
 
     Replace-one neighbours; the guarantee assumes each released fit
     converged (module docstring).
     """
     count = validation.check_positive_int(count, "count")
-    ledger.record_pure(self.epsilon, label=label, count=count * self.fits,
-                       relation=self.relation)
+    ledger.record_pure(self.epsilon_fit, label=label,
+                       count=count * self.fits, relation=self.relation)
 
 
-def make_plan(*, epsilon: float, n: int, lam: float, loss: str = "huber",
-              h: float = HUBER_H, num_classes: int | None = None
-              ) -> ObjectivePerturbationPlan:
+def make_plan(*, epsilon: float, num_examples: int, lam: float,
+              loss: str = "huber", h: float = HUBER_H,
+              num_classes: int | None = None) -> ObjectivePerturbationPlan:
   """Validates objective perturbation and calibrates p, θ (host-side).
 
-  Algorithm 2 of Chaudhuri et al. (2011): p = ε − log(1 + 2c/(nλ) +
-  c²/(n²λ²)); if p > 0 then θ = 0, otherwise θ = c/(n(e^{ε/4} − 1)) − λ
-  and p = ε/2.
+  Algorithm 2 of Chaudhuri et al. (2011), for each fit's ε′ = ε/K (K fits
+  of a one-vs-rest plan, else ε′ = ε) and n = ``num_examples``:
+  p = ε′ − log(1 + 2c/(nλ) + c²/(n²λ²)); if p > 0 then θ = 0, otherwise
+  θ = c/(n(e^{ε′/4} − 1)) − λ and p = ε′/2.
 
   Args:
-    epsilon: ε > 0 of each fit.
-    n: the true number of rows.
+    epsilon: ε > 0, the budget of one release: its K fits get ε/K each
+      (the plan's ``epsilon_fit``; one fit, ε, for a binary plan or
+      K = 2).
+    num_examples: n, the true number of rows.
     lam: regularisation λ > 0.
     loss: ``"huber"`` (default) or ``"logistic"``.
     h: Huber width > 0.
@@ -190,7 +205,7 @@ def make_plan(*, epsilon: float, n: int, lam: float, loss: str = "huber",
     ValueError: one line naming the argument and the fix.
   """
   epsilon = validation.check_epsilon(epsilon)
-  n = validation.check_positive_int(n, "n")
+  n = validation.check_positive_int(num_examples, "num_examples")
   lam = validation.check_positive(lam, "lam")
   c = curvature_bound(loss, h=h)  # also checks loss and h
   if num_classes is not None:
@@ -198,14 +213,17 @@ def make_plan(*, epsilon: float, n: int, lam: float, loss: str = "huber",
     if num_classes < 2:
       raise ValueError(f"num_classes must be >= 2 (or None for a binary "
                        f"fit on labels ±1), got {num_classes}.")
+  fits = 1 if num_classes is None or num_classes == 2 else num_classes
+  eps_fit = epsilon / fits
   ratio = c / (n * lam)
-  p = epsilon - math.log1p(2.0 * ratio + ratio * ratio)
+  p = eps_fit - math.log1p(2.0 * ratio + ratio * ratio)
   theta = 0.0
   if p <= 0:
-    theta = c / (n * math.expm1(epsilon / 4.0)) - lam
-    p = epsilon / 2.0
-  return ObjectivePerturbationPlan(epsilon, 0.0, RELATION, n, p, theta, lam,
-                                   c, loss, h, num_classes)
+    theta = c / (n * math.expm1(eps_fit / 4.0)) - lam
+    p = eps_fit / 2.0
+  plan = ObjectivePerturbationPlan(None, epsilon, eps_fit, 0.0, RELATION, n,
+                                   p, theta, lam, c, loss, h, num_classes)
+  return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
 def perturbation_noise(key: jax.Array, dim: int, *, p, num: int | None = None,
@@ -219,9 +237,11 @@ def perturbation_noise(key: jax.Array, dim: int, *, p, num: int | None = None,
                                                num=num, dtype=dtype)
 
 
-def objective(beta, x, y, mask, *, n, lam, theta, b, loss: str,
+def objective(beta, x, y, mask, *, num_examples, lam, theta, b, loss: str,
               h: float = HUBER_H):
-  """J(β) of the module docstring; masked rows (padding) contribute 0."""
+  """J(β) of the module docstring (n = ``num_examples``); masked rows
+  (padding) contribute 0."""
+  n = num_examples
   z = y * (x @ beta)
   if loss == "huber":
     per_row = huber_loss(z, h=h)
@@ -287,12 +307,14 @@ def _lbfgs(dtype) -> optax.GradientTransformationExtraArgs:
   return optax.lbfgs(linesearch=linesearch)
 
 
-def minimise(x, y, mask, *, n, lam, theta, b, loss: str = "huber",
+def minimise(x, y, mask, *, num_examples, lam, theta, b,
+             loss: str = "huber",
              h: float = HUBER_H, tol: float = 1e-8,
              max_iter: int = 500) -> FitResult:
   """Minimises J with L-BFGS until ‖∇J‖ ≤ tol or ``max_iter`` iterations.
 
-  Pure and vmappable: ``n``, ``lam``, ``theta`` and ``b`` may be traced
+  Pure and vmappable: ``num_examples``, ``lam``, ``theta`` and ``b`` may
+  be traced
   (one value per participant or class under ``vmap``); ``loss``, ``h``,
   ``tol`` and ``max_iter`` are static. The dtype follows ``x``. Under
   ``vmap`` the loop runs until the slowest fit stops; finished fits are
@@ -302,7 +324,7 @@ def minimise(x, y, mask, *, n, lam, theta, b, loss: str = "huber",
     x: (n_max, k) rows, ‖x‖ ≤ 1 assumed (not checked inside jit).
     y: (n_max,) labels in {−1, +1}.
     mask: (n_max,) 1 for real rows, 0 for padding.
-    n: true number of rows (Σ mask).
+    num_examples: n, the true number of rows (Σ mask).
     lam: λ.
     theta: extra ridge θ.
     b: (k,) linear perturbation (zeros for a non-private fit).
@@ -317,7 +339,8 @@ def minimise(x, y, mask, *, n, lam, theta, b, loss: str = "huber",
   b = b.astype(dtype)
 
   def fun(beta):
-    return objective(beta, x, y, mask, n=n, lam=lam, theta=theta, b=b,
+    return objective(beta, x, y, mask, num_examples=num_examples, lam=lam,
+                     theta=theta, b=b,
                      loss=loss, h=h)
 
   solver = _lbfgs(dtype)
@@ -366,8 +389,8 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
     x: (n_max, k) rows with ‖x‖ ≤ 1.
     y: (n_max,) labels: ±1 for a binary plan, class ids in [0, K) for a
       one-vs-rest plan.
-    mask: (n_max,) 1 for real rows (Σ mask = ``plan.n``); None: all rows
-      are real (n_max = ``plan.n``).
+    mask: (n_max,) 1 for real rows (Σ mask = ``plan.num_examples``);
+      None: all rows are real (n_max = ``plan.num_examples``).
     tol: stop when ‖∇J‖ ≤ tol (finite, > 0).
     max_iter: L-BFGS iteration cap.
 
@@ -407,9 +430,11 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
                               n_rows=rows)
   if mask is None:
     mask = jnp.ones(rows, jnp.result_type(x))
-    if validation.is_concrete(plan.n) and rows != plan.n:
+    if validation.is_concrete(plan.num_examples) and (
+        rows != plan.num_examples):
       raise ValueError(f"x has {rows} rows but the plan was made for "
-                       f"n={plan.n}; make the plan with n=x.shape[0].")
+                       f"num_examples={plan.num_examples}; make the plan "
+                       f"with num_examples=x.shape[0].")
   result = _release(key, plan, x, y, mask, tol=tol, max_iter=max_iter)
   if validation.is_concrete(result) and not bool(
       np.all(np.asarray(result.converged))):
@@ -422,11 +447,13 @@ def _release(key, plan, x, y, mask, *, tol, max_iter) -> FitResult:
   """The kernel of :func:`release` (no checks)."""
   if plan.num_classes is not None:
     return one_vs_rest(key, x, y, mask, num_classes=plan.num_classes,
-                       n=plan.n, p=plan.p, theta=plan.theta, lam=plan.lam,
+                       num_examples=plan.num_examples, p=plan.p,
+                       theta=plan.theta, lam=plan.lam,
                        loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
   x, mask = _enforce_bounds(x, mask)
   b = perturbation_noise(key, x.shape[-1], p=plan.p, dtype=x.dtype)
-  return minimise(x, y, mask, n=plan.n, lam=plan.lam, theta=plan.theta,
+  return minimise(x, y, mask, num_examples=plan.num_examples, lam=plan.lam,
+                  theta=plan.theta,
                   b=b, loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
 
 
@@ -454,9 +481,9 @@ def _enforce_bounds(x, mask):
   return clipping.clip_rows(x), clipping.clip_weights(mask)
 
 
-def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
-                theta, lam, loss: str = "huber", h: float = HUBER_H,
-                tol: float = 1e-8, max_iter: int = 500,
+def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int,
+                num_examples, p, theta, lam, loss: str = "huber",
+                h: float = HUBER_H, tol: float = 1e-8, max_iter: int = 500,
                 private: bool = True) -> FitResult:
   """K one-vs-rest fits as one ``vmap`` (a single fit when K = 2).
 
@@ -476,8 +503,9 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
     mask: (n_max,) 1 for real rows.
     num_classes: K ≥ 2. For K = 2 one classifier separates class 1 (+1)
       from class 0 (−1).
-    n, p, theta, lam: true rows, and p, θ, λ of a plan
-      (:class:`ObjectivePerturbationPlan`, for the per-classifier ε).
+    num_examples, p, theta, lam: n, the true rows, and p, θ, λ of a plan
+      (:class:`ObjectivePerturbationPlan`, calibrated for its
+      ``epsilon_fit``).
 
   Returns:
     FitResult with a leading axis of size K (or 1 when K = 2).
@@ -499,7 +527,8 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int, n, p,
 
   def one(b_c, target):
     y = jnp.where(labels == target, 1.0, -1.0).astype(x.dtype)
-    return minimise(x, y, mask, n=n, lam=lam, theta=theta, b=b_c, loss=loss,
+    return minimise(x, y, mask, num_examples=num_examples, lam=lam,
+                    theta=theta, b=b_c, loss=loss,
                     h=h, tol=tol, max_iter=max_iter)
 
   return jax.vmap(one)(b, targets)
@@ -550,7 +579,7 @@ def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
     result = jax.jit(minimise, static_argnames=(
         "loss", "h", "tol", "max_iter"))(
             xd, jnp.asarray(y, jnp.float64), jnp.ones(n, jnp.float64),
-            n=float(n), lam=lam, theta=0.0,
+            num_examples=float(n), lam=lam, theta=0.0,
             b=jnp.zeros(xd.shape[-1], jnp.float64), loss=loss, h=h, tol=tol,
             max_iter=max_iter)
     result = jax.device_get(result)

@@ -47,6 +47,7 @@ Privacy:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -55,8 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from dpcore import accounting, options, validation
 from dpcore import noise as dp_noise
-from dpcore import options, validation
 
 BIAS_SCALE = 1.0 / math.sqrt(2.0)
 RELATION = options.Relation.REPLACE_ONE
@@ -79,12 +80,23 @@ def sensitivity(c: float) -> float:
   return 2.0 * validation.check_positive(c, "c")
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["epsilon", "target_epsilon", "delta", "c", "sensitivity",
+                 "scale"],
+    meta_fields=["relation"])
 @dataclasses.dataclass(frozen=True)
 class OutputPerturbationPlan:
   """The public facts of an output-perturbed linear C-SVC (see make_plan).
 
+  A pytree whose leaves are its numbers (ε, the target, δ, C, Δ₂ and the
+  scale; the relation is static), like the other plans.
+
   Attributes:
-    epsilon: ε of each release (pure DP).
+    epsilon: the guarantee of each release (pure DP), as a ledger holding
+      :meth:`record`'s entry reports it: the budget itself, the noise
+      being calibrated exactly.
+    target_epsilon: the budget ε of each release (``make_plan``'s).
     delta: 0 (pure DP).
     relation: replace-one (:data:`RELATION`; n public).
     c: C > 0 of the C-SVC.
@@ -92,6 +104,7 @@ class OutputPerturbationPlan:
     scale: Δ₂/ε, the Gamma scale of the noise norm.
   """
   epsilon: float
+  target_epsilon: float
   delta: float
   relation: options.Relation
   c: float
@@ -111,7 +124,7 @@ class OutputPerturbationPlan:
       count: releases published from the same data (e.g. the number of
         keys given to :func:`release`).
     """
-    ledger.record_pure(self.epsilon, label=label,
+    ledger.record_pure(self.target_epsilon, label=label,
                        count=validation.check_positive_int(count, "count"),
                        relation=self.relation)
 
@@ -131,8 +144,9 @@ def make_plan(*, epsilon: float, c: float) -> OutputPerturbationPlan:
   """
   epsilon = validation.check_epsilon(epsilon)
   delta2 = sensitivity(c)
-  return OutputPerturbationPlan(epsilon, 0.0, RELATION, float(c), delta2,
-                                delta2 / epsilon)
+  plan = OutputPerturbationPlan(None, epsilon, 0.0, RELATION, float(c),
+                                delta2, delta2 / epsilon)
+  return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
 def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,
@@ -143,13 +157,17 @@ def perturb(key: jax.Array, weights: jax.Array, *, sensitivity_l2: float,
   model's, an audit's canary minimisers); :func:`release` is the checked
   release of a C-SVC, with Δ₂ and ε from its plan.
 
+  ε and Δ₂ may be traced (e.g. a plan's leaves, under ``jit``: one
+  program for every ε); concrete ones are checked here.
+
   Privacy: ε-DP for the weights when ``sensitivity_l2`` bounds their L2
   change between neighbouring data sets (Chaudhuri et al. 2011, Thm 6).
   """
   validation.check_key(key)
-  epsilon = validation.check_epsilon(epsilon)
-  sensitivity_l2 = validation.check_positive(sensitivity_l2,
-                                             "sensitivity_l2")
+  if validation.is_concrete((epsilon, sensitivity_l2)):
+    epsilon = validation.check_epsilon(epsilon)
+    sensitivity_l2 = validation.check_positive(sensitivity_l2,
+                                               "sensitivity_l2")
   # Density ∝ exp(−ε‖b‖/Δ₂): the law of objective perturbation's noise
   # with β = ε/Δ₂, drawn by the one sampler of it (tail-safe, see
   # dpcore.noise).
@@ -307,7 +325,7 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
     with jax.enable_x64(True):
       noisy = np.asarray(perturb(one, jnp.asarray(w_aug),
                                  sensitivity_l2=plan.sensitivity,
-                                 epsilon=plan.epsilon))
+                                 epsilon=plan.target_epsilon))
     releases.append(LinearRelease(
         w=noisy[:-1] * BIAS_SCALE, b=float(noisy[-1] * BIAS_SCALE),
         epsilon=plan.epsilon, sensitivity=plan.sensitivity,

@@ -72,21 +72,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import calibration as dp_calibration
 from dpcore import (
-    clipping,
-    discrete,
-    discrete_calibration,
-    lattice,
-    linalg,
-    options,
-    validation,
+  accounting,
+  clipping,
+  discrete,
+  discrete_calibration,
+  lattice,
+  linalg,
+  options,
+  validation,
 )
+from dpcore import calibration as dp_calibration
 from dpcore import noise as dp_noise
 
 NEIGHBOURING = options.RELATION_SPELLINGS
-"""Spellings ``neighbouring`` accepts (:func:`dpcore.options.parse_relation`:
-``"replace"`` is the old spelling of ``"replace_one"``)."""
+"""The spellings a ``relation`` accepts:
+:data:`dpcore.options.RELATION_SPELLINGS` (``"replace"`` is the old
+spelling of ``"replace_one"``). Kept only for
+``federated.feddpdr.registry``, which should read the options' name."""
 
 
 class PcaResult(NamedTuple):
@@ -95,15 +98,15 @@ class PcaResult(NamedTuple):
   eigenvalues: jax.Array
 
 
-def sensitivity(neighbouring: options.Relation | str) -> float:
+def sensitivity(relation: options.Relation | str) -> float:
   """L2 sensitivity of the upper triangle of XᵀX, rows of norm ≤ 1.
 
   1 under add/remove neighbours (one row's xxᵀ, Frobenius norm ≤ 1; the
   upper triangle of a symmetric noise matrix is what is released), √2 under
   replace-one (xxᵀ − x′x′ᵀ, two unit rank-one terms on orthogonal rows).
-  ``neighbouring`` is parsed by :func:`dpcore.options.parse_relation`.
+  ``relation`` is parsed by :func:`dpcore.options.parse_relation`.
   """
-  relation = options.parse_relation(neighbouring, "neighbouring")
+  relation = options.parse_relation(relation, "relation")
   return 1.0 if relation is options.Relation.ADD_REMOVE else math.sqrt(2.0)
 
 
@@ -120,7 +123,7 @@ def check_noise(noise: str, granularity) -> float | None:
   return lattice.check_granularity(granularity)
 
 
-def lattice_sensitivity(neighbouring: str, *, dim: int,
+def lattice_sensitivity(relation: options.Relation | str, *, dim: int,
                         granularity) -> float:
   """L2 sensitivity, in grid units, of the rounded upper triangle of XᵀX.
 
@@ -129,7 +132,7 @@ def lattice_sensitivity(neighbouring: str, *, dim: int,
   (:func:`dpcore.lattice.lattice_l2_sensitivity`).
   """
   return lattice.lattice_l2_sensitivity(
-      sensitivity(neighbouring), granularity=granularity,
+      sensitivity(relation), granularity=granularity,
       dim=dim * (dim + 1) // 2)
 
 
@@ -144,8 +147,9 @@ def lattice_sigma(sigma, *, granularity) -> int:
   return int(value)
 
 
-def discrete_pca_sigma(*, epsilon: float, delta: float, neighbouring: str,
-                       dim: int, granularity) -> float:
+def discrete_pca_sigma(*, epsilon: float, delta: float,
+                       relation: options.Relation | str, dim: int,
+                       granularity) -> float:
   """σ (value units, a whole number of grid steps) for discrete mode.
 
   The smallest integer lattice σ whose zCDP (lattice sensitivity, RDP
@@ -154,7 +158,7 @@ def discrete_pca_sigma(*, epsilon: float, delta: float, neighbouring: str,
   g = lattice.check_granularity(granularity)
   sigma = discrete_calibration.discrete_gaussian_sigma(
       epsilon=epsilon, delta=delta,
-      sensitivity=lattice_sensitivity(neighbouring, dim=dim, granularity=g))
+      sensitivity=lattice_sensitivity(relation, dim=dim, granularity=g))
   return float(sigma) * g
 
 
@@ -178,18 +182,27 @@ def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass, data_fields=["sigma"],
-    meta_fields=["epsilon", "delta", "relation", "sensitivity", "k", "dim",
-                 "calibration", "noise", "granularity", "sigma_lattice"])
+    jax.tree_util.register_dataclass,
+    data_fields=["sigma", "epsilon", "target_epsilon", "delta"],
+    meta_fields=["relation", "sensitivity", "k", "dim", "calibration",
+                 "noise", "granularity", "sigma_lattice"])
 @dataclasses.dataclass(frozen=True)
 class PcaPlan:
   """The public facts of one DP-PCA release (see :func:`make_plan`).
 
-  A pytree whose one leaf is σ (as :class:`federated.fedsgd.FedSGDPlan`):
-  a plan passed to a jitted function is an argument, not a constant.
+  A pytree whose leaves are σ, ε, the target ε and δ (as
+  :class:`federated.fedsgd.FedSGDPlan`): a plan passed to a jitted
+  function is an argument, not a constant, and plans that differ only in
+  ε share one compiled program. With ``noise="discrete"`` the lattice σ
+  (an integer the sampler needs concretely) is static, so each ε compiles
+  its own.
 
   Attributes:
-    epsilon: ε the release is calibrated for.
+    epsilon: the guarantee: the ε at ``delta`` that a ledger holding
+      :meth:`record`'s entry (under the plan's relation) reports; at most
+      ``target_epsilon``.
+    target_epsilon: the budget ε σ was calibrated for (``make_plan``'s
+      ``epsilon``).
     delta: δ of the release.
     relation: the neighbouring relation σ is calibrated for
       (:class:`dpcore.options.Relation`).
@@ -206,6 +219,7 @@ class PcaPlan:
     sigma_lattice: σ in grid units, ⌈σ/γ⌉ (discrete noise), else None.
   """
   epsilon: float
+  target_epsilon: float
   delta: float
   relation: options.Relation
   sigma: float
@@ -257,7 +271,9 @@ def make_plan(*, epsilon: float, delta: float, k: int, dim: int,
   """Validates a DP-PCA release and calibrates its σ (host-side).
 
   Args:
-    epsilon: ε > 0 of the release.
+    epsilon: ε > 0, the budget of the release: σ is calibrated for it
+      (the plan's ``target_epsilon``; its ``epsilon`` is the guarantee the
+      ledger reports, at most this).
     delta: δ in (0, 1).
     k: components to release, 1 ≤ k ≤ dim.
     dim: the data dimension d.
@@ -288,17 +304,23 @@ def make_plan(*, epsilon: float, delta: float, k: int, dim: int,
   if g is None:
     sigma = pca_sigma(epsilon=epsilon, delta=delta, calibration=calibration,
                       sensitivity=sens)
-    return PcaPlan(epsilon, delta, relation, sigma, sens, k, dim,
-                   calibration)
+    return _with_guarantee(PcaPlan(None, epsilon, delta, relation, sigma,
+                                   sens, k, dim, calibration))
   if calibration != "analytic":
     raise ValueError(
         f"calibration={calibration!r} applies to float noise only; "
         f"noise='discrete' is calibrated by its zCDP (leave calibration "
         f"at 'analytic').")
   sigma = discrete_pca_sigma(epsilon=epsilon, delta=delta,
-                             neighbouring=relation, dim=dim, granularity=g)
-  return PcaPlan(epsilon, delta, relation, sigma, sens, k, dim, calibration,
-                 noise, g, lattice_sigma(sigma, granularity=g))
+                             relation=relation, dim=dim, granularity=g)
+  return _with_guarantee(PcaPlan(
+      None, epsilon, delta, relation, sigma, sens, k, dim, calibration,
+      noise, g, lattice_sigma(sigma, granularity=g)))
+
+
+def _with_guarantee(plan: PcaPlan) -> PcaPlan:
+  """``plan`` with its ``epsilon``: the ledger's ε at δ of its record."""
+  return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
 def second_moment(x, mask):

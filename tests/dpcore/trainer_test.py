@@ -1,5 +1,6 @@
 """Tests of dpcore.trainer: the generic DP-SGD trainer and its plan."""
 
+import dataclasses
 import doctest
 import math
 
@@ -127,7 +128,9 @@ def test_the_plan_has_the_shape_and_its_own_delta():
                            clip_norm=1.0, noise_multiplier=1.0, delta=DELTA)
   shape.check_plan(plan)
   assert plan.relation is options.Relation.ADD_REMOVE
-  assert plan.epsilon is None and plan.delta == DELTA
+  # σ given: no target; the plan's ε is the guarantee its record gives.
+  assert plan.target_epsilon is None and plan.delta == DELTA
+  assert plan.epsilon == accounted(3.5030458677540453)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   assert ledger.guarantee(DELTA).epsilon == accounted(3.5030458677540453)
@@ -144,22 +147,79 @@ def test_the_plan_has_the_shape_and_its_own_delta():
   nonprivate = trainer.nonprivate_plan(1000, sampling_rate=0.05, epochs=5)
   shape.check_plan(nonprivate)
   assert nonprivate.epsilon is None and nonprivate.delta is None
+  assert nonprivate.target_epsilon is None
+  # No δ, or σ = 0: no guarantee to state.
+  assert trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0,
+                           noise_multiplier=1.0).epsilon is None
+  assert trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0,
+                           noise_multiplier=0.0, delta=DELTA).epsilon is None
 
 
 def test_the_plan_calibrates_sigma_for_a_target():
   plan = trainer.make_plan(1000, sampling_rate=0.05, epochs=5,
                            clip_norm=1.0, epsilon=2.0, delta=DELTA)
-  assert (plan.epsilon, plan.delta) == (2.0, DELTA)
+  assert (plan.target_epsilon, plan.delta) == (2.0, DELTA)
   assert plan.noise_multiplier == accounting.calibrate_dpsgd_noise(
       epsilon=2.0, delta=DELTA, sampling_rate=0.05, epochs=5)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   assert ledger.report(DELTA)["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
+  # The plan's ε is the ledger's (PLD, below the RDP target here).
+  assert plan.epsilon == accounted(ledger.guarantee(DELTA).epsilon)
+  assert plan.epsilon < plan.target_epsilon
   with pytest.raises(ValueError, match="not both"):
     trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0,
                       epsilon=2.0, delta=DELTA, noise_multiplier=1.0)
   with pytest.raises(ValueError, match="epsilon= and delta="):
     trainer.make_plan(1000, sampling_rate=0.05, epochs=5, clip_norm=1.0)
+
+
+@pytest.mark.parametrize("sampler", ["bernoulli", "gaps"])
+def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(sampler):
+  # The convention of every plan (dpcore.shape): plan.epsilon is what the
+  # ledger reports for everything the plan releases, at the plan's δ, and
+  # the budget it was calibrated for, target_epsilon, is at least that
+  # (up to the ledger's own budget tolerance, 1e-9 relative).
+  plan = trainer.make_plan(400, sampling_rate=0.05, steps=30, clip_norm=1.0,
+                           epsilon=1.5, delta=DELTA, sampler=sampler)
+  x = jax.random.normal(jax.random.key(0), (400, 3))
+  trainer.train(jax.random.key(1), plan, _linear_loss, jnp.zeros(3), x,
+                optax.sgd(0.1))
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert plan.epsilon == accounted(ledger.report(plan.delta)["epsilon"])
+  assert plan.target_epsilon == 1.5
+  assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
+
+
+def test_plans_that_differ_only_in_epsilon_share_one_compilation():
+  # The plan is a pytree: C, σ, ε, the target and δ are traced leaves, the
+  # run's shape (N, q, T, B, the sampler) static. A plan that kept ε in
+  # its static part would trace (and compile) once per ε.
+  traces = []
+  x = jax.random.normal(jax.random.key(0), (200, 3))
+
+  @jax.jit
+  def run(key, plan):
+    traces.append(plan)  # a Python side effect: runs once per trace
+    return trainer.train(key, plan, _linear_loss, jnp.zeros(3), x,
+                         optax.sgd(0.1)).params
+
+  plans = [trainer.make_plan(200, sampling_rate=0.1, steps=10,
+                             clip_norm=1.0, epsilon=eps, delta=DELTA)
+           for eps in (1.0, 2.0)]
+  assert plans[0].noise_multiplier != plans[1].noise_multiplier
+  outs = [run(jax.random.key(1), p) for p in plans]
+  assert len(traces) == 1
+  # Traced σ and C give the closed-over plan's numbers.
+  for p, out in zip(plans, outs, strict=True):
+    np.testing.assert_allclose(out, trainer.train(
+        jax.random.key(1), p, _linear_loss, jnp.zeros(3), x,
+        optax.sgd(0.1)).params, rtol=1e-6)
+  assert not np.allclose(outs[0], outs[1])
+  # Another shape (T) is another program: the counter does count.
+  run(jax.random.key(1), dataclasses.replace(plans[0], steps=11))
+  assert len(traces) == 2
 
 
 def test_record_writes_the_schema_fields():

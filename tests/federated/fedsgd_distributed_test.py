@@ -10,6 +10,7 @@ import pytest
 
 from dpcore import accounting, ddg_accounting, ghost
 from federated import fedsgd
+from tests.pinned import accounted
 
 SIZES = [8, 8]
 
@@ -102,6 +103,8 @@ def test_calibrated_plan_meets_its_target_and_a_smaller_sigma_does_not():
   g = ledger.guarantee(1e-5)
   assert g.epsilon <= 2.0 and g.delta <= 1e-5
   assert g.epsilon > 1.9  # calibrated, not padded
+  # The plan states the guarantee; the budget is its target.
+  assert plan.epsilon == accounted(g.epsilon) and plan.target_epsilon == 2.0
   worse = fedsgd.make_plan([600, 600], trust="distributed",
                            noise_multiplier=0.8 * plan.noise_multiplier,
                            **kw)

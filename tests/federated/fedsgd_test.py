@@ -217,6 +217,60 @@ def test_one_program_serves_every_noise_multiplier():
   np.testing.assert_allclose(outs[1], 4.0 * outs[0], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("trust", ["server", "local", "participant"])
+def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(trust):
+  # The convention of every plan (dpcore.shape): plan.epsilon is what the
+  # ledger reports for everything the plan releases, at the plan's δ, at
+  # most the budget σ was calibrated for (the ledger's 1e-9 tolerance).
+  sizes = [40, 30]
+  parts, _, _ = _participants(sizes, key=3)
+  plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=0.2, steps=5,
+                          clip_norm=1.0, epsilon=1.5, delta=1e-5)
+  fedsgd.release(jax.random.key(0), plan, fedsgd.softmax_loss,
+                 fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
+                 optax.sgd(1.0))
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert plan.epsilon == accounted(ledger.report(plan.delta)["epsilon"])
+  assert plan.target_epsilon == 1.5
+  assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
+  # No δ, or no noise: no guarantee to state.
+  assert fedsgd.make_plan(sizes, trust=trust, sampling_rate=0.2, steps=5,
+                          clip_norm=1.0, noise_multiplier=1.0).epsilon is None
+  assert fedsgd.make_plan(sizes, trust=trust, sampling_rate=0.2, steps=5,
+                          clip_norm=1.0, noise_multiplier=0.0,
+                          delta=1e-5).epsilon is None
+
+
+def test_plans_that_differ_only_in_epsilon_share_one_compilation():
+  # ε, the target, σ and C are traced leaves: a jitted run with the plan as
+  # an argument traces once for every ε (a Python side effect counts the
+  # traces), and gives the closed-over plan's numbers.
+  sizes = [6, 5]
+  parts, _, _ = _participants(sizes, key=4)
+  traces = []
+
+  @jax.jit
+  def run(key, plan):
+    traces.append(plan)
+    return fedsgd.release(key, plan, fedsgd.softmax_loss,
+                          fedsgd.softmax_params(D, K), parts.x, parts.y,
+                          parts.mask, optax.sgd(1.0)).params["out"]["w"]
+
+  plans = [fedsgd.make_plan(sizes, trust="local", sampling_rate=0.5,
+                            steps=2, clip_norm=1.0, epsilon=eps, delta=1e-5)
+           for eps in (1.0, 3.0)]
+  outs = [run(jax.random.key(2), p) for p in plans]
+  assert len(traces) == 1
+  assert not np.allclose(outs[0], outs[1])
+  closed = fedsgd.release(jax.random.key(2), plans[1], fedsgd.softmax_loss,
+                          fedsgd.softmax_params(D, K), parts.x, parts.y,
+                          parts.mask, optax.sgd(1.0)).params["out"]["w"]
+  np.testing.assert_allclose(outs[1], closed, rtol=1e-6, atol=1e-7)
+  run(jax.random.key(2), dataclasses.replace(plans[0], steps=3))
+  assert len(traces) == 2  # another shape: the counter does count
+
+
 # The ε each trust model's record gave at /tmp/base (before the one shape,
 # with record(ledger, delta=1e-5)); the plan's own δ records the same.
 # "server" records one more truncation event (its G gathered rows, at most
@@ -233,7 +287,9 @@ def test_the_plan_has_the_shape_and_records_as_before(trust):
   shape.check_plan(plan)
   shape.check_release(fedsgd.release)
   assert plan.relation is options.Relation.ADD_REMOVE
-  assert plan.epsilon is None and plan.delta == 1e-5
+  # σ given: no target; the plan's ε is the guarantee its record gives.
+  assert plan.target_epsilon is None and plan.delta == 1e-5
+  assert plan.epsilon == accounted(BASE_EPSILON[trust])
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   assert ledger.guarantee(1e-5).epsilon == accounted(BASE_EPSILON[trust])
@@ -242,7 +298,7 @@ def test_the_plan_has_the_shape_and_records_as_before(trust):
 def test_the_plan_calibrates_sigma_for_a_target():
   plan = fedsgd.make_plan([200, 300], trust="server", sampling_rate=0.05,
                           steps=100, clip_norm=1.0, epsilon=2.0, delta=1e-5)
-  assert plan.epsilon == 2.0
+  assert plan.target_epsilon == 2.0
   assert plan.noise_multiplier == accounting.calibrate_dpsgd_noise(
       epsilon=2.0, delta=1e-5, sampling_rate=0.05, steps=100)
   ledger = accounting.PrivacyLedger()
@@ -252,8 +308,11 @@ def test_the_plan_calibrates_sigma_for_a_target():
   report = ledger.report(1e-5)
   assert report["epsilon_rdp"] == pytest.approx(2.0, rel=1e-3)
   assert report["epsilon"] <= 2.0 * (1 + 1e-3)
-  # σ, ε and δ are the pytree's leaves: one program for every budget.
-  assert jax.tree.leaves(plan) == [plan.noise_multiplier, 2.0, 1e-5]
+  assert plan.epsilon == accounted(report["epsilon"])
+  # The numbers are the pytree's leaves (C, σ, the row plan's C and σ = 0,
+  # ε, the target, δ): one program for every budget.
+  assert jax.tree.leaves(plan) == [1.0, plan.noise_multiplier, 1.0, 0.0,
+                                   plan.epsilon, 2.0, 1e-5]
   with pytest.raises(ValueError, match="not both"):
     fedsgd.make_plan([200, 300], trust="server", sampling_rate=0.05,
                      steps=100, clip_norm=1.0, epsilon=2.0, delta=1e-5,

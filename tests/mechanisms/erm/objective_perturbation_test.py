@@ -55,7 +55,7 @@ def test_perturbed_huber_matches_scipy_and_reaches_gradient_bound():
   b = np.random.default_rng(5).normal(size=d) * 30.0
   with jax.enable_x64(True):
     result = jax.jit(lambda xx, yy, bb: op.minimise(
-        xx, yy, jnp.ones(n), n=float(n), lam=lam, theta=theta, b=bb,
+        xx, yy, jnp.ones(n), num_examples=float(n), lam=lam, theta=theta, b=bb,
         loss="huber", tol=tol))(jnp.asarray(x), jnp.asarray(y),
                                 jnp.asarray(b))
     result = jax.device_get(result)
@@ -76,7 +76,7 @@ def test_iteration_cap_is_reported_not_hidden():
   n = len(y)
   with jax.enable_x64(True):
     result = jax.jit(lambda xx, yy: op.minimise(
-        xx, yy, jnp.ones(n), n=float(n), lam=0.01, theta=0.0,
+        xx, yy, jnp.ones(n), num_examples=float(n), lam=0.01, theta=0.0,
         b=jnp.zeros(x.shape[1]), max_iter=1))(jnp.asarray(x), jnp.asarray(y))
   assert not bool(result.converged)
   assert int(result.iterations) == 1
@@ -89,7 +89,7 @@ def test_plan_follows_chaudhuri(loss, c):
   lam = 0.01
   # Large n: p > 0 branch, θ = 0.
   eps, n = 0.5, 10_000
-  plan = op.make_plan(epsilon=eps, n=n, lam=lam, loss=loss)
+  plan = op.make_plan(epsilon=eps, num_examples=n, lam=lam, loss=loss)
   assert plan.c == c
   expected = eps - math.log(1 + 2 * c / (n * lam) + c**2 / (n * lam) ** 2)
   assert plan.theta == 0.0
@@ -99,7 +99,7 @@ def test_plan_follows_chaudhuri(loss, c):
                              rtol=1e-12)
   # Small budget: p ≤ 0 branch, θ = c/(n(e^{ε/4} − 1)) − λ, p = ε/2.
   eps = 0.002
-  plan = op.make_plan(epsilon=eps, n=n, lam=lam, loss=loss)
+  plan = op.make_plan(epsilon=eps, num_examples=n, lam=lam, loss=loss)
   np.testing.assert_allclose(plan.p, eps / 2)
   np.testing.assert_allclose(
       plan.theta, c / (n * (math.exp(eps / 4) - 1)) - lam, rtol=1e-12)
@@ -108,7 +108,7 @@ def test_plan_follows_chaudhuri(loss, c):
 
 def test_plan_and_release_have_the_one_shape():
   for num_classes in (None, 2, 5):
-    plan = op.make_plan(epsilon=0.5, n=100, lam=0.01,
+    plan = op.make_plan(epsilon=0.5, num_examples=100, lam=0.01,
                         num_classes=num_classes)
     shape.check_plan(plan)
     assert plan.relation is options.Relation.REPLACE_ONE
@@ -120,17 +120,73 @@ def test_plan_and_release_have_the_one_shape():
 # Pinned against the earlier tree (perturbation_params and record):
 # p, θ of two settings, and ε of three fits at 0.5.
 def test_plan_gives_the_pinned_figures():
-  plan = op.make_plan(epsilon=0.5, n=300, lam=0.01, loss="huber")
+  plan = op.make_plan(epsilon=0.5, num_examples=300, lam=0.01, loss="huber")
   assert (plan.p, plan.theta) == (0.25, 0.015034713183339469)
-  small = op.make_plan(epsilon=0.01, n=300, lam=0.01, loss="logistic")
+  small = op.make_plan(epsilon=0.01, num_examples=300, lam=0.01,
+                       loss="logistic")
   assert (small.p, small.theta) == (0.005, 0.3229168402777597)
   ledger = accounting.PrivacyLedger()
-  op.make_plan(epsilon=0.5, n=300, lam=0.01, num_classes=3).record(ledger)
+  # A one-vs-rest plan's budget is the release's: three fits at 0.5 each.
+  ovr = op.make_plan(epsilon=1.5, num_examples=300, lam=0.01, num_classes=3)
+  assert ovr.epsilon_fit == 0.5 and ovr.fits == 3
+  ovr.record(ledger)
   report = ledger.report(1e-5)
   assert (report["epsilon"], report["delta"]) == (1.5, 0.0)
   assert ledger.relation is options.Relation.REPLACE_ONE
   (entry,) = ledger.entries
   assert (entry.kind, entry.epsilon) == ("pure", 1.5)  # three fits at 0.5
+  assert entry.params == {"epsilon": 0.5, "count": 3}
+  # p and θ are those of one fit at 0.5 (the pinned figures above).
+  one = op.make_plan(epsilon=0.5, num_examples=300, lam=0.01)
+  assert (ovr.p, ovr.theta) == (one.p, one.theta) == (plan.p, plan.theta)
+
+
+@pytest.mark.parametrize("num_classes", [None, 2, 3, 7])
+def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(num_classes):
+  # The convention of every plan (dpcore.shape): plan.epsilon is what the
+  # ledger reports for everything one release publishes (its K fits), at
+  # most the budget make_plan was given (the ledger's 1e-9 tolerance).
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(40, 3))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = (rng.integers(0, num_classes, 40) if num_classes
+       else np.where(x[:, 0] > 0, 1.0, -1.0))
+  plan = op.make_plan(epsilon=0.7, num_examples=40, lam=0.1,
+                      num_classes=num_classes)
+  with jax.enable_x64(True):
+    op.release(jax.random.key(0), plan, jnp.asarray(x), jnp.asarray(y))
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert plan.epsilon == ledger.report()["epsilon"] == ledger.guarantee(
+      ).epsilon
+  assert plan.target_epsilon == 0.7
+  assert plan.epsilon_fit * plan.fits == pytest.approx(0.7, rel=1e-15)
+  assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
+
+
+def test_plans_that_differ_only_in_epsilon_share_one_compilation():
+  # n, p, θ, λ and the budget are the plan's leaves (loss, h, K static):
+  # one trace, counted by a Python side effect, for two ε.
+  x, y = _data(n=50, d=3, seed=9)
+  traces = []
+  with jax.enable_x64(True):
+    xj, yj = jnp.asarray(x), jnp.asarray(y)
+
+    @jax.jit
+    def run(key, plan):
+      traces.append(plan)
+      return op.release(key, plan, xj, yj).beta
+
+    plans = [op.make_plan(epsilon=eps, num_examples=50, lam=0.05)
+             for eps in (0.5, 4.0)]
+    outs = [run(jax.random.key(1), p) for p in plans]
+    assert len(traces) == 1
+    assert not np.allclose(outs[0], outs[1])
+    np.testing.assert_allclose(outs[1], op.release(
+        jax.random.key(1), plans[1], xj, yj).beta, atol=1e-9)
+    run(jax.random.key(1), op.make_plan(epsilon=0.5, num_examples=50,
+                                        lam=0.05, loss="logistic"))
+  assert len(traces) == 2  # another loss, another program
 
 
 def test_one_vs_rest_release_is_the_kernel_and_vmaps_over_plans():
@@ -141,15 +197,17 @@ def test_one_vs_rest_release_is_the_kernel_and_vmaps_over_plans():
   key = jax.random.key(5)
   with jax.enable_x64(True):
     xj, lj = jnp.asarray(x), jnp.asarray(labels)
-    plan = op.make_plan(epsilon=0.5, n=80, lam=0.01, num_classes=3)
+    plan = op.make_plan(epsilon=1.5, num_examples=80, lam=0.01,
+                        num_classes=3)
     fits = op.release(key, plan, xj, lj)
     kernel = op.one_vs_rest(key, xj, lj, jnp.ones(80), num_classes=3,
-                            n=plan.n, p=plan.p, theta=plan.theta,
-                            lam=plan.lam)
+                            num_examples=plan.num_examples, p=plan.p,
+                            theta=plan.theta, lam=plan.lam)
     np.testing.assert_array_equal(fits.beta, kernel.beta)
     assert fits.beta.shape == (3, 4)
     # Plans of two sizes stack into a batch (n, p, θ are its leaves).
-    other = op.make_plan(epsilon=0.5, n=60, lam=0.01, num_classes=3)
+    other = op.make_plan(epsilon=1.5, num_examples=60, lam=0.01,
+                         num_classes=3)
     batch = jax.tree.map(lambda a, b: jnp.asarray([a, b]), plan, other)
     mask = jnp.stack([jnp.ones(80), jnp.ones(80).at[60:].set(0.0)])
     both = jax.jit(jax.vmap(op.release, in_axes=(None, 0, None, None, 0)))(
@@ -180,7 +238,7 @@ def test_one_vs_rest_equals_separate_fits():
   labels = rng.integers(0, 3, 120)
   mask = np.ones(120)
   key = jax.random.key(4)
-  kwargs = dict(n=120.0, theta=0.01, lam=0.01)
+  kwargs = dict(num_examples=120.0, theta=0.01, lam=0.01)
   with jax.enable_x64(True):
     xj = jnp.asarray(x)
     both = jax.jit(lambda kk: op.one_vs_rest(
@@ -206,12 +264,12 @@ def test_one_vs_rest_equals_separate_fits():
     ("nan", "NaN"),
     ("lam", "lam"),
     ("loss", "loss"),
-    ("n", "n=30"),
+    ("n", "num_examples=30"),
     ("plan", "ObjectivePerturbationPlan"),
 ])
 def test_plan_and_release_reject_bad_input(bad, match):
   x, y = _data(n=30)
-  settings = dict(epsilon=1.0, n=30, lam=0.01, loss="huber")
+  settings = dict(epsilon=1.0, num_examples=30, lam=0.01, loss="huber")
   if bad == "epsilon":
     settings["epsilon"] = 0.0
   elif bad == "norm":
@@ -241,7 +299,7 @@ def test_private_fit_clips_rows_to_norm_one():
   x /= np.linalg.norm(x, axis=1, keepdims=True)
   y = np.where(x[:, 0] > 0, 1.0, -1.0)
   mask = np.ones(200)
-  plan = op.make_plan(epsilon=1.0, n=200, lam=0.05)
+  plan = op.make_plan(epsilon=1.0, num_examples=200, lam=0.05)
   with jax.enable_x64(True):
     # Traced rows (jit) are not checked host-side: the clip acts.
     fit = jax.jit(lambda rows: op.release(
@@ -270,7 +328,7 @@ def test_release_rejects_bad_solver_settings(kwargs, match):
   x, y = _data(n=30)
   h = kwargs.pop("h", op.HUBER_H)
   with pytest.raises(ValueError, match=match), jax.enable_x64(True):
-    plan = op.make_plan(epsilon=1.0, n=30, lam=0.01, h=h)
+    plan = op.make_plan(epsilon=1.0, num_examples=30, lam=0.01, h=h)
     op.release(jax.random.key(0), plan, x, y, **kwargs)
 
 
@@ -280,7 +338,7 @@ def test_release_raises_when_the_fit_did_not_converge(epsilon, max_iter):
   # returned. (At ε = 1e-9 even the default 500 iterations stop at
   # ‖∇J‖ ≈ 0.03.)
   x, y = _data(n=30)
-  plan = op.make_plan(epsilon=epsilon, n=30, lam=0.01)
+  plan = op.make_plan(epsilon=epsilon, num_examples=30, lam=0.01)
   with pytest.raises(op.ConvergenceError, match="did not converge"), \
       jax.enable_x64(True):
     op.release(jax.random.key(0), plan, x, y, max_iter=max_iter)
@@ -305,7 +363,7 @@ def test_private_fit_bounds_the_mask_to_zero_one():
   # so the comparison cannot pass vacuously.
   x, y = _data(n=60, d=4, seed=6)
   with jax.enable_x64(True):
-    plan = op.make_plan(epsilon=1.0, n=60, lam=0.05)
+    plan = op.make_plan(epsilon=1.0, num_examples=60, lam=0.05)
     run = jax.jit(lambda m: op.release(
         jax.random.key(2), plan, jnp.asarray(x), jnp.asarray(y), m))
     ones = np.ones(60)
@@ -336,8 +394,8 @@ def _line_search_steps(atol):
   with jax.enable_x64(True):
     xx, yy, bb = jnp.asarray(x), jnp.asarray(y), jnp.asarray(b)
     fun = lambda beta: op.objective(  # noqa: E731
-        beta, xx, yy, jnp.ones(2000), n=2000.0, lam=0.01, theta=0.07, b=bb,
-        loss="huber")
+        beta, xx, yy, jnp.ones(2000), num_examples=2000.0, lam=0.01,
+        theta=0.07, b=bb, loss="huber")
     if atol is None:
       solver = op._lbfgs(jnp.float64)
     else:

@@ -113,6 +113,44 @@ def test_plan_and_release_have_the_one_shape_and_pinned_record():
     op.release(jax.random.key(0), {"epsilon": 1.0}, np.eye(2), [1, -1])
 
 
+def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release():
+  # The convention of every plan (dpcore.shape): plan.epsilon is what the
+  # ledger reports for a release; here the noise is calibrated exactly,
+  # so the guarantee is the budget itself.
+  x, y = heart_unit()
+  plan = op.make_plan(epsilon=0.8, c=0.3)
+  release = op.release(jax.random.key(3), plan, x, y)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert plan.epsilon == ledger.report()["epsilon"] == release.epsilon
+  assert plan.target_epsilon == 0.8
+  assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
+
+
+def test_plans_that_differ_only_in_epsilon_share_one_compilation():
+  # The plan is a pytree of its numbers: the noise step under jit, with the
+  # plan as an argument, traces once (a Python side effect counts) for
+  # every ε, and draws the closed-over plan's noise.
+  traces = []
+
+  @jax.jit
+  def noisy(key, plan, w):
+    traces.append(plan)
+    return op.perturb(key, w, sensitivity_l2=plan.sensitivity,
+                      epsilon=plan.target_epsilon)
+
+  plans = [op.make_plan(epsilon=eps, c=0.3) for eps in (0.5, 2.0)]
+  outs = [noisy(jax.random.key(4), p, jnp.zeros(5)) for p in plans]
+  assert len(traces) == 1
+  # Same key, four times the ε: a quarter of the noise.
+  np.testing.assert_allclose(outs[1], outs[0] / 4.0, rtol=1e-5)
+  np.testing.assert_allclose(outs[0], op.perturb(
+      jax.random.key(4), jnp.zeros(5), sensitivity_l2=0.6, epsilon=0.5),
+      rtol=1e-5)
+  noisy(jax.random.key(4), plans[0], jnp.zeros(6))
+  assert len(traces) == 2  # another shape: the counter does count
+
+
 def test_non_linear_kernel_is_refused():
   x, y = heart_unit()
   with pytest.raises(ValueError, match="needs the linear kernel"):

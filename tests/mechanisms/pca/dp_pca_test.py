@@ -253,6 +253,12 @@ def test_plan_record_gives_the_pinned_epsilon(kwargs, record_as, epsilon):
   report = ledger.report(1e-5)
   assert report["epsilon"] == accounted(epsilon)
   assert report["delta"] == 1e-5
+  # The plan states the guarantee of its own record (its relation), at
+  # most the budget σ was calibrated for (the ledger's 1e-9 tolerance).
+  assert plan.target_epsilon == settings["epsilon"]
+  if record_as is None:
+    assert plan.epsilon == accounted(epsilon)
+  assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
   # The pinned σ of these settings.
   if "noise" in kwargs:
     assert plan.sigma == 4.109375 and plan.sigma_lattice == 1052
@@ -265,7 +271,7 @@ def test_plan_record_gives_the_pinned_epsilon(kwargs, record_as, epsilon):
 def test_plan_is_a_pytree_of_sigma_for_jit_and_vmap():
   x = jnp.asarray(_unit_rows(30, 5, 12))
   plan = dp_pca.make_plan(epsilon=0.5, delta=1e-5, k=2, dim=5)
-  assert jax.tree.leaves(plan) == [plan.sigma]
+  assert jax.tree.leaves(plan) == [plan.sigma, plan.epsilon, 0.5, 1e-5]
   key = jax.random.key(1)
   eager = dp_pca.release(key, plan, x)
   jitted = jax.jit(dp_pca.release)(key, plan, x)
@@ -273,7 +279,8 @@ def test_plan_is_a_pytree_of_sigma_for_jit_and_vmap():
   # One participant per row: the σ leaf batched, the rest of the plan
   # shared; each row equals the kernel with its own σ.
   sigmas = jnp.array([plan.sigma, 2 * plan.sigma])
-  batch = jax.tree.map(lambda _: sigmas, plan)
+  batch = dataclasses.replace(jax.tree.map(lambda v: jnp.full(2, v), plan),
+                              sigma=sigmas)
   keys = jax.random.split(key, 2)
   out = jax.vmap(dp_pca.release, in_axes=(0, 0, None))(keys, batch, x)
   for i in range(2):
@@ -281,6 +288,30 @@ def test_plan_is_a_pytree_of_sigma_for_jit_and_vmap():
                                sigma=sigmas[i])
     np.testing.assert_allclose(out.eigenvalues[i], alone.eigenvalues,
                                rtol=1e-5, atol=1e-5)
+
+
+def test_plans_that_differ_only_in_epsilon_share_one_compilation():
+  # σ, ε, the target and δ are the plan's leaves, k, d and the noise its
+  # static part: one trace (counted by a Python side effect) for both ε.
+  x = jnp.asarray(_unit_rows(30, 5, 13))
+  traces = []
+
+  @jax.jit
+  def run(key, plan):
+    traces.append(plan)
+    return dp_pca.release(key, plan, x).eigenvalues
+
+  plans = [dp_pca.make_plan(epsilon=eps, delta=1e-5, k=2, dim=5)
+           for eps in (0.5, 2.0)]
+  outs = [run(jax.random.key(0), p) for p in plans]
+  assert len(traces) == 1
+  assert not np.allclose(outs[0], outs[1])
+  np.testing.assert_allclose(
+      outs[1], dp_pca.release(jax.random.key(0), plans[1], x).eigenvalues,
+      rtol=1e-5)
+  run(jax.random.key(0), dp_pca.make_plan(epsilon=0.5, delta=1e-5, k=3,
+                                          dim=5))
+  assert len(traces) == 2  # another k, another program: the counter counts
 
 
 @pytest.mark.parametrize("bad, match", [
