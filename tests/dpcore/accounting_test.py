@@ -560,3 +560,33 @@ def test_entries_gathered_by_hand_of_two_relations_are_refused():
   assert none["relation"] == "replace_one"
   assert accounting.no_guarantee_record("x")["relation"] is None
   assert PrivacyLedger().report()["relation"] is None
+
+
+# -- plan_epsilon: the ε a plan states ---------------------------------------
+
+class _GaussianPlan:
+  """A plan-like object: three Gaussian releases of σ = 4, δ its own."""
+  delta = 1e-5
+
+  def record(self, ledger):
+    ledger.record_gaussian(sigma=4.0, sensitivity=1.0, delta=self.delta,
+                           label="g", relation="add_remove", count=3)
+
+
+class _PurePlan:
+  delta = 0.0
+
+  def record(self, ledger):
+    ledger.record_pure(0.25, label="p", relation="replace_one", count=4)
+
+
+def test_plan_epsilon_is_the_ledgers_guarantee_at_the_plans_delta():
+  ledger = PrivacyLedger()
+  _GaussianPlan().record(ledger)
+  assert accounting.plan_epsilon(_GaussianPlan()) == ledger.guarantee(
+      1e-5).epsilon
+  # Another δ is another ε (larger for a smaller δ).
+  assert accounting.plan_epsilon(_GaussianPlan(), delta=1e-7) == (
+      ledger.guarantee(1e-7).epsilon) > ledger.guarantee(1e-5).epsilon
+  # A pure plan (δ = 0): basic composition at the entries' own δ.
+  assert accounting.plan_epsilon(_PurePlan()) == 1.0
