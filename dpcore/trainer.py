@@ -531,10 +531,12 @@ def train(key: jax.Array | TrainKeys, plan: DPSGDPlan,
   Returns:
     A :class:`TrainResult`.
 
-  Under ``jax.jit`` with the plan, loss and optimizer closed over (or
-  static), one compilation serves every key, data set and initial
-  parameters of the same shapes; ``jax.vmap`` over keys runs seeds, over
-  keys and data (equal row counts) runs participants.
+  Under ``jax.jit`` with the loss and optimizer closed over, one
+  compilation serves every key, data set and initial parameters of the
+  same shapes, and, with the plan passed as an argument (a pytree whose
+  leaves are C, σ and the budget), every ε of the same run shape;
+  ``jax.vmap`` over keys runs seeds, over keys and data (equal row
+  counts) runs participants.
 
   Privacy: under add/remove-one of a row of ``data``, each step is the
   Poisson-subsampled Gaussian mechanism (sensitivity C, noise σC) and T

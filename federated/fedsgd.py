@@ -126,7 +126,8 @@ class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
 
   Attributes:
-    trust: ``"server"``, ``"local"`` or ``"participant"``.
+    trust: ``"server"``, ``"local"``, ``"participant"`` or
+      ``"distributed"``.
     num_participants: P.
     rows: n, the padded rows per participant (the longest participant).
     num_examples: N, the real rows of all participants.
@@ -317,7 +318,8 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
 
   Args:
     sizes: rows of each participant (public), length P.
-    trust: ``"server"``, ``"local"`` or ``"participant"`` (module doc).
+    trust: ``"server"``, ``"local"``, ``"participant"`` or
+      ``"distributed"`` (module doc).
     sampling_rate: q in (0, 1]: per row, or per participant for
       ``"participant"``.
     clip_norm: C > 0.
