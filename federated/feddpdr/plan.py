@@ -209,9 +209,14 @@ def make_plan(sizes, *, dim: int, num_classes: int,
     sigma = pca_plan.sigma
   # p and θ depend on nᵢ only: computed once per distinct size.
   distinct, which = np.unique(sizes, return_inverse=True)
-  fits = tuple(op.make_plan(epsilon=eps_fit, n=int(n_i), lam=config.lam,
-                            loss=config.loss, h=config.huber_h,
-                            num_classes=num_classes) for n_i in distinct)
+  # A plan's ε is its release's K fits together (ε/K each): ε₂, or K·ε₂
+  # with the paper's budget per classifier.
+  eps_release = eps_fit * num_fits if config.budget_per_classifier else (
+      eps_train)
+  fits = tuple(op.make_plan(epsilon=eps_release, num_examples=int(n_i),
+                            lam=config.lam, loss=config.loss,
+                            h=config.huber_h, num_classes=num_classes)
+               for n_i in distinct)
   privacy = _privacy(pca_plan, fits, delta=config.delta,
                      target_epsilon=config.epsilon)
   # The plan's ε is the guarantee its record composes to, not the setting.

@@ -158,7 +158,7 @@ def _fit(step: Step, kk, xi, yi, mi, ni, pi, ti, basis):
   z = clipping.clip_rows(z.astype(jnp.float64))
   return op.one_vs_rest(
       kk, z, yi, mi.astype(jnp.float64), num_classes=step.num_classes,
-      n=ni, p=pi, theta=ti, lam=static.lam, loss=static.loss,
+      num_examples=ni, p=pi, theta=ti, lam=static.lam, loss=static.loss,
       h=static.huber_h, tol=static.tol, max_iter=static.max_iter,
       private=True)
 
