@@ -1,12 +1,16 @@
 """Experiment logic of ``launch.dplvq`` (no flags; importable anywhere).
 
-:class:`Settings` holds what the command line sets; :func:`run_setting` runs
-one (model, trainer, ε) setting through repeated k-fold CV and returns its
-record; :func:`table` runs the Table 1 / Fig. 1 grid with resume;
-:func:`run_tuning` selects a setting from a candidate list privately
-(``dpcore.tuning``). See ``launch/dplvq.py`` for the command line.
+:class:`Setting` is one run: the data, the model and trainer, the recipe
+and the cross-validation protocol, by the library's names;
+:meth:`Setting.check` refuses a bad one before any data is read, and its
+fields are the record's settings and (less the operational ones,
+:data:`OPERATIONAL`) the resume key. :func:`run` evaluates one setting
+through repeated k-fold CV; :func:`table` runs the Table 1 / Fig. 1 grid
+with resume; :func:`run_tuning` selects a recipe from a candidate list
+privately (``dpcore.tuning``). See ``launch/dplvq.py`` for the command
+line.
 
-The defaults of :class:`Settings` (q = 0.01, C = 0.5, 50 epochs, learning
+The defaults of :class:`Setting` (q = 0.01, C = 0.5, 50 epochs, learning
 rate 0.05, ε₁/ε = 0.2) are the paper's recipe, fixed before any data were
 seen; nothing here picks them by looking at results on the data. Choosing
 among several recipes on the data is a release, and goes through
@@ -23,59 +27,190 @@ import zlib
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping, dpsgd, tuning, validation
-from dpcore.options import LVQModel
-from launch import common
+from dpcore import (
+  accounting,
+  clipping,
+  dpsgd,
+  memory,
+  options,
+  tuning,
+  validation,
+)
+from launch import common, vocabulary
 from launch.data import loaders as data
 from launch.experiments import lvq_eval
 from mechanisms.lvq import train as lvq_train
 
-KEY_FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
-              "epochs", "learning_rate", "sigma_rule", "folds", "repeats",
-              "seed", "scaling", "rank", "normalise", "phi", "init_variant",
-              "tune")
-DEFAULT_LR = {"glvq": 0.05, "gmlvq": 0.05}
-DEFAULT_MAX_STEPS = 200_000
+__all__ = [
+    "KEY_FIELDS", "MIN_BOUNDS_COVERAGE", "OPERATIONAL", "Prepared",
+    "Setting", "TUNE_KEYS", "TuneOptions", "check_bounds", "check_tuning",
+    "is_done", "load_candidates", "parse_bounds", "prepare", "run",
+    "run_tuning", "table", "write_figure", "write_table",
+]
+
 # --bounds=LOW,HIGH is refused when it covers less than this share of a
 # set's public range (most values would be clipped to the box's faces).
 MIN_BOUNDS_COVERAGE = 0.5
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-  """Everything shared by the settings of one run or table (flag values).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setting:
+  """One run of ``launch.dplvq``: what is trained, and how it is scored.
 
-  ``lr`` None means :data:`DEFAULT_LR`; ``train_on`` ``"auto"`` means one
-  fold for MNIST (the paper) and the other folds elsewhere.
+  Attributes:
+    dataset, data_dir: the data (:mod:`launch.data.loaders`).
+    bounds: ``"auto"`` (the set's public bounds), ``"LOW,HIGH"`` or
+      ``"data_minmax"`` (:func:`prepare`).
+    model: ``"glvq"`` or ``"gmlvq"``.
+    trainer: ``"dpsgd"`` (private), ``"sgd"`` or ``"bfgs"``.
+    epsilon: the total target ε of ``"dpsgd"`` (init + DP-SGD); None for
+      the non-private trainers (:meth:`check` sets it so).
+    delta: δ.
+    sampling_rate, clip_norm, epochs, learning_rate: q, C, E (T = E/q
+      steps) and the SGD step size.
+    sigma_rule, init_fraction, init_mechanism: as
+      :func:`mechanisms.lvq.train.make_plan`.
+    folds, repeats: the repeated k-fold CV.
+    train_on: ``"one_fold"`` (the paper's MNIST protocol),
+      ``"other_folds"``, or ``"auto"`` (the first for MNIST, resolved by
+      :meth:`check`).
+    rank, normalise, phi_kind, prototypes_per_class, bfgs_iterations,
+      ghost_clipping: as :class:`mechanisms.lvq.train.TrainConfig`.
+    seed: the seed of the splits and the noise.
+    parallel_runs, memory_budget: runs vmapped together and the bytes
+      they may use (None: no check; ``"auto"``: 3/4 of the memory
+      available; :class:`launch.experiments.lvq_eval.Protocol`).
+    max_steps: a setting with more (DP-)SGD steps per run is refused.
   """
+  dataset: str = "digits"
+  data_dir: str | None = None
+  bounds: str = "auto"
+  model: options.LVQModel = options.LVQModel.GLVQ
+  trainer: options.LVQTrainer = options.LVQTrainer.DPSGD
+  epsilon: float | None = 1.5
   delta: float = 1e-5
-  q: float = 0.01
-  clip: float = 0.5
+  sampling_rate: float = 0.01
+  clip_norm: float = 0.5
   epochs: int = 50
-  lr: float | None = None
-  sigma_rule: str = "accountant"
+  learning_rate: float = 0.05
+  sigma_rule: options.SigmaRule = options.SigmaRule.ACCOUNTANT
   init_fraction: float = 0.2
-  init_mechanism: str = "laplace"
+  init_mechanism: options.InitMechanism = options.InitMechanism.LAPLACE
   folds: int = 5
   repeats: int = 5
-  train_on: str = "auto"
+  train_on: vocabulary.TrainOn = vocabulary.TrainOn.AUTO
   rank: int | None = None
   normalise: bool = False
-  phi: str = "identity"
+  phi_kind: options.Phi = options.Phi.IDENTITY
   prototypes_per_class: int = 1
   bfgs_iterations: int = 100
-  parallel: int = 5
   ghost_clipping: bool = True
   seed: int = 0
-  memory_budget: int | None = None
+  parallel_runs: int = 5
+  memory_budget: int | str | None = None
+  max_steps: int = 200_000
 
-  def learning_rate(self, model: str) -> float:
-    return self.lr or DEFAULT_LR[model]
+  @property
+  def private(self) -> bool:
+    return self.trainer == options.LVQTrainer.DPSGD
 
-  def init_variant(self):
-    # None for the paper's Laplace init, so records written before the
-    # Gaussian option existed keep matching (resume keys).
-    return None if self.init_mechanism == "laplace" else self.init_mechanism
+  @property
+  def steps(self) -> int:
+    """T = E/q, the (DP-)SGD steps of one run."""
+    return dpsgd.num_steps(epochs=self.epochs,
+                           sampling_rate=self.sampling_rate)
+
+  def check(self) -> Setting:
+    """Refuses a bad setting before any data is read.
+
+    The model's and the plan's fields are checked by the library
+    (:meth:`lvq_train.TrainConfig.validate`,
+    :func:`lvq_train.check_plan_settings`), the rest here; every message
+    names the field.
+
+    Returns:
+      The setting resolved: ``train_on`` chosen for ``"auto"``, the
+      option fields as :mod:`dpcore.options` members, ``epsilon`` None
+      for a non-private trainer.
+    """
+    model = options.parse(options.LVQModel, self.model, "model")
+    trainer = options.parse(options.LVQTrainer, self.trainer, "trainer")
+    train_on = options.parse(vocabulary.TrainOn, self.train_on, "train_on")
+    private = trainer == options.LVQTrainer.DPSGD
+    lvq_train.check_plan_settings(
+        epsilon=self.epsilon if private else None, delta=self.delta,
+        sampling_rate=self.sampling_rate, epochs=self.epochs,
+        clip_norm=self.clip_norm, init_fraction=self.init_fraction,
+        sigma_rule=self.sigma_rule, init_mechanism=self.init_mechanism)
+    self.train_config(num_classes=2, max_batch=1).validate()
+    if not (isinstance(self.folds, int) and self.folds >= 2):
+      raise ValueError(f"folds={self.folds!r}: k-fold cross-validation "
+                       f"needs at least 2 folds (e.g. folds=5).")
+    for field in ("repeats", "parallel_runs", "max_steps"):
+      validation.check_positive_int(getattr(self, field), field)
+    if self.memory_budget not in (None, memory.AUTO):
+      validation.check_positive_int(self.memory_budget, "memory_budget")
+    data.check_dataset(self.dataset, data_dir=self.data_dir)
+    check_bounds(self.dataset, self.bounds)
+    if self.steps > self.max_steps:
+      raise ValueError(
+          f"sampling_rate={self.sampling_rate:g} with epochs={self.epochs} "
+          f"means T = E/q = {self.steps:,} SGD steps per run "
+          f"({self.folds * self.repeats} runs), above max_steps="
+          f"{self.max_steps:,}; raise sampling_rate or lower epochs, or "
+          f"pass max_steps={self.steps} to run it anyway.")
+    if train_on == vocabulary.TrainOn.AUTO:
+      train_on = (vocabulary.TrainOn.ONE_FOLD if self.dataset == "mnist"
+                  else vocabulary.TrainOn.OTHER_FOLDS)
+    return dataclasses.replace(
+        self, model=model, trainer=trainer, train_on=train_on,
+        epsilon=self.epsilon if private else None,
+        sigma_rule=options.SigmaRule(self.sigma_rule),
+        init_mechanism=options.InitMechanism(self.init_mechanism),
+        phi_kind=options.Phi(self.phi_kind))
+
+  def key(self) -> dict:
+    """The resume key: every field that changes the results."""
+    return {k: v for k, v in dataclasses.asdict(self).items()
+            if k not in OPERATIONAL}
+
+  def protocol(self, validation_fraction: float | None = None
+               ) -> lvq_eval.Protocol:
+    return lvq_eval.Protocol(
+        folds=self.folds, repeats=self.repeats,
+        train_on_one_fold=self.train_on == vocabulary.TrainOn.ONE_FOLD,
+        parallel_runs=self.parallel_runs, memory_budget=self.memory_budget,
+        validation_fraction=validation_fraction)
+
+  def train_config(self, *, num_classes: int, max_batch: int
+                   ) -> lvq_train.TrainConfig:
+    return lvq_train.TrainConfig(
+        model=self.model, trainer=self.trainer, num_classes=num_classes,
+        prototypes_per_class=self.prototypes_per_class, rank=self.rank,
+        normalise=self.normalise, phi_kind=self.phi_kind,
+        epochs=self.epochs, sampling_rate=self.sampling_rate,
+        learning_rate=self.learning_rate, max_batch=max_batch,
+        bfgs_iterations=self.bfgs_iterations,
+        ghost_clipping=self.ghost_clipping)
+
+  def plan(self, num_examples: int, *, dim: int, max_batch: int
+           ) -> lvq_train.DPLVQPlan:
+    """The private model's plan for one run's training rows."""
+    return lvq_train.make_plan(
+        num_examples, epsilon=self.epsilon, delta=self.delta,
+        sampling_rate=self.sampling_rate, epochs=self.epochs,
+        clip_norm=self.clip_norm, dim=dim, max_batch=max_batch,
+        init_fraction=self.init_fraction, sigma_rule=self.sigma_rule,
+        init_mechanism=self.init_mechanism)
+
+
+OPERATIONAL = ("data_dir", "parallel_runs", "memory_budget", "max_steps")
+"""The :class:`Setting` fields that do not change the results: not part of
+the resume key (a run found with other values of these is done)."""
+
+KEY_FIELDS = tuple(f.name for f in dataclasses.fields(Setting)
+                   if f.name not in OPERATIONAL) + ("tune",)
+"""The fields of a record that identify its run (resume)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,97 +223,8 @@ class Prepared:
   scaling: str
 
 
-def _flag(flag, value, ok, fix):
-  if not ok:
-    raise ValueError(f"{flag}={value!r}: {fix}")
-
-
-# The flags of launch.dplvq whose names differ from the library's.
-FLAG_NAMES = {"sampling_rate": "q", "clip_norm": "clip",
-              "learning_rate": "lr", "phi_kind": "phi"}
-
-
-def check_settings(s: Settings, *, max_steps: int = DEFAULT_MAX_STEPS
-                   ) -> int:
-  """Refuses bad shared settings before any data is read; returns T.
-
-  The model's and the plan's settings are checked by the library
-  (:meth:`lvq_train.TrainConfig.validate`,
-  :func:`lvq_train.check_plan_settings`), the protocol's here; every
-  message names the flag and the value. T = round(E/q) is the number of
-  (DP-)SGD steps of one run; above ``max_steps`` the setting is refused
-  (``--max_steps`` allows it).
-  """
-  lvq_train.check_plan_settings(
-      epsilon=None, delta=s.delta, sampling_rate=s.q, epochs=s.epochs,
-      clip_norm=s.clip, init_fraction=s.init_fraction,
-      sigma_rule=s.sigma_rule, init_mechanism=s.init_mechanism,
-      prefix="--", names=FLAG_NAMES)
-  lvq_train.TrainConfig(
-      model="glvq", trainer="sgd", rank=s.rank, normalise=s.normalise,
-      phi_kind=s.phi, epochs=s.epochs, sampling_rate=s.q,
-      learning_rate=DEFAULT_LR["glvq"] if s.lr is None else s.lr,
-      prototypes_per_class=s.prototypes_per_class,
-      bfgs_iterations=s.bfgs_iterations,
-      ghost_clipping=s.ghost_clipping).validate(prefix="--",
-                                                names=FLAG_NAMES)
-  _flag("--folds", s.folds, isinstance(s.folds, int) and s.folds >= 2,
-        "k-fold cross-validation needs at least 2 folds (e.g. --folds=5).")
-  _flag("--repeats", s.repeats, isinstance(s.repeats, int) and s.repeats >= 1,
-        "give at least 1 repeat.")
-  _flag("--train_on", s.train_on,
-        s.train_on in ("auto", "one_fold", "other_folds"),
-        "choose auto, one_fold or other_folds.")
-  _flag("--parallel", s.parallel,
-        isinstance(s.parallel, int) and s.parallel >= 1, "give at least 1.")
-  _flag("--memory_budget", s.memory_budget, s.memory_budget is None or (
-      isinstance(s.memory_budget, int) and s.memory_budget >= 1),
-        "give a size such as 8G, or auto.")
-  _flag("--max_steps", max_steps,
-        isinstance(max_steps, int) and max_steps >= 1, "give at least 1.")
-  steps = lvq_eval.sgd_steps(s.epochs, s.q)
-  if steps > max_steps:
-    raise ValueError(
-        f"--q={s.q:g} with --epochs={s.epochs} means T = E/q = {steps:,} "
-        f"SGD steps per run ({s.folds * s.repeats} runs), above "
-        f"--max_steps={max_steps:,}; raise --q or lower --epochs, or pass "
-        f"--max_steps={steps} to run it anyway.")
-  return steps
-
-
-def check_run(*, model: str, trainer: str, epsilon) -> None:
-  """Refuses a bad (model, trainer, ε) of a single run (by the library's
-  checks, naming the flags)."""
-  lvq_train.TrainConfig(model=model, trainer=trainer).validate(prefix="--")
-  if trainer == "dpsgd":
-    validation.check_epsilon(epsilon, "--epsilon")
-
-
-def parse_models(text: str) -> list[str]:
-  """``"glvq,gmlvq"`` → the list, refusing unknown names."""
-  models = [m.strip() for m in text.split(",") if m.strip()]
-  bad = [m for m in models if m not in list(LVQModel)]
-  if bad or not models:
-    raise ValueError(f"--models={text!r}: unknown model(s) {bad}; give a "
-                     f"comma-separated subset of {', '.join(LVQModel)}.")
-  return models
-
-
-def parse_epsilons(flag: str, text: str) -> list[float]:
-  """``"0.75,1.5"`` → floats > 0, or a message naming ``flag``."""
-  try:
-    values = common.parse_floats(text)
-  except ValueError:
-    raise ValueError(f"{flag}={text!r}: expected comma-separated numbers "
-                     f"(e.g. 0.75,1.5,2.5).") from None
-  bad = [v for v in values if not (np.isfinite(v) and v > 0)]
-  if bad:
-    raise ValueError(f"{flag}={text!r}: every ε must be > 0, got {bad}.")
-  return values
-
-
 def parse_bounds(bounds: str):
-  """``--bounds``: ``"auto"``, ``"data_minmax"`` or ``(low, high)``."""
+  """``bounds``: ``"auto"``, ``"data_minmax"`` or ``(low, high)``."""
   if bounds in ("auto", "data_minmax"):
     return bounds
   try:
@@ -187,13 +233,13 @@ def parse_bounds(bounds: str):
     parsed = []
   if len(parsed) != 2 or not (np.all(np.isfinite(parsed))
                               and parsed[0] < parsed[1]):
-    raise ValueError(f"--bounds={bounds!r}: give LOW,HIGH with LOW < HIGH "
-                     f"(e.g. --bounds=0,255), 'auto' or 'data_minmax'.")
+    raise ValueError(f"bounds={bounds!r}: give LOW,HIGH with LOW < HIGH "
+                     f"(e.g. bounds=0,255), 'auto' or 'data_minmax'.")
   return tuple(parsed)
 
 
 def check_bounds(name: str, bounds: str) -> None:
-  """Refuses ``--bounds`` that would clip most of a set's public range.
+  """Refuses ``bounds`` that would clip most of a set's public range.
 
   Needs no data: compares ``LOW,HIGH`` with the set's public bounds, when
   it has some; refuses ``auto`` on a set without public bounds.
@@ -210,19 +256,19 @@ def check_bounds(name: str, bounds: str) -> None:
   covered = max(0.0, min(high, box[1]) - max(low, box[0])) / (high - low)
   if covered < MIN_BOUNDS_COVERAGE:
     raise ValueError(
-        f"--bounds={bounds}: {name!r} has public bounds [{low:g}, "
+        f"bounds={bounds}: {name!r} has public bounds [{low:g}, "
         f"{high:g}], of which [{box[0]:g}, {box[1]:g}] covers "
         f"{100 * covered:.0f}%: most values would be clipped to the faces "
-        f"of the box. Use --bounds=auto (the public bounds) or bounds "
-        f"that cover the data's range.")
+        f"of the box. Use bounds=auto (the public bounds) or bounds that "
+        f"cover the data's range.")
 
 
 def _no_public_bounds(name):
   raise ValueError(
       f"{name!r} has no public feature bounds, and reading them off the "
       f"data would be a query on the private data that no guarantee "
-      f"covers. Pass --bounds=LOW,HIGH if public bounds are known, or "
-      f"--bounds=data_minmax to reproduce the paper's min/max scaling, "
+      f"covers. Pass bounds=LOW,HIGH if public bounds are known, or "
+      f"bounds=data_minmax to reproduce the paper's min/max scaling, "
       f"labelled in the records as not covered by the guarantee.")
 
 
@@ -242,8 +288,8 @@ def prepare(name: str, data_dir: str | None = None,
     reproduces the papers' setting and has to be asked for by name.
 
   Raises:
-    ValueError: malformed ``bounds``, or ``"auto"`` for a data set without
-      public bounds.
+    ValueError: malformed ``bounds``, ``"auto"`` for a data set without
+      public bounds, or fewer rows than the protocol needs.
   """
   parsed = parse_bounds(bounds)
   ds = data.load_dataset(name, data_dir=data_dir)
@@ -263,7 +309,7 @@ def prepare(name: str, data_dir: str | None = None,
       outside = float(np.mean((x < box[0]) | (x > box[1])))
       if outside > MIN_BOUNDS_COVERAGE:
         common.progress(
-            f"warning: --bounds={bounds}: {100 * outside:.0f}% of "
+            f"warning: bounds={bounds}: {100 * outside:.0f}% of "
             f"{name!r}'s values lie outside [{box[0]:g}, {box[1]:g}] and "
             f"will be clipped to the box's faces.")
   elif ds.bounds is not None:
@@ -275,109 +321,149 @@ def prepare(name: str, data_dir: str | None = None,
   return Prepared(name, x, y.astype(np.int32), len(ds.classes), scaling)
 
 
-def run_setting(key: jax.Array, prepared: Prepared, settings: Settings, *,
-                model: str, trainer: str, epsilon: float | None,
-                progress=common.progress) -> dict:
-  """One (model, trainer, ε) setting through repeated k-fold CV → record."""
-  s = settings
-  train_on = s.train_on
-  if train_on == "auto":
-    train_on = "one_fold" if prepared.dataset == "mnist" else "other_folds"
-  # Same splits for every setting (fold_in 0); a training key per setting,
-  # derived from its name, so no two settings share noise.
-  tag = zlib.crc32(f"{model}/{trainer}/{epsilon}".encode())
-  setting = lvq_eval.TrainingSetting(
-      num_classes=prepared.num_classes, model=model, trainer=trainer,
-      epsilon=epsilon, delta=s.delta, sampling_rate=s.q, clip_norm=s.clip,
-      epochs=s.epochs, learning_rate=s.learning_rate(model),
-      sigma_rule=s.sigma_rule, init_fraction=s.init_fraction, rank=s.rank,
-      normalise=s.normalise, phi_kind=s.phi,
-      prototypes_per_class=s.prototypes_per_class,
-      bfgs_iterations=s.bfgs_iterations, ghost_clipping=s.ghost_clipping,
-      init_mechanism=s.init_mechanism)
-  protocol = lvq_eval.Protocol(
-      folds=s.folds, repeats=s.repeats,
-      train_on_one_fold=train_on == "one_fold", parallel_runs=s.parallel,
-      memory_budget=s.memory_budget)
-  record = lvq_eval.evaluate_setting(
+def _sizes(prepared: Prepared, s: Setting, validation_fraction=None):
+  """(training rows of one run, their padded Poisson batch B)."""
+  n = prepared.x.shape[0]
+  if s.folds > n:
+    raise ValueError(f"folds={s.folds}: {prepared.dataset!r} has only {n} "
+                     f"rows; give at most {n} folds (e.g. folds=5).")
+  one_fold = s.train_on == vocabulary.TrainOn.ONE_FOLD
+  if validation_fraction is None:
+    n_train = lvq_eval.train_size(n, folds=s.folds, train_on_one_fold=one_fold)
+  else:
+    n_train, _ = lvq_eval.carved_sizes(
+        n, folds=s.folds, train_on_one_fold=one_fold,
+        validation_fraction=validation_fraction)
+  return n_train, dpsgd.max_batch_size(
+      n_train, sampling_rate=s.sampling_rate, steps=s.steps)
+
+
+def _scaling(prepared: Prepared) -> dict:
+  return {"scaling": prepared.scaling,
+          "privacy_covers_scaling": prepared.scaling != "data_minmax"}
+
+
+def run(key: jax.Array, prepared: Prepared, setting: Setting, *,
+        progress=common.progress, cache: dict | None = None) -> dict:
+  """One setting through repeated k-fold CV → its record.
+
+  For ``"dpsgd"``, ``setting.epsilon`` is the total target: ε₁ =
+  ``init_fraction``·ε goes to the private initialisation and σ is chosen
+  for ε₂ = ε − ε₁ by ``sigma_rule`` (:meth:`Setting.plan`). The record's
+  ``"privacy"`` is the plan's report of one trained model (fields
+  :data:`dpcore.accounting.PRIVACY_FIELDS`; the target as
+  ``epsilon_nominal``), the plan's figures (σ, ε₁, the DP-SGD part's own
+  ε, steps) are under ``"dpsgd"``. Non-private trainers report
+  ``accounting.no_guarantee_record(accounting.NON_PRIVATE)`` and
+  ``"dpsgd": None``.
+
+  Args:
+    key: the seed's key: the splits come from ``fold_in(key, 0)`` (the
+      same for every setting), the training from a key derived from the
+      setting's (model, trainer, ε), so no two settings share noise.
+    prepared: the data (:func:`prepare`).
+    setting: a checked :class:`Setting`.
+    progress: a callback for progress lines (None: quiet).
+    cache: compiled runs to reuse (:func:`lvq_eval.evaluate`).
+  """
+  s = setting
+  n_train, max_batch = _sizes(prepared, s)
+  plan = details = None
+  privacy = accounting.no_guarantee_record(accounting.NON_PRIVATE)
+  if s.private:
+    plan = s.plan(n_train, dim=prepared.x.shape[1], max_batch=max_batch)
+    privacy = plan.report()
+    details = {
+        "noise_multiplier": plan.noise_multiplier,
+        "epsilon_init": plan.epsilon_init,
+        "epsilon_sgd": next(e["epsilon"] for e in privacy["entries"]
+                            if e["label"] == "dpsgd"),
+        "target_epsilon_sgd": plan.target_epsilon_sgd,
+        "sigma_rule": plan.sigma_rule, "steps": plan.steps,
+        "relation": plan.relation,
+        "init_noise_multiplier": plan.init_noise_multiplier,
+        "scope": "one trained model, on its own training set (the "
+                 "evaluation protocol is not a release)"}
+  tag = zlib.crc32(f"{s.model}/{s.trainer}/{s.epsilon}".encode())
+  res = lvq_eval.evaluate(
       jax.random.fold_in(key, 0),
       jax.random.fold_in(jax.random.fold_in(key, 1), tag), prepared.x,
-      prepared.y, setting, protocol, progress=progress)
-  return {"dataset": prepared.dataset, **record, "sigma_rule": s.sigma_rule,
-          "parallel": s.parallel,
-          "scaling": prepared.scaling,
-          "privacy_covers_scaling": prepared.scaling != "data_minmax",
-          "seed": s.seed, "platform": jax.default_backend(),
-          "init_variant": s.init_variant()}
+      prepared.y, s.train_config(num_classes=prepared.num_classes,
+                                 max_batch=max_batch),
+      s.protocol(), plan=plan, progress=progress, cache=cache)
+  return {
+      **dataclasses.asdict(s), "tune": None, **_scaling(prepared),
+      "error_mean": float(res.errors.mean()),
+      "error_std": (float(res.errors.std(ddof=1)) if res.errors.size > 1
+                    else 0.0),
+      "errors": res.errors.ravel().tolist(),
+      "seconds": res.seconds, "compile_seconds": res.compile_seconds,
+      "privacy": privacy, "dpsgd": details, "n_train": res.n_train,
+      "n_test": res.n_test, "steps": s.steps, "max_batch": max_batch,
+      "overflow_steps": res.overflow_steps,
+      "final_cost_mean": float(res.final_costs.mean()),
+      "parallel_runs_used": res.parallel_runs,
+      "memory_estimate": res.memory_estimate,
+      "platform": jax.default_backend(),
+  }
 
 
-def _probe(prepared: Prepared, s: Settings, model, trainer, eps, tune=None
-           ) -> dict:
-  """The resume key fields of a setting, before it is run."""
-  return {"dataset": prepared.dataset, "model": model, "trainer": trainer,
-          "epsilon": eps, "delta": s.delta, "q": s.q, "clip": s.clip,
-          "epochs": s.epochs, "learning_rate": s.learning_rate(model),
-          "sigma_rule": s.sigma_rule, "folds": s.folds,
-          "repeats": s.repeats, "seed": s.seed, "scaling": prepared.scaling,
-          "rank": s.rank, "normalise": s.normalise, "phi": s.phi,
-          "init_variant": s.init_variant(), "tune": tune}
+def is_done(done: set, setting: Setting, *,
+            tune: dict | None = None) -> bool:
+  """Whether ``done`` (:func:`launch.common.done_keys` over
+  :data:`KEY_FIELDS`) holds this run; ``tune``: the tuning's
+  :meth:`TuneOptions.describe` (None otherwise)."""
+  return common.record_key({**setting.key(), "tune": tune},
+                           KEY_FIELDS) in done
 
 
-def is_done(done: set, prepared: Prepared, s: Settings, model, trainer,
-            eps, *, tune: dict | None = None) -> bool:
-  """Whether ``done`` (:func:`launch.common.done_keys`) holds this run.
-
-  ``tune``: :meth:`TuneOptions.describe` of a tuning (None otherwise).
-  """
-  probe = _probe(prepared, s, model, trainer,
-                 eps if trainer == "dpsgd" else None, tune)
-  return common.record_key(probe, KEY_FIELDS) in done
-
-
-def table(prepared: Prepared, settings: Settings, *, out: str, models,
-          table_eps, figure_eps) -> dict:
+def table(prepared: Prepared, setting: Setting, *, out: str, models,
+          table_epsilons, figure_epsilons,
+          progress=common.progress) -> dict:
   """Table 1 + Fig. 1: runs what ``out`` lacks, then writes both.
 
-  Finished runs found in ``out`` are skipped (said once); each new record
-  is printed, then appended (:func:`launch.common.emit_record`). Settings
-  run cheap first (SGD, then DP-SGD by ε), full-batch L-BFGS
-  (costly for GMLVQ) last; each record is appended to ``out`` as soon as
-  it is done, so an interrupted table resumes where it stopped. Writes
-  ``<out stem>_table.md`` and ``<out stem>_fig1.png``.
+  The grid is ``setting`` for each model of ``models``: SGD, DP-SGD at
+  every ε of the table and the figure, then full-batch L-BFGS (costly
+  for GMLVQ) last. Finished runs found in ``out`` are skipped (said
+  once); each new record is printed and appended as soon as it is done
+  (:func:`launch.common.emit_record`), so an interrupted table resumes
+  where it stopped. Every ε of a model shares one compiled program.
+  Writes ``<out stem>_table.md`` and ``<out stem>_fig1.png``.
   """
-  s = settings
-  key = jax.random.key(s.seed)
-  eps_all = sorted(set(table_eps) | set(figure_eps))
+  key = jax.random.key(setting.seed)
+  eps_all = sorted(set(table_epsilons) | set(figure_epsilons))
   grid = [(m, "sgd", None) for m in models]
   grid += [(m, "dpsgd", e) for e in eps_all for m in models]
   grid += [(m, "bfgs", None) for m in models]
+  grid = [dataclasses.replace(setting, model=m, trainer=t, epsilon=e).check()
+          for m, t, e in grid]
   done = common.done_keys(out, KEY_FIELDS)
-  todo = [g for g in grid if not is_done(done, prepared, s, *g)]
+  todo = [g for g in grid if not is_done(done, g)]
   if len(todo) < len(grid):
-    common.progress(f"skipping {len(grid) - len(todo)} finished runs "
-                    f"(found in {out})")
-  last = None
-  for i, (model, trainer, eps) in enumerate(todo, 1):
-    common.progress(f"setting {i}/{len(todo)}: {model} {trainer} ε={eps}")
-    last = run_setting(key, prepared, s, model=model, trainer=trainer,
-                       epsilon=eps)
+    progress(f"skipping {len(grid) - len(todo)} finished runs (found in "
+             f"{out})")
+  last, cache = None, {}
+  for i, s in enumerate(todo, 1):
+    progress(f"setting {i}/{len(todo)}: {s.model} {s.trainer} "
+             f"ε={s.epsilon}")
+    last = run(key, prepared, s, progress=progress, cache=cache)
     common.emit_record(last, out)
-    common.progress(f"done: {model} {trainer} ε={eps}: error "
-                    f"{last['error_mean']:.4f} ({last['error_std']:.4f}) in "
-                    f"{last['seconds']:.0f}s")
-  mine = [r for r in common.read_jsonl(out)
-          if r.get("tune") is None and all(r.get(f) == v for f, v in (
-              ("dataset", prepared.dataset), ("delta", s.delta),
-              ("q", s.q), ("clip", s.clip), ("epochs", s.epochs),
-              ("folds", s.folds), ("repeats", s.repeats),
-              ("seed", s.seed), ("sigma_rule", s.sigma_rule),
-              ("init_variant", s.init_variant())))]
+    progress(f"done: {s.model} {s.trainer} ε={s.epsilon}: error "
+             f"{last['error_mean']:.4f} ({last['error_std']:.4f}) in "
+             f"{last['seconds']:.0f}s")
+  shared = {k: v for k, v in setting.key().items()
+            if k not in ("model", "trainer", "epsilon")}
+  shared = json.loads(common.to_json(shared))
+  mine = [r for r in common.read_jsonl(out) if r.get("tune") is None
+          and all(r.get(k) == v for k, v in shared.items())]
   stem = os.path.splitext(out)[0]
-  text = write_table(mine, stem + "_table.md", table_eps)
+  text = write_table(mine, stem + "_table.md", table_epsilons)
   write_figure(mine, stem + "_fig1.png", prepared.dataset)
-  common.progress("table:\n" + text)
+  progress("table:\n" + text)
   return {"dataset": prepared.dataset, "table": stem + "_table.md",
           "figure": stem + "_fig1.png", "records": len(mine), "last": last}
+
+
 def _fmt(records, model, trainer, eps=None):
   for r in records:
     if r["model"] == model and r["trainer"] == trainer and (
@@ -386,14 +472,14 @@ def _fmt(records, model, trainer, eps=None):
   return "–"
 
 
-def write_table(records, path, table_eps):
+def write_table(records, path, table_epsilons):
   """Markdown Table 1: rows GLVQ/GMLVQ, columns DP ε..., SGD, BFGS."""
-  head = ([f"DP ε = {e:g}" for e in table_eps]
+  head = ([f"DP ε = {e:g}" for e in table_epsilons]
           + ["non priv. SGD", "non priv. BFGS"])
   lines = ["| model | " + " | ".join(head) + " |",
            "|---" * (len(head) + 1) + "|"]
-  for model in ("glvq", "gmlvq"):
-    cells = [_fmt(records, model, "dpsgd", e) for e in table_eps]
+  for model in options.LVQModel:
+    cells = [_fmt(records, model, "dpsgd", e) for e in table_epsilons]
     cells += [_fmt(records, model, "sgd"), _fmt(records, model, "bfgs")]
     lines.append(f"| {model.upper()} | " + " | ".join(cells) + " |")
   with open(path, "w", encoding="utf-8") as f:
@@ -403,10 +489,10 @@ def write_table(records, path, table_eps):
 
 def write_figure(records, path, dataset):
   """Fig. 1: test error against ε (GLVQ dashed, GMLVQ solid)."""
-  import matplotlib
+  import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt
-  from matplotlib import ticker
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
 
   fig, ax = plt.subplots(figsize=(5, 3.5))
   for model, style in (("glvq", "--"), ("gmlvq", "-")):
@@ -438,22 +524,23 @@ def write_figure(records, path, dataset):
   plt.close(fig)
 
 
+# -- private selection among candidate recipes (tune) -------------------------
 
-
-# -- private selection among candidate recipes (--tune) ------------------------
-
-TUNE_KEYS = {"lr": "lr", "learning_rate": "lr", "clip": "clip",
-             "epochs": "epochs", "q": "q", "init_fraction": "init_fraction"}
-"""Settings a candidate may set (JSON key → :class:`Settings` field)."""
+TUNE_KEYS = {"sampling_rate": "sampling_rate", "clip_norm": "clip_norm",
+             "learning_rate": "learning_rate", "epochs": "epochs",
+             "init_fraction": "init_fraction",
+             # The old spellings, kept for candidate files written before.
+             "q": "sampling_rate", "clip": "clip_norm", "lr": "learning_rate"}
+"""Settings a candidate may set (JSON key → :class:`Setting` field)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class TuneOptions:
-  """A validated ``--tune`` request.
+  """A validated tuning request.
 
   Attributes:
     path: the candidate file.
-    candidates: each candidate's :class:`Settings` overrides.
+    candidates: each candidate's :class:`Setting` overrides.
     count: the law of the number of trials K.
     score_epsilon: ε of each trial's noisy validation count.
     validation_fraction: share of each run's training rows held out.
@@ -472,73 +559,74 @@ class TuneOptions:
             "score_epsilon": self.score_epsilon,
             "validation_fraction": self.validation_fraction}
 
+  def setting(self, setting: Setting, i: int) -> Setting:
+    """``setting`` with candidate ``i``'s overrides."""
+    return dataclasses.replace(setting, **{
+        TUNE_KEYS[k]: v for k, v in self.candidates[i].items()})
+
 
 def load_candidates(path: str) -> list[dict]:
-  """The candidate list of ``--tune=path``: a JSON list of setting dicts.
+  """The candidate list of ``tune=path``: a JSON list of setting dicts.
 
-  The file holds ``[{"lr": 0.05, "epochs": 20}, …]`` or
+  The file holds ``[{"learning_rate": 0.05, "epochs": 20}, …]`` or
   ``{"candidates": [...]}``; keys are those of :data:`TUNE_KEYS`.
   """
-  flag = f"--tune={path}"
+  where = f"tune={path}"
   try:
     with open(path, encoding="utf-8") as f:
       loaded = json.load(f)
   except FileNotFoundError:
-    raise ValueError(f"{flag}: no such file; give a JSON file with a list "
+    raise ValueError(f"{where}: no such file; give a JSON file with a list "
                      f"of candidate settings.") from None
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-    raise ValueError(f"{flag}: not a readable JSON file ({err}).") from None
+    raise ValueError(f"{where}: not a readable JSON file ({err}).") from None
   if isinstance(loaded, dict) and set(loaded) == {"candidates"}:
     loaded = loaded["candidates"]
   if not isinstance(loaded, list) or not loaded:
-    raise ValueError(f"{flag}: the candidate list is empty or not a list; "
-                     f"give e.g. [{{\"lr\": 0.05}}, {{\"lr\": 0.2}}].")
+    raise ValueError(f"{where}: the candidate list is empty or not a list; "
+                     f"give e.g. [{{\"learning_rate\": 0.05}}, "
+                     f"{{\"learning_rate\": 0.2}}].")
   for i, c in enumerate(loaded):
     if not isinstance(c, dict) or not c:
-      raise ValueError(f"{flag}: candidate {i} is not a non-empty object "
+      raise ValueError(f"{where}: candidate {i} is not a non-empty object "
                        f"of settings ({sorted(TUNE_KEYS)}).")
     bad = sorted(set(c) - set(TUNE_KEYS))
     if bad:
-      raise ValueError(f"{flag}: candidate {i} has unknown setting(s) "
+      raise ValueError(f"{where}: candidate {i} has unknown setting(s) "
                        f"{bad}; a candidate may set {sorted(TUNE_KEYS)}.")
   return loaded
 
 
-def candidate_settings(settings: Settings, candidate: dict) -> Settings:
-  """``settings`` with one candidate's overrides."""
-  return dataclasses.replace(
-      settings, **{TUNE_KEYS[k]: v for k, v in candidate.items()})
-
-
-def check_tuning(path: str, settings: Settings, *, distribution: str,
-                 expected_trials, eta, score_epsilon, validation_fraction,
-                 max_steps: int = DEFAULT_MAX_STEPS) -> TuneOptions:
-  """Refuses a bad ``--tune`` request before any data is read."""
+def check_tuning(path: str, setting: Setting, *, distribution: str,
+                 expected_trials, eta, score_epsilon,
+                 validation_fraction) -> TuneOptions:
+  """Refuses a bad tuning request before any data is read."""
+  if not setting.private:
+    raise ValueError(f"tune needs trainer=dpsgd (got {setting.trainer!r}): "
+                     f"a non-private trial has no guarantee to tune with.")
   candidates = load_candidates(path)
-  for i, c in enumerate(candidates):
-    try:
-      check_settings(candidate_settings(settings, c), max_steps=max_steps)
-    except ValueError as err:
-      raise ValueError(f"--tune={path}: candidate {i}: {err}") from None
   try:
     count = tuning.trial_count(distribution, expected_trials, eta=eta)
   except ValueError as err:
-    raise ValueError(
-        f"--tune_distribution={distribution} --tune_expected_trials="
-        f"{expected_trials} --tune_eta={eta}: {err}") from None
-  validation.check_epsilon(score_epsilon, "--tune_score_epsilon")
-  _flag("--tune_validation_fraction", validation_fraction,
-        isinstance(validation_fraction, (int, float))
-        and 0 < validation_fraction <= 0.5,
-        "hold out a share in (0, 0.5] of each run's training rows "
-        "(e.g. 0.2).")
-  return TuneOptions(path, tuple(candidates), count, float(score_epsilon),
-                     float(validation_fraction))
+    raise ValueError(f"tune: {err}") from None
+  validation.check_epsilon(score_epsilon, "tune_score_epsilon")
+  if not (isinstance(validation_fraction, (int, float))
+          and 0 < validation_fraction <= 0.5):
+    raise ValueError(f"tune_validation_fraction={validation_fraction!r}: "
+                     f"hold out a share in (0, 0.5] of each run's training "
+                     f"rows (e.g. 0.2).")
+  options_ = TuneOptions(path, tuple(candidates), count,
+                         float(score_epsilon), float(validation_fraction))
+  for i in range(len(candidates)):
+    try:
+      options_.setting(setting, i).check()
+    except ValueError as err:
+      raise ValueError(f"tune={path}: candidate {i}: {err}") from None
+  return options_
 
 
-def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
-               options: TuneOptions, *, model: str, epsilon: float,
-               progress=common.progress) -> dict:
+def run_tuning(key: jax.Array, prepared: Prepared, setting: Setting,
+               tune: TuneOptions, *, progress=common.progress) -> dict:
   """Private selection of a recipe (``dpcore.tuning``) on every CV run.
 
   Each CV run's training rows are cut in two by
@@ -546,9 +634,9 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
   the run's randomly permuted training rows are held out). A trial draws
   a candidate uniformly at random, trains DP-G(M)LVQ on the rest with the
   candidate's settings, every trial calibrated to the per-trial target
-  ``epsilon`` (private init + DP-SGD), and scores the model by
+  ``setting.epsilon`` (private init + DP-SGD), and scores the model by
   :func:`dpcore.tuning.noisy_accuracy` on the held-out rows. K ~
-  ``options.count`` trials run; each run releases its best-scoring model,
+  ``tune.count`` trials run; each run releases its best-scoring model,
   whose test error is reported. All runs share K and the candidates drawn
   (both public, drawn from the key alone); training and score noise are
   the run's own.
@@ -565,113 +653,85 @@ def run_tuning(key: jax.Array, prepared: Prepared, settings: Settings,
   the split key (the same scope as the fixed recipe's records: one
   released model, the CV protocol itself not a release).
   """
-  s = settings
-  train_on = s.train_on
-  if train_on == "auto":
-    train_on = "one_fold" if prepared.dataset == "mnist" else "other_folds"
-  one_fold = train_on == "one_fold"
-  n, dim = prepared.x.shape
-  n_train, n_val = lvq_eval.carved_sizes(
-      n, folds=s.folds, train_on_one_fold=one_fold,
-      validation_fraction=options.validation_fraction)
-  score = tuning.score_privacy(options.score_epsilon)
-  configs, trials, plans, dp_plans = [], [], [], []
-  for i, cand in enumerate(options.candidates):
-    c = candidate_settings(s, cand)
-    steps = lvq_eval.sgd_steps(c.epochs, c.q)
-    max_batch = dpsgd.max_batch_size(n_train, sampling_rate=c.q,
-                                     steps=steps)
-    plan = lvq_train.make_plan(
-        n_train, epsilon=epsilon, delta=s.delta, sampling_rate=c.q,
-        epochs=c.epochs, clip_norm=c.clip, dim=dim, max_batch=max_batch,
-        init_fraction=c.init_fraction, sigma_rule=c.sigma_rule,
-        init_mechanism=c.init_mechanism)
+  s = setting
+  score = tuning.score_privacy(tune.score_epsilon)
+  trials, facts, runs = [], [], []
+  for i in range(len(tune.candidates)):
+    c = tune.setting(s, i).check()
+    n_train, max_batch = _sizes(prepared, c, tune.validation_fraction)
+    plan = c.plan(n_train, dim=prepared.x.shape[1], max_batch=max_batch)
     ledger = accounting.PrivacyLedger()
     plan.record(ledger)
     train = tuning.trial_privacy(ledger,
                                  description=f"candidate {i} training")
     trials.append(tuning.disjoint(train, score,
                                   description=f"candidate {i}"))
-    plans.append({"candidate": i, "noise_multiplier": plan.noise_multiplier,
-                  "steps": steps, "max_batch": max_batch,
+    facts.append({"candidate": i, "noise_multiplier": plan.noise_multiplier,
+                  "steps": c.steps, "max_batch": max_batch,
                   "epsilon_trial": trials[-1].epsilon(s.delta),
-                  "learning_rate": c.learning_rate(model)})
-    dp_plans.append(plan)
-    configs.append(lvq_train.TrainConfig(
-        model=model, trainer="dpsgd", num_classes=prepared.num_classes,
-        prototypes_per_class=c.prototypes_per_class, rank=c.rank,
-        normalise=c.normalise, phi_kind=c.phi, epochs=c.epochs,
-        sampling_rate=c.q, learning_rate=c.learning_rate(model),
-        max_batch=max_batch, bfgs_iterations=c.bfgs_iterations,
-        ghost_clipping=c.ghost_clipping))
+                  "learning_rate": c.learning_rate})
+    runs.append((c, plan, c.train_config(num_classes=prepared.num_classes,
+                                         max_batch=max_batch)))
   trial = tuning.any_of(*trials, description="one trial: a candidate drawn "
                         "uniformly at random, trained, and scored")
-  guarantee = tuning.tuned_guarantee(trial, options.count, delta=s.delta)
-  progress(f"tuning: {len(configs)} candidates, K ~ "
-           f"{options.count.distribution} (E[K] = "
-           f"{options.count.expected:g}); one trial ε = "
-           f"{guarantee.trial_epsilon:.3f}, the whole tuning ε = "
-           f"{guarantee.epsilon:.3f} at δ = {s.delta:g}")
+  guarantee = tuning.tuned_guarantee(trial, tune.count, delta=s.delta)
+  progress(f"tuning: {len(runs)} candidates, K ~ "
+           f"{tune.count.distribution} (E[K] = {tune.count.expected:g}); "
+           f"one trial ε = {guarantee.trial_epsilon:.3f}, the whole tuning "
+           f"ε = {guarantee.epsilon:.3f} at δ = {s.delta:g}")
   tune_key = jax.random.fold_in(key, 2)
   split_key = jax.random.fold_in(key, 0)
-  picks = tuning.schedule(tune_key, options.count, len(configs))
-  runs = s.folds * s.repeats
-  best = np.full(runs, -np.inf)
-  winners = np.full(runs, -1)
-  errors = np.full(runs, np.nan)
+  picks = tuning.schedule(tune_key, tune.count, len(runs))
+  count = s.folds * s.repeats
+  best = np.full(count, -np.inf)
+  winners = np.full(count, -1)
+  errors = np.full(count, np.nan)
   cache: dict = {}
-  for i, c in enumerate(picks):
+  n_train, n_val = lvq_eval.carved_sizes(
+      prepared.x.shape[0], folds=s.folds,
+      train_on_one_fold=s.train_on == vocabulary.TrainOn.ONE_FOLD,
+      validation_fraction=tune.validation_fraction)
+  for i, pick in enumerate(picks):
+    c, plan, config = runs[int(pick)]
     k_train, k_score = jax.random.split(tuning.trial_key(tune_key, i))
-    res = lvq_eval.evaluate_trial(
-        split_key, k_train, prepared.x, prepared.y, configs[int(c)],
-        plan=dp_plans[int(c)], folds=s.folds, repeats=s.repeats,
-        train_on_one_fold=one_fold,
-        validation_fraction=options.validation_fraction,
-        parallel_runs=s.parallel, memory_budget=s.memory_budget,
-        cache=cache)
+    res = lvq_eval.evaluate(split_key, k_train, prepared.x, prepared.y,
+                            config, c.protocol(tune.validation_fraction),
+                            plan=plan, cache=cache)
     scores = np.asarray(tuning.noisy_accuracy(
-        k_score, res.correct, n_val, epsilon=options.score_epsilon))
+        k_score, res.correct, n_val, epsilon=tune.score_epsilon))
     better = scores > best
     best = np.where(better, scores, best)
-    winners = np.where(better, int(c), winners)
-    errors = np.where(better, res.errors, errors)
+    winners = np.where(better, int(pick), winners)
+    errors = np.where(better, res.errors.ravel(), errors)
   # K, the candidates drawn and the trials' scores stay inside: the
   # guarantee bounds the winners' outputs with K hidden.
   progress("tuning: done (the number of trials and their scores are not "
            "shown: the guarantee holds with them hidden)")
   ran = picks.size > 0
-  winner_list = [int(w) for w in winners] if ran else [None] * runs
+  winner_list = [int(w) for w in winners] if ran else [None] * count
   ledger = accounting.PrivacyLedger()
   tuning.record(ledger, guarantee, winner=winner_list if ran else None,
                 label="dplvq_tuning")
   privacy = ledger.report(
-      s.delta, nominal_epsilon=epsilon,
+      s.delta, nominal_epsilon=s.epsilon,
       nominal_note="each trial's target ε (private init + DP-SGD) its "
                    "noise was calibrated for; the guarantee covers the "
                    "whole tuning")
-  errs = errors if ran else None
   return {
-      "dataset": prepared.dataset, "model": model, "trainer": "dpsgd",
-      "epsilon": epsilon, "delta": s.delta, "q": s.q, "clip": s.clip,
-      "epochs": s.epochs, "learning_rate": s.learning_rate(model),
-      "sigma_rule": s.sigma_rule, "folds": s.folds, "repeats": s.repeats,
-      "seed": s.seed, "scaling": prepared.scaling,
-      "privacy_covers_scaling": prepared.scaling != "data_minmax",
-      "rank": s.rank, "normalise": s.normalise, "phi": s.phi,
-      "init_variant": s.init_variant(), "tune": options.describe(),
-      "error_mean": float(np.mean(errs)) if ran else None,
-      "error_std": float(np.std(errs, ddof=1)) if ran and runs > 1 else (
+      **dataclasses.asdict(s), "tune": tune.describe(), **_scaling(prepared),
+      "error_mean": float(np.mean(errors)) if ran else None,
+      "error_std": float(np.std(errors, ddof=1)) if ran and count > 1 else (
           0.0 if ran else None),
-      "errors": errs.tolist() if ran else None,
+      "errors": errors.tolist() if ran else None,
       "privacy": privacy, "dpsgd": None,
       "tuning": {
           **tuning.TuningResult(None, None, None, None,
                                 guarantee).record(),
           "winner": winner_list,
-          "winning_settings": [options.candidates[w] if w is not None
+          "winning_settings": [tune.candidates[w] if w is not None
                                else None for w in winner_list],
-          "n_train": n_train, "n_val": n_val,
-          "train_on": train_on, "candidates": plans,
+          "n_train": n_train, "n_val": n_val, "train_on": s.train_on,
+          "candidates": facts,
           "scope": "one tuned model per CV run (the tuning on that run's "
                    "training and held-out rows); the CV protocol is not a "
                    "release",

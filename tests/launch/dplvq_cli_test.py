@@ -21,12 +21,11 @@ from launch import dplvq as script
 from launch.data import loaders
 from launch.experiments import lvq_eval
 
-def fake_evaluate(split_key, train_key, x, y, config, *, folds, repeats,
-                  train_on_one_fold, parallel_runs, progress, plan=None,
-                  memory_budget=None):
-  shape = (repeats, folds)
-  return lvq_eval.CVResult(np.full(shape, 0.25), 0, np.zeros(shape), 0.0,
-                           0.0, 10, 10)
+def fake_evaluate(split_key, train_key, x, y, config, protocol, *,
+                  plan=None, progress=None, cache=None):
+  shape = (protocol.repeats, protocol.folds)
+  return lvq_eval.CVResult(np.full(shape, 0.25), None, 0, np.zeros(shape),
+                           0.0, 0.0, 10, 10, protocol.parallel_runs, None)
 
 real_load = loaders.load_dataset
 for group, items in cases.items():
@@ -46,49 +45,58 @@ BEFORE_LOAD = {
                  "Dataset 'segment' not found"),
     "model": (["--model=lvq"], "--model"),
     "trainer": (["--trainer=adam"], "--trainer"),
-    "epsilon": (["--epsilon=0"], "--epsilon must be > 0"),
+    "epsilon": (["--epsilon=0"], "epsilon must be > 0"),
     "delta_one": (["--delta=1"],
-                  "--delta must lie strictly between 0 and 1, got 1.0"),
+                  "delta must lie strictly between 0 and 1, got 1.0"),
     "delta_zero": (["--delta=0"],
-                   "--delta must lie strictly between 0 and 1, got 0.0"),
-    "q_zero": (["--q=0"], "--q must lie in (0.0, 1.0], got 0.0"),
-    "q_big": (["--q=1.5"], "--q must lie in (0.0, 1.0], got 1.5"),
+                   "delta must lie strictly between 0 and 1, got 0.0"),
+    "sampling_rate": (["--sampling_rate=0"],
+                      "sampling_rate must lie in (0.0, 1.0], got 0.0"),
+    # The old spellings are aliases of the library's names.
+    "q_zero": (["--q=0"], "sampling_rate must lie in (0.0, 1.0], got 0.0"),
+    "q_big": (["--q=1.5"], "sampling_rate must lie in (0.0, 1.0], got 1.5"),
     "q_steps": (["--q=1e-6", "--epochs=1"],
                 "T = E/q = 1,000,000 SGD steps per run"),
-    "clip": (["--clip=0"], "--clip must be > 0, got 0.0"),
-    "epochs": (["--epochs=0"], "--epochs must be ≥ 1, got 0"),
-    "lr": (["--lr=-1"], "--lr must be > 0, got -1.0"),
+    "clip": (["--clip=0"], "clip_norm must be > 0, got 0.0"),
+    "clip_norm": (["--clip_norm=-1"], "clip_norm must be > 0, got -1.0"),
+    "epochs": (["--epochs=0"], "epochs must be ≥ 1, got 0"),
+    "lr": (["--lr=-1"], "learning_rate must be > 0, got -1.0"),
+    "learning_rate": (["--learning_rate=0"],
+                      "learning_rate must be > 0, got 0.0"),
     "sigma_rule": (["--sigma_rule=magic"], "--sigma_rule"),
     "init_fraction": (["--init_fraction=1"],
-                      "--init_fraction must lie in (0.0, 1.0), got 1.0"),
+                      "init_fraction must lie in (0.0, 1.0), got 1.0"),
     "init_mechanism": (["--init_mechanism=exp"], "--init_mechanism"),
-    "folds_zero": (["--folds=0"], "--folds=0: k-fold cross-validation"),
-    "folds_one": (["--folds=1"], "--folds=1: k-fold cross-validation"),
-    "repeats": (["--repeats=0"], "--repeats=0"),
+    "folds_zero": (["--folds=0"], "folds=0: k-fold cross-validation"),
+    "folds_one": (["--folds=1"], "folds=1: k-fold cross-validation"),
+    "repeats": (["--repeats=0"], "repeats must be ≥ 1, got 0"),
     "train_on": (["--train_on=half"], "--train_on"),
-    "bounds_text": (["--bounds=1,2,3"], "--bounds='1,2,3': give LOW,HIGH"),
-    "bounds_order": (["--bounds=5,1"], "--bounds='5,1'"),
+    "bounds_text": (["--bounds=1,2,3"], "bounds='1,2,3': give LOW,HIGH"),
+    "bounds_order": (["--bounds=5,1"], "bounds='5,1'"),
     "bounds_clip_most": (["--bounds=0,1"], "covers 6%: most values would "
                          "be clipped"),
     "bounds_auto_none": (["--dataset=breast_cancer"],
                          "no public feature bounds"),
-    "rank": (["--rank=0"], "--rank must be ≥ 1, got 0"),
+    "rank": (["--rank=0"], "rank must be ≥ 1, got 0"),
     "normalise": (["--normalise=maybe"], "normalise"),
-    "phi": (["--phi=tanh"], "--phi"),
+    "phi": (["--phi=tanh"], "phi"),
+    "phi_kind": (["--phi_kind=tanh"], "--phi_kind"),
     "prototypes_per_class": (["--prototypes_per_class=0"],
-                             "--prototypes_per_class must be ≥ 1, got 0"),
+                             "prototypes_per_class must be ≥ 1, got 0"),
     "bfgs_iterations": (["--bfgs_iterations=0"],
-                        "--bfgs_iterations must be ≥ 1, got 0"),
-    "parallel": (["--parallel=0"], "--parallel=0"),
+                        "bfgs_iterations must be ≥ 1, got 0"),
+    "parallel": (["--parallel=0"], "parallel_runs must be ≥ 1, got 0"),
+    "parallel_runs": (["--parallel_runs=0"],
+                      "parallel_runs must be ≥ 1, got 0"),
     "ghost_clipping": (["--ghost_clipping=perhaps"], "ghost_clipping"),
     "seed": (["--seed=x"], "--seed"),
     "table": (["--table=sometimes"], "table"),
     "table_epsilons": (["--table", "--table_epsilons=1,-2"],
-                       "--table_epsilons='1,-2': every ε must be > 0"),
+                       "--table_epsilons=1,-2: give comma-separated ε > 0"),
     "figure_epsilons": (["--table", "--figure_epsilons=a"],
                         "--figure_epsilons"),
-    "models": (["--table", "--models=foo"], "--models='foo': unknown"),
-    "max_steps": (["--max_steps=0"], "--max_steps=0"),
+    "models": (["--table", "--models=foo"], "models must be one of"),
+    "max_steps": (["--max_steps=0"], "max_steps must be ≥ 1, got 0"),
     "memory_budget": (["--memory_budget=lots"],
                       "--memory_budget='lots' is not a size"),
     "memory_budget_zero": (["--memory_budget=0"],
@@ -105,7 +113,7 @@ TUNE_CASES = {
     "tune_badkey": (["--tune={tmp}/badkey.json"],
                     "unknown setting(s) ['momentum']"),
     "tune_badvalue": (["--tune={tmp}/badvalue.json"],
-                      "candidate 0: --lr must be > 0, got -1"),
+                      "candidate 0: learning_rate must be > 0, got -1"),
     "tune_notdict": (["--tune={tmp}/notdict.json"],
                      "candidate 0 is not a non-empty object"),
     "tune_trials_zero": (["--tune={good}", "--tune_expected_trials=0"],
@@ -115,19 +123,19 @@ TUNE_CASES = {
     "tune_trials_one": (["--tune={good}", "--tune_expected_trials=1"],
                         "mean above 1"),
     "tune_distribution": (["--tune={good}", "--tune_distribution=uniform"],
-                          "choose one of"),
+                          "distribution must be one of"),
     "tune_eta_missing": (["--tune={good}",
                           "--tune_distribution=negative_binomial"],
                          "needs eta"),
     "tune_eta_bad": (["--tune={good}", "--tune_distribution=negative_binomial",
                       "--tune_eta=-2"], "eta > -1"),
     "tune_score_epsilon": (["--tune={good}", "--tune_score_epsilon=0"],
-                           "--tune_score_epsilon must be > 0"),
+                           "tune_score_epsilon must be > 0"),
     "tune_validation": (["--tune={good}", "--tune_validation_fraction=0.9"],
-                        "--tune_validation_fraction=0.9"),
+                        "tune_validation_fraction=0.9"),
     "tune_with_table": (["--tune={good}", "--table"], "--table"),
     "tune_with_sgd": (["--tune={good}", "--trainer=sgd"],
-                      "--tune needs --trainer=dpsgd"),
+                      "tune needs trainer=dpsgd"),
     "tune_flag_alone": (["--tune_expected_trials=5"],
                         "--tune_expected_trials only apply with --tune"),
 }
@@ -143,7 +151,7 @@ def results(tmp_path_factory):
   out = str(tmp / "r.jsonl")
   resume_out = tmp / "resume.jsonl"
   resume_out.write_text('{"dataset": "cut-off wri')
-  single = ["--trainer=sgd", "--epochs=1", "--q=0.5", "--folds=2",
+  single = ["--trainer=sgd", "--epochs=1", "--sampling_rate=0.5", "--folds=2",
             "--repeats=1", f"--out={resume_out}"]
   table_out = str(tmp / "table.jsonl")
   table = ["--table", "--models=glvq", "--table_epsilons=1",
@@ -200,7 +208,7 @@ def test_bad_out_fails_before_any_work(results, name, words):
 
 
 @pytest.mark.parametrize("name,words", [
-    ("folds_above_rows", "--folds=2000: 'digits' has only 1797 rows"),
+    ("folds_above_rows", "folds=2000: 'digits' has only 1797 rows"),
     ("empty_svmlight", "empty.svm: the svmlight file is empty"),
 ])
 def test_data_errors_fail_before_training(results, name, words):

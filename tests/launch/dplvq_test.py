@@ -6,6 +6,7 @@ would clash on shared flag names. Its logic, ``launch.experiments.dplvq``,
 has no flags and is also tested in process.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,10 +21,12 @@ from launch import common
 from launch.experiments import dplvq as experiment
 
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)
-FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "q", "clip",
-          "epochs", "error_mean", "error_std", "seconds", "compile_seconds",
-          "privacy", "seed", "learning_rate", "sigma_rule", "scaling")
-TINY = ["--epochs=1", "--q=0.1", "--folds=2", "--repeats=1", "--parallel=2"]
+FIELDS = ("dataset", "model", "trainer", "epsilon", "delta", "sampling_rate",
+          "clip_norm", "epochs", "error_mean", "error_std", "seconds",
+          "compile_seconds", "privacy", "seed", "learning_rate",
+          "sigma_rule", "scaling")
+TINY = ["--epochs=1", "--sampling_rate=0.1", "--folds=2", "--repeats=1",
+        "--parallel_runs=2"]
 
 
 def _run(*args):
@@ -43,6 +46,11 @@ def test_single_run_record(tmp_path):
   assert common.read_jsonl(out) == [rec]
   for field in FIELDS:
     assert field in rec
+  # The record's settings are the Setting's fields, its resume key too.
+  assert {f: rec[f] for f in experiment.KEY_FIELDS[:-1]} == (
+      experiment.Setting(dataset="digits", model="gmlvq", epsilon=2.0,
+                         sigma_rule="paper", epochs=1, sampling_rate=0.1,
+                         folds=2, repeats=1).check().key())
   assert rec["scaling"] == "public_bounds" and rec["privacy_covers_scaling"]
   assert len(rec["errors"]) == 2 and 0.0 <= rec["error_mean"] <= 1.0
   p, plan = rec["privacy"], rec["dpsgd"]
@@ -90,14 +98,14 @@ def test_experiment_module_in_process():
   prepared = experiment.prepare("digits")
   assert prepared.scaling == "public_bounds" and prepared.num_classes == 10
   assert np.abs(prepared.x).max() <= 1.0
-  settings = experiment.Settings(epochs=1, q=0.1, folds=2, repeats=1,
-                                 parallel=2)
-  run = lambda: experiment.run_setting(  # noqa: E731
-      jax.random.key(3), prepared, settings, model="glvq", trainer="dpsgd",
-      epsilon=2.0, progress=None)
+  setting = experiment.Setting(epochs=1, sampling_rate=0.1, folds=2,
+                               repeats=1, parallel_runs=2,
+                               epsilon=2.0).check()
+  run = lambda: experiment.run(  # noqa: E731
+      jax.random.key(3), prepared, setting, progress=None)
   rec = run()
   assert rec["dataset"] == "digits" and rec["privacy_covers_scaling"]
-  assert rec["learning_rate"] == experiment.DEFAULT_LR["glvq"]
+  assert rec["learning_rate"] == 0.05 and rec["train_on"] == "other_folds"
   # The padded Poisson batches are in the ledger: P > 0, δ still 1e-5.
   p = rec["privacy"]
   assert 0.0 < p["truncation_probability"] <= 1e-9
@@ -106,9 +114,10 @@ def test_experiment_module_in_process():
   with pytest.raises(ValueError, match="bounds"):
     experiment.prepare("digits", bounds="1,2,3")
   # Non-private trainers claim nothing, in the same schema.
-  sgd = experiment.run_setting(
-      jax.random.key(3), prepared, settings, model="glvq", trainer="sgd",
-      epsilon=None, progress=None)
+  sgd = experiment.run(
+      jax.random.key(3), prepared,
+      dataclasses.replace(setting, trainer="sgd").check(), progress=None)
+  assert sgd["epsilon"] is None
   assert sgd["privacy"] == accounting.no_guarantee_record(
       accounting.NON_PRIVATE)
   assert sgd["dpsgd"] is None
@@ -129,7 +138,9 @@ def test_data_read_scaling_must_be_asked_for():
 
 def test_tuned_run_record(tmp_path):
   cands = tmp_path / "cands.json"
-  cands.write_text(json.dumps([{"lr": 0.02}, {"lr": 0.2, "clip": 1.0}]))
+  # The old key spellings (lr, clip) are still read.
+  cands.write_text(json.dumps([{"learning_rate": 0.02},
+                               {"lr": 0.2, "clip": 1.0}]))
   out = str(tmp_path / "t.jsonl")
   proc = _run("--dataset=digits", "--model=glvq", "--epsilon=1.5",
               f"--tune={cands}", "--tune_expected_trials=2",
@@ -159,21 +170,34 @@ def test_tuned_run_record(tmp_path):
 
 
 def test_tuning_options_are_checked_before_data():
-  s = experiment.Settings()
+  s = experiment.Setting()
   with pytest.raises(ValueError, match="no such file"):
     experiment.check_tuning("/nonexistent.json", s, distribution="geometric",
                             expected_trials=5.0, eta=None, score_epsilon=0.5,
                             validation_fraction=0.2)
 
 
-def test_evaluate_trial_holds_out_rows_disjoint_from_training():
-  from launch.experiments import lvq_eval  # pylint: disable=g-import-not-at-top
-  train, test = lvq_eval.cv_splits(jax.random.key(0), 50, folds=5,
-                                   repeats=2, train_on_one_fold=False)
-  tr, va = lvq_eval.carve_validation(train, 0.25)
-  assert va.shape == (10, 10) and tr.shape == (10, 30)
-  for a, b, c in zip(tr, va, test, strict=True):
-    assert not set(a) & set(b) and not set(b) & set(c)
-  assert lvq_eval.carved_sizes(50, folds=5, train_on_one_fold=False,
-                               validation_fraction=0.25) == (30, 10)
-  assert np.unique(va).size > 10  # a random subset per run
+@pytest.mark.parametrize("change, message", [
+    (dict(folds=1), "^folds=1: k-fold cross-validation"),
+    (dict(sampling_rate=0.0), "^sampling_rate must lie in"),
+    (dict(clip_norm=0.0), "^clip_norm must be > 0"),
+    (dict(learning_rate=-1.0), "^learning_rate must be > 0"),
+    (dict(phi_kind="tanh"), "^phi_kind must be one of"),
+    (dict(train_on="half"), "^train_on must be one of"),
+    (dict(parallel_runs=0), "^parallel_runs must be"),
+    (dict(sampling_rate=1e-6, epochs=1), "max_steps=200,000"),
+    (dict(bounds="0,1"), "covers 6%"),
+    (dict(dataset="breast_cancer"), "no public feature bounds"),
+])
+def test_the_setting_names_the_field_it_refuses(change, message):
+  with pytest.raises(ValueError, match=message):
+    experiment.Setting(**change).check()
+
+
+def test_check_resolves_the_setting(monkeypatch):
+  # (MNIST's files need not be here: the check of the name is a stand-in.)
+  monkeypatch.setattr(experiment.data, "check_dataset", lambda *a, **k: None)
+  mnist = experiment.Setting(dataset="mnist", trainer="sgd").check()
+  assert mnist.train_on == "one_fold" and mnist.epsilon is None
+  assert experiment.Setting().check().train_on == "other_folds"
+  assert "data_dir" not in mnist.key() and "model" in mnist.key()

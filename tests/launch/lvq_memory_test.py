@@ -1,11 +1,11 @@
 """LVQ folds x repeats under a memory budget: fewer runs at once, same runs.
 
-:func:`launch.experiments.lvq_eval.evaluate` and ``evaluate_trial`` vmap
-``parallel_runs`` CV runs per compiled call. Under a budget that the
-compiled program (XLA's count of its buffers) plus the data and indices
-exceed, fewer runs are vmapped together: each run keeps its key and rows,
-so the errors are bitwise those of the unbudgeted call. A budget below one
-run is refused in one line before any run.
+:func:`launch.experiments.lvq_eval.evaluate` vmaps ``parallel_runs`` CV
+runs per compiled call (tuning trials too, with held-out rows). Under a
+budget that the compiled program (XLA's count of its buffers) plus the
+data and indices exceed, fewer runs are vmapped together: each run keeps
+its key and rows, so the errors are bitwise those of the unbudgeted call.
+A budget below one run is refused in one line before any run.
 """
 
 import jax
@@ -23,6 +23,10 @@ CONFIG = lvq_train.TrainConfig(model="glvq", trainer="sgd",
 CV = dict(folds=3, repeats=2, train_on_one_fold=False)
 
 
+def _protocol(**kwargs):
+  return lvq_eval.Protocol(**CV, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def data():
   rng = np.random.default_rng(0)
@@ -34,19 +38,19 @@ def data():
 def test_fewer_runs_at_once_give_the_same_errors(data):
   x, y = data
   keys = (jax.random.key(0), jax.random.key(1))
-  whole = lvq_eval.evaluate(*keys, x, y, CONFIG, parallel_runs=6, **CV)
+  whole = lvq_eval.evaluate(*keys, x, y, CONFIG, _protocol(parallel_runs=6))
   assert whole.parallel_runs == 6 and whole.memory_estimate > 0
   # The estimate with all six runs at once, less a sixth of the program:
   # at most five fit.
   host = whole.memory_estimate
-  roomy = lvq_eval.evaluate(*keys, x, y, CONFIG, parallel_runs=6,
-                            memory_budget=host, **CV)
+  roomy = lvq_eval.evaluate(*keys, x, y, CONFIG,
+                            _protocol(parallel_runs=6, memory_budget=host))
   assert roomy.parallel_runs == 6
   program = whole.memory_estimate - lvq_eval.host_bytes(
       x, *lvq_eval.cv_splits(keys[0], N, folds=3, repeats=2,
                              train_on_one_fold=False))
-  tight = lvq_eval.evaluate(*keys, x, y, CONFIG, parallel_runs=6,
-                            memory_budget=host - program // 3, **CV)
+  tight = lvq_eval.evaluate(*keys, x, y, CONFIG, _protocol(
+      parallel_runs=6, memory_budget=host - program // 3))
   assert 1 <= tight.parallel_runs < 6
   assert tight.memory_estimate <= host - program // 3
   np.testing.assert_array_equal(tight.errors, whole.errors)  # bitwise
@@ -56,17 +60,16 @@ def test_fewer_runs_at_once_give_the_same_errors(data):
 
 def test_tuning_trials_under_a_budget_are_the_same(data):
   x, y = data
-  kwargs = dict(validation_fraction=0.25, **CV)
   keys = (jax.random.key(0), jax.random.key(2))
-  whole = lvq_eval.evaluate_trial(*keys, x, y, CONFIG, parallel_runs=6,
-                                  **kwargs)
+
+  def trial(**kwargs):
+    return lvq_eval.evaluate(*keys, x, y, CONFIG, _protocol(
+        validation_fraction=0.25, **kwargs))
+  whole = trial(parallel_runs=6)
   # Two runs at a time (what a budget picks when six do not fit) and a
   # budget that fits all six: the same runs.
-  pairs = lvq_eval.evaluate_trial(*keys, x, y, CONFIG, parallel_runs=2,
-                                  **kwargs)
-  roomy = lvq_eval.evaluate_trial(*keys, x, y, CONFIG, parallel_runs=6,
-                                  memory_budget=2**36, **kwargs)
-  for other in (pairs, roomy):
+  for other in (trial(parallel_runs=2),
+                trial(parallel_runs=6, memory_budget=2**36)):
     np.testing.assert_array_equal(other.errors, whole.errors)
     np.testing.assert_array_equal(other.correct, whole.correct)
 
@@ -75,9 +78,9 @@ def test_a_budget_below_one_run_is_refused_in_one_line(data):
   x, y = data
   with pytest.raises(memory.MemoryBudgetError) as err:
     lvq_eval.evaluate(jax.random.key(0), jax.random.key(1), x, y, CONFIG,
-                      parallel_runs=6, memory_budget=10_000, **CV)
+                      _protocol(parallel_runs=6, memory_budget=10_000))
   message = str(err.value)
   assert "\n" not in message
   assert message.startswith("the 6 CV runs (folds x repeats) need an "
                             "estimated")
-  assert "memory budget of" in message and "--memory_budget" in message
+  assert "memory budget of" in message and "(memory_budget)" in message
