@@ -95,21 +95,22 @@ PAIR_FLAGS_TOTAL_BYTES = 4 << 30
 
 
 
-def resolve_pair_flags(pair_flags: str, num: int, repeats: int) -> str:
-  """``"auto"`` → ``"bits"`` when the flags of every repeat fit, else scan.
+def resolve_pair_flags(pair_flags, num_examples: int,
+                       repeats: int) -> options.PairFlags:
+  """``AUTO`` → ``BITS`` when the flags of every repeat fit, else ``SCAN``.
 
   The flags take l²/8 bytes per repeat and the repeats run together, so
   ``"auto"`` keeps them when ``repeats`` · l²/8 ≤ 4 GiB (and each run is
   within ``wss.BITSET_MAX_BYTES``): 5 repeats at l = 50,000 take 1.6 GB;
   64 repeats at l = 50,000 (20 GB) scan the pair record instead.
   """
-  options.parse(options.PairFlags, pair_flags, "pair_flags")
-  if pair_flags != "auto":
+  pair_flags = options.parse(options.PairFlags, pair_flags, "pair_flags")
+  if pair_flags is not options.PairFlags.AUTO:
     return pair_flags
-  per_run = wss.bitset_bytes(num)
+  per_run = wss.bitset_bytes(num_examples)
   fits = (per_run <= wss.BITSET_MAX_BYTES
           and repeats * per_run <= PAIR_FLAGS_TOTAL_BYTES)
-  return "bits" if fits else "scan"
+  return options.PairFlags.BITS if fits else options.PairFlags.SCAN
 
 
 class RepeatsLayout(NamedTuple):
@@ -120,36 +121,36 @@ class RepeatsLayout(NamedTuple):
 
   Attributes:
     precompute: whether Q is cached (shared by every repeat).
-    pair_flags: ``"bits"`` or ``"scan"`` (``wss.DPWSS.pair_flags``).
+    pair_flags: ``BITS`` or ``SCAN`` (``wss.DPWSS.pair_flags``).
     chunk: repeats run together in one loop; None: all at once.
     estimate: the estimated peak bytes at that chunk.
   """
   precompute: bool
-  pair_flags: str
+  pair_flags: options.PairFlags
   chunk: int | None
   estimate: int
 
 
-def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
-                 precompute: bool | None = None, pair_flags: str = "auto",
+def plan_repeats(num_examples: int, dim: int, *, repeats: int, max_iter: int,
+                 precompute: bool | None = None,
+                 pair_flags: options.PairFlags = options.PairFlags.AUTO,
                  dtype: str = "float64", row_dtype: str = "float32",
                  memory_budget: int | None = None,
-                 repeat_chunk: int | None = None,
-                 fix: str = "memory_budget") -> RepeatsLayout:
+                 repeat_chunk: int | None = None) -> RepeatsLayout:
   """Sizes a DPWSS call to a memory budget from shapes alone (no work).
 
   The estimate is ``smo_train.fixed_bytes`` (data, and Q when cached)
   plus ``smo_train.run_bytes`` (loop state, pair flags and record) per
   repeat held at once. In order: Q is cached where
   :func:`smo_train.resolve_precompute` says so *and* it fits with one
-  repeat; ``"auto"`` pair flags become ``"scan"`` when one repeat with
+  repeat; ``AUTO`` pair flags become ``SCAN`` when one repeat with
   flags does not fit; then the repeats run in the largest chunk that
   fits (:func:`dpcore.memory.largest_chunk`), or in ``repeat_chunk`` when
   given (checked). Chunks give the same runs as all at once: repeat r
   draws from ``split(key, repeats)[r]`` either way.
 
   Args:
-    num: rows of the training data.
+    num_examples: rows of the training data.
     dim: features of the training data.
     repeats: independent runs of the call.
     max_iter: the pair record's length (the iteration cap).
@@ -160,7 +161,6 @@ def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
     memory_budget: bytes the call may use; None: unchecked (all repeats
       at once, the automatic choices of the unbudgeted policy).
     repeat_chunk: repeats per loop, forced (None: chosen).
-    fix: the budget's name in messages (``--memory_budget`` for a CLI).
 
   Returns:
     A :class:`RepeatsLayout`.
@@ -177,65 +177,67 @@ def plan_repeats(num: int, dim: int, *, repeats: int, max_iter: int,
     repeat_chunk = validation.check_positive_int(repeat_chunk,
                                                  "repeat_chunk")
   held = repeats if repeat_chunk is None else min(repeat_chunk, repeats)
-  flags = resolve_pair_flags(pair_flags, num, held)
+  flags = resolve_pair_flags(pair_flags, num_examples, held)
   record = -(-max_iter // wss.PAIR_CHUNK) * wss.PAIR_CHUNK
 
+  bits, scan = options.PairFlags.BITS, options.PairFlags.SCAN
+
   def per_run(mode):
-    return smo_train.run_bytes(num, dtype=dtype, pair_bits=mode == "bits",
-                               record_rows=record)
+    return smo_train.run_bytes(num_examples, dtype=dtype,
+                               pair_bits=mode is bits, record_rows=record)
 
   cache = smo_train.resolve_precompute_in_budget(
-      precompute, num, dim, dtype=dtype, row_dtype=row_dtype,
+      precompute, num_examples, dim, dtype=dtype, row_dtype=row_dtype,
       memory_budget=budget, repeats=repeats,
-      run_extra=per_run("scan") - smo_train.run_bytes(num, dtype=dtype),
-      fix=fix)
-  fixed = smo_train.fixed_bytes(num, dim, dtype=dtype, row_dtype=row_dtype,
-                                precompute=cache)
-  if (pair_flags == "auto" and flags == "bits" and budget is not None
-      and fixed + per_run("bits") > budget):
-    flags = "scan"  # the record alone: the same runs in O(T) memory
+      run_extra=per_run(scan) - smo_train.run_bytes(num_examples,
+                                                    dtype=dtype))
+  fixed = smo_train.fixed_bytes(num_examples, dim, dtype=dtype,
+                                row_dtype=row_dtype, precompute=cache)
+  if (pair_flags == options.PairFlags.AUTO and flags is bits
+      and budget is not None and fixed + per_run(bits) > budget):
+    flags = scan  # the record alone: the same runs in O(T) memory
   unit = per_run(flags)
 
   def estimate(chunk):
     return fixed + chunk * unit
 
-  what = (f"DPWSS repeats on {num} x {dim} rows (pair "
+  what = (f"DPWSS repeats on {num_examples} x {dim} rows (pair "
           f"{'flags' if flags == 'bits' else 'record'}"
           f"{', cached Q' if cache else ''})")
   if repeat_chunk is None:
     chunk, need = memory.largest_chunk(
         repeats, estimate, budget=budget, what=what,
-        fix=f"{fix}, repeats or max_iter")
+        fix="memory_budget, repeats or max_iter")
     return RepeatsLayout(cache, flags, chunk, need)
   need = estimate(held)
   if budget is not None and need > budget:
     raise memory.MemoryBudgetError(
         f"{what} need an estimated {memory.size_text(need)} with {held} at "
         f"once, above the memory budget of {memory.size_text(budget)}; give a "
-        f"smaller repeat_chunk or a larger {fix}.")
+        f"smaller repeat_chunk or a larger memory_budget.")
   return RepeatsLayout(cache, flags, None if held == repeats else held, need)
 
 
-def pair_buffer_iterations(num: int) -> int:
+def pair_buffer_iterations(num_examples: int) -> int:
   """DPWSS's default iteration cap, sized by its pair buffer (one 8-byte
   row per iteration): max(10⁴, 100·l). The solver's own cap (LIBSVM's
   max(10⁷, 100·l)) is :func:`mechanisms.svm.smo.default_max_iter`."""
-  return max(10_000, 100 * num)
+  return max(10_000, 100 * num_examples)
 
 
-def selections_per_iteration(selection: str) -> int:
+def selections_per_iteration(selection) -> int:
   """Exponential-mechanism draws per SMO iteration: 1 (paper) or 2."""
-  return 2 if check_selection(selection) == "private" else 1
+  selection = options.parse(options.Selection, selection, "selection")
+  return 2 if selection is options.Selection.PRIVATE else 1
 
 
-def check_selection(selection, name: str = "selection") -> str:
-  """``selection`` if it is ``"paper"`` or ``"private"``; else ValueError
-  naming it ``name`` (e.g. ``"--selection"`` for a flag)."""
-  if selection not in list(options.Selection):
-    raise ValueError(f"{name} must be 'paper' (the paper's DPWSS, no "
-                     f"guarantee) or 'private' (both indices private), got "
-                     f"{selection!r}.")
-  return selection
+def check_selection(selection) -> options.Selection:
+  """``options.parse(options.Selection, selection, "selection")``.
+
+  Kept for the audit specs that call it; new code calls
+  :func:`dpcore.options.parse`, the one check.
+  """
+  return options.parse(options.Selection, selection, "selection")
 
 
 def check_iterations(iterations) -> int:
@@ -291,7 +293,7 @@ class DPWSSPlan:
   epsilon: float | None
   delta: float | None
   relation: options.Relation
-  selection: str
+  selection: options.Selection
   selection_epsilon: float
   sigma: float
   sensitivity: float
@@ -314,7 +316,7 @@ class DPWSSPlan:
     Raises:
       ValueError: a ``"paper"`` plan, which has no guarantee to record.
     """
-    if self.selection != "private":
+    if self.selection is not options.Selection.PRIVATE:
       raise ValueError(
           "the paper's DPWSS selection has no DP guarantee to record; report "
           "accounting.no_guarantee_record(dpwss.PAPER_NO_GUARANTEE, ...) "
@@ -344,7 +346,7 @@ class DPWSSPlan:
       2T selections and any other entries. DPWSS-specific figures are in
       :meth:`selection_report`.
     """
-    if self.selection == "paper":
+    if self.selection is options.Selection.PAPER:
       return accounting.no_guarantee_record(
           PAPER_NO_GUARANTEE, nominal_epsilon=self.epsilon_nominal,
           nominal_note=PAPER_NOMINAL_NOTE,
@@ -377,7 +379,7 @@ class DPWSSPlan:
               "epsilon_per_selection": self.selection_epsilon,
               "epsilon_nominal_basic": None,
               "epsilon_nominal_composed": None, "delta_nominal": None}
-    if self.selection == "paper":
+    if self.selection is options.Selection.PAPER:
       composed = 0.0
       if count:
         composed = _composed_epsilon(self.selection_epsilon, count,
@@ -400,61 +402,48 @@ class DPWSSPlan:
 
 def check_settings(*, sigma: float, selection_epsilon: float | None = None,
                    epsilon: float | None = None,
-                   delta: float = DEFAULT_DELTA, selection: str = "paper",
-                   max_iter: int | None = None, prefix: str = "",
-                   names: dict[str, str] | None = None) -> None:
+                   delta: float = DEFAULT_DELTA,
+                   selection: options.Selection = options.Selection.PAPER,
+                   max_iter: int | None = None) -> None:
   """Checks :func:`make_plan`'s settings (host side, before any data).
 
-  :func:`make_plan` runs it; a caller may run it first with the names its
-  users know.
+  :func:`make_plan` runs it; a caller (a script whose flags carry these
+  names) may run it first, before any data is read.
 
   Args:
     sigma, selection_epsilon, epsilon, delta, selection, max_iter: as
       :func:`make_plan`.
-    prefix: what the messages put before each setting's name: ``"--"``
-      when the settings came from command-line flags.
-    names: the shown name of a setting spelt otherwise where it was given
-      (e.g. ``{"selection_epsilon": "epsilon", "epsilon":
-      "total_epsilon"}``); the others keep their names.
 
   Raises:
     ValueError: one line naming the setting and the fix.
   """
-  given = dict(names or {})
-
-  def n(field):
-    return prefix + given.get(field, field)
-  check_selection(selection, n("selection"))
+  selection = options.parse(options.Selection, selection, "selection")
   if (selection_epsilon is None) == (epsilon is None):
     raise ValueError(
-        f"give exactly one of {n('selection_epsilon')} (ε of each draw) "
-        f"and {n('epsilon')} (a total target split over the draws of "
-        f"{n('max_iter')} iterations).")
-  validation.check_in_range(sigma, n("sigma"), 0.0, 1.0)
-  validation.check_delta(delta, n("delta"))
+        "give exactly one of selection_epsilon (ε of each draw) and epsilon "
+        "(a total target split over the draws of max_iter iterations).")
+  validation.check_in_range(sigma, "sigma", 0.0, 1.0)
+  validation.check_delta(delta, "delta")
   if max_iter is not None:
-    validation.check_count(max_iter, n("max_iter"))
-  if selection == "private" and max_iter is None:
+    validation.check_count(max_iter, "max_iter")
+  if selection is options.Selection.PRIVATE and max_iter is None:
     raise ValueError(
-        f"{n('selection')}='private' runs exactly {n('max_iter')} "
-        f"iterations (its stopping rule may not read the data); pass "
-        f"{n('max_iter')}=T.")
+        "selection='private' runs exactly max_iter iterations (its stopping "
+        "rule may not read the data); pass max_iter=T.")
   if epsilon is not None:
     if max_iter is None:
       raise ValueError(
-          f"a total {n('epsilon')} is split over the draws of "
-          f"{n('max_iter')} iterations; pass {n('max_iter')}=T, or give "
-          f"{n('selection_epsilon')} (ε per draw).")
-    # Named as epsilon_per_selection names it, where no name was given.
-    validation.check_epsilon(epsilon, n("epsilon") if prefix or names
-                             else "total_epsilon")
+          "a total epsilon is split over the draws of max_iter iterations; "
+          "pass max_iter=T, or give selection_epsilon (ε per draw).")
+    validation.check_epsilon(epsilon, "epsilon")
   else:
-    validation.check_epsilon(selection_epsilon, n("selection_epsilon"))
+    validation.check_epsilon(selection_epsilon, "selection_epsilon")
 
 
 def make_plan(*, sigma: float, selection_epsilon: float | None = None,
               epsilon: float | None = None, delta: float = DEFAULT_DELTA,
-              selection: str = "paper", max_iter: int | None = None,
+              selection: options.Selection = options.Selection.PAPER,
+              max_iter: int | None = None,
               relation: options.Relation | str = RELATION) -> DPWSSPlan:
   """Checks a DPWSS setting and fixes its transcript's public facts.
 
@@ -473,7 +462,8 @@ def make_plan(*, sigma: float, selection_epsilon: float | None = None,
     epsilon: the total target ε at ``delta`` (exactly one of the two).
     delta: δ of the composed guarantee (``"private"``), or at which the
       paper's claim is composed for comparison (``"paper"``).
-    selection: ``"paper"`` (:class:`wss.DPWSS`, the paper's algorithm) or
+    selection: a :class:`dpcore.options.Selection` (or its spelling):
+      ``"paper"`` (:class:`wss.DPWSS`, the paper's algorithm) or
       ``"private"`` (:class:`wss.PrivateWSS`).
     max_iter: T, the iteration cap and the pair record's length. Required
       by ``"private"``, which runs exactly T iterations; None for
@@ -499,7 +489,7 @@ def make_plan(*, sigma: float, selection_epsilon: float | None = None,
   ``delta``)-DP as the ledger composes it. The models :func:`release`
   returns are NOT differentially private in either mode.
   """
-  selection = check_selection(selection)
+  selection = options.parse(options.Selection, selection, "selection")
   relation = options.parse_relation(relation, "relation")
   if relation is not RELATION:
     raise ValueError(
@@ -517,7 +507,7 @@ def make_plan(*, sigma: float, selection_epsilon: float | None = None,
         epsilon, max_iter=max_iter, delta=delta, selection=selection)
   selection_epsilon = validation.check_epsilon(selection_epsilon,
                                                "selection_epsilon")
-  if selection == "paper":
+  if selection is options.Selection.PAPER:
     return DPWSSPlan(None, None, relation, selection, selection_epsilon,
                      sigma, 1.0 - sigma, max_iter,
                      epsilon_nominal=selection_epsilon, delta_nominal=delta)
@@ -563,9 +553,9 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
             eps: float = 1e-3, shrinking: bool = False, repeats: int = 1,
             dtype: str = "float64", precompute: bool | None = None,
             row_dtype: str = "float32", ordered_pairs: bool = True,
-            pair_flags: str = "auto", unroll: int | None = None,
-            repeat_chunk: int | None = None,
-            memory_budget: int | str | None = memory.AUTO) -> DPWSSRun:
+            pair_flags: options.PairFlags = options.PairFlags.AUTO,
+            unroll: int | None = None, repeat_chunk: int | None = None,
+            memory_budget: int | str | None = None) -> DPWSSRun:
   """Trains ``repeats`` C-SVCs with DPWSS, vmapped over split keys.
 
   Host side (the solver's loop is jitted; the repeats run in chunks sized
@@ -587,7 +577,8 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
     row_dtype: kernel-row precision (LIBSVM's float32 cache).
     ordered_pairs: the paper's ordered flag ``I[i][j]`` (default) or
       unordered pairs.
-    pair_flags: how used pairs are looked up (``wss.DPWSS.pair_flags``):
+    pair_flags: how used pairs are looked up (a
+      :class:`dpcore.options.PairFlags`, ``wss.DPWSS.pair_flags``):
       ``"auto"`` (:func:`resolve_pair_flags`), ``"bits"`` (l²/8 bytes per
       repeat, O(l) per iteration) or ``"scan"`` (O(max_iter) memory,
       O(iteration) per iteration).
@@ -597,8 +588,8 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
       largest chunk ``memory_budget`` allows; :func:`plan_repeats`). The
       runs are the same whatever the chunk.
     memory_budget: bytes the call may use, checked from shapes before
-      any work; "auto" (default): 3/4 of the memory available now
-      (:func:`dpcore.memory.resolve_budget`); None: unchecked.
+      any work; "auto": 3/4 of the memory available now
+      (:func:`dpcore.memory.resolve_budget`); None (default): no limit.
 
   Returns:
     A :class:`DPWSSRun`; exits are reported per model, never raised.
@@ -621,19 +612,20 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
                      f"{type(plan).__name__}.")
   repeats = validation.check_count(repeats, "repeats")
   options.parse(options.PairFlags, pair_flags, "pair_flags")
-  if plan.selection == "private" and shrinking:
+  if plan.selection is options.Selection.PRIVATE and shrinking:
     raise ValueError(
         "selection='private' scores every row; shrinking=True has no "
         "meaning there. Pass shrinking=False.")
   x, y = smo_train.check_svm_inputs(x, y, c=c, eps=eps)
-  num = x.shape[0]
+  num_examples = x.shape[0]
   max_iter = plan.max_iter
   if max_iter is None:
-    max_iter = pair_buffer_iterations(num)
+    max_iter = pair_buffer_iterations(num_examples)
   max_iter = validation.check_count(max_iter, "max_iter")
-  layout = plan_repeats(num, x.shape[1], repeats=repeats, max_iter=max_iter,
-                        precompute=precompute, pair_flags=pair_flags,
-                        dtype=dtype, row_dtype=row_dtype,
+  layout = plan_repeats(num_examples, x.shape[1], repeats=repeats,
+                        max_iter=max_iter, precompute=precompute,
+                        pair_flags=pair_flags, dtype=dtype,
+                        row_dtype=row_dtype,
                         memory_budget=memory.resolve_budget(memory_budget),
                         repeat_chunk=repeat_chunk)
   chunk = layout.chunk or repeats
@@ -642,7 +634,8 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
         x, y, kernel=kernel, c=c, eps=eps, max_iter=max_iter, dtype=dtype,
         precompute=layout.precompute, row_dtype=row_dtype,
         shrinking=shrinking, repeats=repeats, unroll=unroll)
-    rule_class = wss.PrivateWSS if plan.selection == "private" else wss.DPWSS
+    rule_class = (wss.PrivateWSS if plan.selection is options.Selection.PRIVATE
+                  else wss.DPWSS)
     rule = rule_class(buffer_rows=max_iter, ordered_pairs=ordered_pairs,
                       pair_flags=layout.pair_flags)
     params = smo.SolverParams(
@@ -663,39 +656,40 @@ def release(key: jax.Array, plan: DPWSSPlan, x, y, *,
   return DPWSSRun(models, pairs, plan)
 
 
-def epsilon_per_selection(total_epsilon: float, *, selections: int,
+def epsilon_per_selection(epsilon: float, *, selections: int,
                           delta: float = DEFAULT_DELTA,
                           tol: float = 1e-9) -> float:
-  """Largest ε per draw whose ``selections`` draws fit ``total_epsilon``.
+  """Largest ε per draw whose ``selections`` draws fit the total ``epsilon``.
 
   Bisection on the composed guarantee (min of basic and zCDP/RDP) of
   ``selections`` exponential-mechanism draws at ``delta``: the total
   budget split evenly. A calibration: it records nothing.
   """
-  total_epsilon = validation.check_epsilon(total_epsilon, "total_epsilon")
+  epsilon = validation.check_epsilon(epsilon, "epsilon")
   selections = validation.check_positive_int(selections, "selections")
   delta = validation.check_delta(delta)
 
   def spent(eps_each):
     return _composed_epsilon(eps_each, selections, delta, use_pld=False)
 
-  lo, hi = 0.0, total_epsilon  # k draws never cost less than one
-  if spent(hi) <= total_epsilon:
+  lo, hi = 0.0, epsilon  # k draws never cost less than one
+  if spent(hi) <= epsilon:
     return hi
   while hi - lo > tol * hi:
     mid = 0.5 * (lo + hi)
-    if spent(mid) <= total_epsilon:
+    if spent(mid) <= epsilon:
       lo = mid
     else:
       hi = mid
   return lo
 
 
-def epsilon_per_iteration(total_epsilon: float, *, max_iter: int,
+def epsilon_per_iteration(epsilon: float, *, max_iter: int,
                           delta: float = DEFAULT_DELTA,
-                          selection: str = "paper",
+                          selection: options.Selection = (
+                              options.Selection.PAPER),
                           tol: float = 1e-9) -> float:
-  """ε per draw so that ``max_iter`` iterations fit ``total_epsilon``.
+  """ε per draw so that ``max_iter`` iterations fit the total ``epsilon``.
 
   ``max_iter`` draws for ``"paper"`` (a nominal split: the paper's draws
   are not ε-DP, so the total is nominal too), 2·``max_iter`` for
@@ -705,7 +699,7 @@ def epsilon_per_iteration(total_epsilon: float, *, max_iter: int,
   """
   max_iter = validation.check_positive_int(max_iter, "max_iter")
   return epsilon_per_selection(
-      total_epsilon, selections=max_iter * selections_per_iteration(
+      epsilon, selections=max_iter * selections_per_iteration(
           selection), delta=delta, tol=tol)
 
 

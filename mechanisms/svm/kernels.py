@@ -7,10 +7,11 @@ The four kernels of LIBSVM (its ``-t`` option) with its parameter names:
 * ``rbf``:     K(u, v) = exp(−γ ‖u − v‖²)
 * ``sigmoid``: K(u, v) = tanh(γ u·v + coef0)
 
-γ defaults to 1 / num_features, as in LIBSVM. The solver never needs the
-l × l matrix: :func:`kernel_rows` evaluates a few rows against all training
-rows (O(k·l·d) work, O(k·l) memory); :func:`kernel_matrix` is for blocks
-that fit (prediction, or a precomputed Q for small l).
+γ defaults to 1/dim (dim: the number of features), as in LIBSVM. The
+solver never needs the l × l matrix: :func:`kernel_rows` evaluates a few
+rows against all training rows (O(k·l·d) work, O(k·l) memory);
+:func:`kernel_matrix` is for blocks that fit (prediction, or a precomputed
+Q for small l).
 
 The RBF distance is formed as ‖u‖² + ‖v‖² − 2u·v with the squared norms
 computed once, the way LIBSVM does, so that its rounding (and therefore its
@@ -59,19 +60,19 @@ __all__ = [
 ]
 
 
-
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
   """A kernel and its parameters (LIBSVM's ``-t``, ``-g``, ``-r``, ``-d``).
 
   Attributes:
-    kind: one of ``linear``, ``poly``, ``rbf``, ``sigmoid``.
-    gamma: γ (``poly``, ``rbf``, ``sigmoid``); ``None`` means 1/num_features,
+    kind: a :class:`dpcore.options.Kernel` (its spelling is accepted and
+      stored as the member).
+    gamma: γ (``poly``, ``rbf``, ``sigmoid``); ``None`` means 1/dim,
       resolved by :meth:`resolve`.
     coef0: additive constant of ``poly`` and ``sigmoid``.
     degree: exponent of ``poly``.
   """
-  kind: str = "rbf"
+  kind: options.Kernel = options.Kernel.RBF
   gamma: float | None = None
   coef0: float = 0.0
   degree: int = 3
@@ -79,38 +80,36 @@ class KernelSpec:
   def __post_init__(self):
     check_settings(self.kind, gamma=self.gamma, coef0=self.coef0,
                    degree=self.degree)
+    object.__setattr__(self, "kind", options.Kernel(self.kind))
 
-  def resolve(self, num_features: int) -> KernelSpec:
-    """This spec with γ filled in (1/num_features when unset)."""
+  def resolve(self, dim: int) -> KernelSpec:
+    """This spec with γ filled in (1/dim when unset; dim: the features)."""
     if self.gamma is not None:
       return self
-    validation.check_positive_int(num_features, "num_features")
-    return dataclasses.replace(self, gamma=1.0 / num_features)
+    validation.check_positive_int(dim, "dim")
+    return dataclasses.replace(self, gamma=1.0 / dim)
 
 
-def check_settings(kind: str, *, gamma=None, coef0=0.0, degree=3,
-                   prefix: str = "") -> None:
-  """A kernel's settings checked; one-line ValueErrors.
+def check_settings(kind, *, gamma=None, coef0=0.0, degree=3) -> None:
+  """A kernel's settings checked; one-line ValueErrors naming them.
 
   Args:
     kind: a :class:`dpcore.options.Kernel` (or its spelling).
-    gamma: γ > 0, or None (1/num_features, see :meth:`KernelSpec.resolve`).
+    gamma: γ > 0, or None (1/dim, see :meth:`KernelSpec.resolve`).
     coef0: a finite number.
     degree: an integer ≥ 1.
-    prefix: put before each argument's name in the messages (a launch
-      script passes ``"--"`` so they name its flags).
 
   Raises:
-    ValueError: the first bad setting, named.
+    ValueError: the first bad setting, named (``kernel``, ``gamma``,
+      ``coef0``, ``degree``).
   """
-  options.parse(options.Kernel, kind, f"{prefix}kernel")
+  options.parse(options.Kernel, kind, "kernel")
   if gamma is not None:
-    validation.check_positive(gamma, f"{prefix}gamma")
-  validation.check_positive_int(degree, f"{prefix}degree")
+    validation.check_positive(gamma, "gamma")
+  validation.check_positive_int(degree, "degree")
   if (isinstance(coef0, bool) or not isinstance(coef0, (int, float))
       or not math.isfinite(coef0)):
-    raise ValueError(f"{prefix}coef0 must be a finite number, got "
-                     f"{coef0!r}.")
+    raise ValueError(f"coef0 must be a finite number, got {coef0!r}.")
 
 
 def squared_norms(x: jax.Array) -> jax.Array:
@@ -119,11 +118,11 @@ def squared_norms(x: jax.Array) -> jax.Array:
 
 
 def _from_dots(spec: KernelSpec, dots, sq_a, sq_b):
-  if spec.kind == "linear":
+  if spec.kind is options.Kernel.LINEAR:
     return dots
-  if spec.kind == "poly":
+  if spec.kind is options.Kernel.POLY:
     return (spec.gamma * dots + spec.coef0) ** spec.degree
-  if spec.kind == "sigmoid":
+  if spec.kind is options.Kernel.SIGMOID:
     return jnp.tanh(spec.gamma * dots + spec.coef0)
   dist = sq_a[:, None] + sq_b[None, :] - 2.0 * dots
   return jnp.exp(-spec.gamma * dist)
@@ -144,7 +143,7 @@ def kernel_matrix(spec: KernelSpec, xa: jax.Array, xb: jax.Array, *,
   Returns:
     The (m, n) kernel block, in the dtype of the inputs.
   """
-  if spec.gamma is None and spec.kind != "linear":
+  if spec.gamma is None and spec.kind is not options.Kernel.LINEAR:
     raise ValueError("kernel gamma is unset; call spec.resolve(d) first.")
   if jnp.ndim(xa) != 2 or jnp.ndim(xb) != 2 or (
       jnp.shape(xa)[1] != jnp.shape(xb)[1]):
@@ -152,7 +151,7 @@ def kernel_matrix(spec: KernelSpec, xa: jax.Array, xb: jax.Array, *,
         f"xa and xb must be 2-D with the same number of features, got "
         f"shapes {jnp.shape(xa)} and {jnp.shape(xb)}.")
   dots = xa @ xb.T
-  if spec.kind == "rbf":
+  if spec.kind is options.Kernel.RBF:
     sq_a = squared_norms(xa) if sq_a is None else sq_a
     sq_b = squared_norms(xb) if sq_b is None else sq_b
   return _from_dots(spec, dots, sq_a, sq_b)
@@ -235,11 +234,11 @@ def kernel_diagonal(spec: KernelSpec, x: jax.Array, *,
   :func:`squared_norms` of ``x``).
   """
   sq = squared_norms(x) if sq is None else sq
-  if spec.kind == "linear":
+  if spec.kind is options.Kernel.LINEAR:
     return sq
-  if spec.kind == "poly":
+  if spec.kind is options.Kernel.POLY:
     return (spec.gamma * sq + spec.coef0) ** spec.degree
-  if spec.kind == "sigmoid":
+  if spec.kind is options.Kernel.SIGMOID:
     return jnp.tanh(spec.gamma * sq + spec.coef0)
   return jnp.ones_like(sq)
 

@@ -56,8 +56,7 @@ costs nothing. The released model is (ω, b, w, bias); see each learner
 for its relation, sensitivity and guarantee.
 
 >>> import jax, numpy as np
->>> fmap = make_feature_map(jax.random.key(0), input_dim=2,
-...                         num_features=512)
+>>> fmap = make_feature_map(jax.random.key(0), dim=2, num_features=512)
 >>> fmap.gamma  # LIBSVM's default 1/d
 0.5
 >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
@@ -100,22 +99,27 @@ FEATURE_BOUND = math.sqrt(2.0)  # ‖φ(x)‖ ≤ √2 for every x
 # -- the public feature map ----------------------------------------------------
 
 
-def _key_fingerprint(key) -> tuple[int, ...]:
+def _key_fingerprint(key) -> np.ndarray:
   """The key's raw words, to recognise the same key passed twice."""
   if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
     key = jax.random.key_data(key)
-  return tuple(int(v) for v in np.asarray(key).ravel())
+  return np.asarray(key, np.uint32).ravel()
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["omega", "offset", "gamma", "key_fingerprint"],
+    meta_fields=[])
 @dataclasses.dataclass(frozen=True, eq=False)
 class FeatureMap:
   """The public random Fourier features of the RBF kernel (see module doc).
 
-  A pytree: ``omega`` and ``offset`` are its leaves, the rest is static,
-  so it can be passed into jitted and vmapped functions.
+  A pytree whose leaves are all its fields (the shapes d and D are the
+  arrays'), so one compiled learner serves every map of the same shape:
+  every seed's feature key, every γ.
 
   Attributes:
-    omega: (d, D) frequencies, each column ~ N(0, 2γI).
+    omega: (dim, D) frequencies, each column ~ N(0, 2γI).
     offset: (D,) phases b ~ U[0, 2π).
     gamma: γ of k(x, x′) = exp(−γ‖x − x′‖²).
     key_fingerprint: the raw words of the key the draws came from (so a
@@ -124,35 +128,32 @@ class FeatureMap:
   omega: jax.Array
   offset: jax.Array
   gamma: float
-  key_fingerprint: tuple[int, ...]
+  key_fingerprint: np.ndarray
 
   @property
-  def input_dim(self) -> int:
+  def dim(self) -> int:
+    """d, the number of input features."""
     return int(self.omega.shape[0])
 
   @property
   def num_features(self) -> int:
+    """D, the number of random features."""
     return int(self.omega.shape[1])
 
   def __call__(self, x) -> jax.Array:
     return features(self, x)
 
 
-jax.tree_util.register_dataclass(
-    FeatureMap, data_fields=["omega", "offset"],
-    meta_fields=["gamma", "key_fingerprint"])
-
-
-def resolve_gamma(gamma, input_dim: int) -> float:
+def resolve_gamma(gamma, dim: int) -> float:
   """γ as given (a finite number > 0), or LIBSVM's 1/d for None.
 
   Raises:
     ValueError: γ is not a positive finite number (a string such as
       scikit-learn's ``"scale"``, which reads the data, included).
   """
-  input_dim = validation.check_positive_int(input_dim, "input_dim")
+  dim = validation.check_positive_int(dim, "dim")
   if gamma is None:
-    return 1.0 / input_dim
+    return 1.0 / dim
   if isinstance(gamma, str):
     raise ValueError(
         f"gamma={gamma!r}: γ must be a number fixed without the data "
@@ -161,14 +162,14 @@ def resolve_gamma(gamma, input_dim: int) -> float:
   return validation.check_positive(gamma, "gamma")
 
 
-def make_feature_map(key: jax.Array, *, input_dim: int, num_features: int,
+def make_feature_map(key: jax.Array, *, dim: int, num_features: int,
                      gamma: float | None = None) -> FeatureMap:
-  """Draws the public feature map (ω, b) for inputs of ``input_dim``.
+  """Draws the public feature map (ω, b) for inputs of ``dim`` features.
 
   Args:
     key: a PUBLIC PRNG key, independent of the data (e.g. from a public
       seed); it is used for the map alone — never pass it to a learner.
-    input_dim: d, the number of input columns.
+    dim: d, the number of input columns.
     num_features: D, the number of random features.
     gamma: γ > 0, or None for LIBSVM's default 1/d (data-independent).
 
@@ -179,12 +180,12 @@ def make_feature_map(key: jax.Array, *, input_dim: int, num_features: int,
   only, so it may be published.
   """
   validation.check_key(key)
-  input_dim = validation.check_positive_int(input_dim, "input_dim")
+  dim = validation.check_positive_int(dim, "dim")
   num_features = validation.check_positive_int(num_features, "num_features")
-  gamma = resolve_gamma(gamma, input_dim)
+  gamma = resolve_gamma(gamma, dim)
   k_omega, k_offset = jax.random.split(key)
   omega = math.sqrt(2.0 * gamma) * jax.random.normal(
-      k_omega, (input_dim, num_features), jnp.float32)
+      k_omega, (dim, num_features), jnp.float32)
   offset = jax.random.uniform(k_offset, (num_features,), jnp.float32,
                               minval=0.0, maxval=2.0 * math.pi)
   return FeatureMap(omega, offset, gamma, _key_fingerprint(key))
@@ -208,10 +209,10 @@ def features(feature_map: FeatureMap, x) -> jax.Array:
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     x = x.astype(jnp.float32)
-  if x.ndim not in (1, 2) or x.shape[-1] != feature_map.input_dim:
+  if x.ndim not in (1, 2) or x.shape[-1] != feature_map.dim:
     raise ValueError(
-        f"x must be (n, {feature_map.input_dim}) rows for this feature map "
-        f"(d = {feature_map.input_dim}), got shape {x.shape}.")
+        f"x must be (n, {feature_map.dim}) rows for this feature map "
+        f"(dim = {feature_map.dim}), got shape {x.shape}.")
   omega = feature_map.omega.astype(x.dtype)
   z = x @ omega + feature_map.offset.astype(x.dtype)
   finite = jnp.isfinite(z)
@@ -252,12 +253,12 @@ class RandomFeatureModel:
     phi = np.asarray(features(self.feature_map, np.asarray(x, np.float32)),
                      np.float64)
     out = phi @ self.weights + self.bias
-    return out if self.loss == "softmax" else out[:, 0]
+    return out if self.loss == options.RFFLoss.SOFTMAX else out[:, 0]
 
   def predict(self, x) -> np.ndarray:
     """±1 labels (binary) or class indices 0..K−1 (softmax)."""
     scores = self.decision_function(x)
-    if self.loss == "softmax":
+    if self.loss == options.RFFLoss.SOFTMAX:
       return np.argmax(scores, axis=1)
     return np.where(scores > 0, 1, -1)
 
@@ -276,11 +277,10 @@ def _check_data(feature_map, x, y, *, loss, num_classes, rows=None,
     raise ValueError(f"feature_map must come from make_feature_map, got "
                      f"{type(feature_map).__name__}.")
   x = validation.check_matrix(x, "x")
-  if x.shape[1] != feature_map.input_dim:
+  if x.shape[1] != feature_map.dim:
     raise ValueError(
         f"x has {x.shape[1]} columns but the feature map was drawn for "
-        f"input_dim={feature_map.input_dim}; draw the map for this data's "
-        f"width.")
+        f"dim={feature_map.dim}; draw the map for this data's width.")
   if rows is not None and x.shape[0] != rows:
     raise ValueError(
         f"x has {x.shape[0]} rows but the plan was made for "
@@ -299,7 +299,8 @@ def _check_data(feature_map, x, y, *, loss, num_classes, rows=None,
 
 
 def _check_keys_differ(key, feature_map, name="key"):
-  if _key_fingerprint(key) == feature_map.key_fingerprint:
+  if np.array_equal(_key_fingerprint(key),
+                    np.asarray(feature_map.key_fingerprint)):
     raise ValueError(
         f"{name} is the feature map's own key: the learner's noise would "
         f"be a function of the public (ω, b). Derive distinct keys, e.g. "
@@ -321,28 +322,49 @@ def _check_relation(relation, expected: options.Relation,
   return relation
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["epsilon", "target_epsilon", "delta", "dpsgd"],
+    meta_fields=["relation", "loss", "num_classes", "learning_rate",
+                 "weight_decay"])
 @dataclasses.dataclass(frozen=True)
 class RFFDPSGDPlan:
-  """The public facts of one DP-SGD fit on random features (hashable).
+  """The public facts of one DP-SGD fit on random features.
+
+  A pytree (as :class:`dpcore.trainer.DPSGDPlan`, which it holds): the
+  numbers that follow the budget — ε, the target ε, δ, and the steps' σ
+  and C — are leaves, so a plan passed to the jitted
+  :func:`release_dpsgd` is an argument, not a constant, and one compiled
+  program serves every ε. The rest is static: the steps' counts and
+  shapes (N, q, T, B, the sampler, which the Poisson batch needs as
+  concrete numbers), the loss, K, λ (whether the optimiser decays at all
+  is the program's structure) and the learning rate (a constant that XLA
+  folds with the divisor qN: traced, the fits would move by an ulp from
+  the figures recorded with it constant).
 
   Attributes:
-    epsilon: the target ε σ was calibrated for (the ledger's ε at
-      ``delta`` is at most this, the padding's truncation aside).
-    delta: δ of the target.
+    epsilon: the guarantee: the ε at ``delta`` that a ledger holding
+      :meth:`record`'s entries reports (the T steps, the padding's
+      truncation and the sampler's departure); at most ``target_epsilon``
+      when σ was calibrated.
+    target_epsilon: the budget ε σ was calibrated for; None when σ was
+      given directly (``noise_multiplier=``).
+    delta: δ of the guarantee (and of the calibration).
     relation: add/remove one row (:data:`dpcore.trainer.RELATION`).
     dpsgd: the :class:`dpcore.trainer.DPSGDPlan` of the steps (N, q, T,
       C, σ, B, the sampler).
-    loss: ``"huber_hinge"``, ``"logistic"`` or ``"softmax"``.
+    loss: a :class:`dpcore.options.RFFLoss`.
     num_classes: K (2 for the binary losses, which output one score).
     learning_rate: SGD step size.
     weight_decay: λ of the decoupled decay λ·w per step (post-processing
       of the noisy gradient; 0 for none).
   """
   epsilon: float
+  target_epsilon: float | None
   delta: float
   relation: options.Relation
   dpsgd: trainer.DPSGDPlan
-  loss: str
+  loss: options.RFFLoss
   num_classes: int
   learning_rate: float
   weight_decay: float
@@ -388,47 +410,50 @@ class RFFDPSGDPlan:
                         sampler_label="rff_dpsgd_sampler")
 
 
-def check_loss(loss, num_classes) -> tuple[str, int]:
+def check_loss(loss, num_classes) -> tuple[options.RFFLoss, int]:
   """(loss, K) checked: a binary loss needs K = 2, softmax K ≥ 2."""
-  options.parse(options.RFFLoss, loss, "loss")
+  loss = options.parse(options.RFFLoss, loss, "loss")
   num_classes = validation.check_positive_int(num_classes, "num_classes")
   if loss in _BINARY and num_classes != 2:
     raise ValueError(
-        f"loss={loss!r} is binary (labels ±1) but num_classes="
+        f"loss={loss.value!r} is binary (labels ±1) but num_classes="
         f"{num_classes}; use loss='softmax' for {num_classes} classes.")
   if num_classes < 2:
     raise ValueError(f"num_classes must be ≥ 2, got {num_classes}.")
   return loss, num_classes
 
 
-def make_dpsgd_plan(num_examples: int, *, epsilon: float, delta: float,
-                    sampling_rate: float, epochs: float,
+def make_dpsgd_plan(num_examples: int, *, epsilon: float | None = None,
+                    delta: float, sampling_rate: float, epochs: float,
                     learning_rate: float, clip_norm: float = 1.0,
-                    loss: str = "huber_hinge", num_classes: int = 2,
-                    weight_decay: float = 0.0,
+                    loss: options.RFFLoss = options.RFFLoss.HUBER_HINGE,
+                    num_classes: int = 2, weight_decay: float = 0.0,
+                    noise_multiplier: float | None = None,
                     relation: options.Relation | str = trainer.RELATION
                     ) -> RFFDPSGDPlan:
   """Fixes a DP-SGD fit's public settings and calibrates σ to (ε, δ).
 
-  Host side. σ is the smallest noise multiplier for which T = E/q Poisson-
-  subsampled Gaussian steps are (ε, δ)-DP under the RDP accountant
-  (:func:`dpcore.accounting.calibrate_dpsgd_noise`); the steps' plan is
-  :func:`dpcore.trainer.make_plan` with that σ, so the steps accounted are
-  the steps run.
+  Host side. The steps' plan is :func:`dpcore.trainer.make_plan`: σ is
+  the smallest noise multiplier for which T = E/q Poisson-subsampled
+  Gaussian steps are (ε, δ)-DP under the RDP accountant (or σ as given),
+  so the steps accounted are the steps run; the plan's ``epsilon`` is
+  then what the ledger reports for them at δ.
 
   Args:
     num_examples: N, rows of the training data (public, as for
       :mod:`dpcore.trainer`: it fixes q·N, the divisor of the noisy sum).
-    epsilon: the target ε.
-    delta: the target δ.
+    epsilon: the budget ε to meet (σ calibrated for it); or
+    delta: δ of the guarantee (and of the calibration).
     sampling_rate: q.
     epochs: E.
     learning_rate: SGD step size (> 0).
     clip_norm: C, the bound on each example's gradient.
-    loss: ``"huber_hinge"`` (h = 0.5) or ``"logistic"`` for labels ±1,
-      ``"softmax"`` for labels 0..K−1.
+    loss: a :class:`dpcore.options.RFFLoss`: ``"huber_hinge"`` (h = 0.5)
+      or ``"logistic"`` for labels ±1, ``"softmax"`` for labels 0..K−1.
     num_classes: K.
     weight_decay: λ ≥ 0 (decoupled, applied by the optimiser).
+    noise_multiplier: σ given directly (exactly one of it and
+      ``epsilon``).
     relation: add/remove, the only relation DP-SGD's subsampling is
       proven for.
 
@@ -442,20 +467,19 @@ def make_dpsgd_plan(num_examples: int, *, epsilon: float, delta: float,
   fit.
   """
   loss, num_classes = check_loss(loss, num_classes)
-  epsilon = validation.check_epsilon(epsilon)
-  delta = validation.check_delta(delta)
   learning_rate = validation.check_positive(learning_rate, "learning_rate")
   weight_decay = validation.check_non_negative(weight_decay, "weight_decay")
   validation.check_positive(epochs, "epochs")
   relation = _check_relation(relation, trainer.RELATION, "DP-SGD")
-  sigma = accounting.calibrate_dpsgd_noise(
-      epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
-      epochs=epochs)
+  delta = validation.check_delta(delta)
   steps = trainer.make_plan(num_examples, sampling_rate=sampling_rate,
-                            clip_norm=clip_norm, noise_multiplier=sigma,
-                            epochs=epochs)
-  return RFFDPSGDPlan(epsilon, delta, relation, steps, loss, num_classes,
-                      learning_rate, weight_decay)
+                            clip_norm=clip_norm, epochs=epochs,
+                            noise_multiplier=noise_multiplier,
+                            epsilon=epsilon, delta=delta)
+  # The steps' guarantee is the fit's: record() enters exactly their
+  # entries (under this learner's labels).
+  return RFFDPSGDPlan(steps.epsilon, steps.target_epsilon, delta, relation,
+                      steps, loss, num_classes, learning_rate, weight_decay)
 
 
 def huber_hinge(z: jax.Array, h: float = HUBER_H) -> jax.Array:
@@ -469,7 +493,7 @@ def _binary_loss(kind):
   def fn(layers, example):
     phi, y = example
     margin = y * layers.dense("out", phi)[0]
-    if kind == "huber_hinge":
+    if kind is options.RFFLoss.HUBER_HINGE:
       return huber_hinge(margin)
     return jax.nn.softplus(-margin)
   return fn
@@ -482,10 +506,11 @@ def _softmax_loss(layers, example):
       logits, y.astype(jnp.int32))
 
 
-def layered_loss(loss: str) -> ghost.LayeredLoss:
+def layered_loss(loss) -> ghost.LayeredLoss:
   """The per-example loss on (φ, y) as a :mod:`dpcore.ghost` layered loss."""
-  options.parse(options.RFFLoss, loss, "loss")
-  fn = _softmax_loss if loss == "softmax" else _binary_loss(loss)
+  loss = options.parse(options.RFFLoss, loss, "loss")
+  fn = (_softmax_loss if loss is options.RFFLoss.SOFTMAX
+        else _binary_loss(loss))
   return ghost.layered(fn)
 
 
@@ -496,7 +521,7 @@ def initial_params(plan: RFFDPSGDPlan, num_features: int) -> dict:
                   "b": jnp.zeros((plan.outputs,), jnp.float32)}}
 
 
-@functools.partial(jax.jit, static_argnames=("plan",))
+@jax.jit
 def release_dpsgd(key: jax.Array, plan: RFFDPSGDPlan,
                   feature_map: FeatureMap, x: jax.Array, y: jax.Array
                   ) -> dict:
@@ -504,7 +529,9 @@ def release_dpsgd(key: jax.Array, plan: RFFDPSGDPlan,
 
   Pure and jittable (vmap over ``key`` for repeats); checks shapes only —
   :func:`fit_dpsgd` is the checked entry point. φ is computed here, inside
-  the mechanism, so its bound cannot be bypassed by the caller.
+  the mechanism, so its bound cannot be bypassed by the caller. The plan
+  and the map are arguments (pytrees of their numbers): one compilation
+  per data shape serves every ε, σ, feature key and γ.
 
   Args:
     key: PRNG key of the run (batches and noise).
@@ -587,7 +614,10 @@ class RFFOutputPerturbationPlan:
   """The public facts of one output-perturbation release on φ/√2.
 
   Attributes:
-    epsilon: ε of the release (pure DP).
+    epsilon: the guarantee: the pure ε that a ledger holding
+      :meth:`record`'s entry reports (the target itself: the noise scale
+      is calibrated exactly).
+    target_epsilon: the budget ε the noise scale was calibrated for.
     delta: 0 (pure DP).
     relation: replace one row, n public
       (:data:`mechanisms.erm.output_perturbation.RELATION`).
@@ -599,6 +629,7 @@ class RFFOutputPerturbationPlan:
     max_epochs: the dual solver's epoch cap.
   """
   epsilon: float
+  target_epsilon: float
   delta: float
   relation: options.Relation
   linear: output_perturbation.OutputPerturbationPlan
@@ -639,7 +670,7 @@ def make_output_perturbation_plan(
 
   Args:
     c: C > 0 of the C-SVC on φ/√2.
-    epsilon: ε of the release.
+    epsilon: the budget ε of the release (the noise scale 2C/ε).
     tol: the solver's tolerance (the guarantee assumes the exact
       minimiser; ``tol`` bounds the deviation).
     max_epochs: the solver's epoch cap.
@@ -661,8 +692,11 @@ def make_output_perturbation_plan(
   relation = _check_relation(relation, output_perturbation.RELATION,
                              "output perturbation")
   linear = output_perturbation.make_plan(epsilon=epsilon, c=c)
-  return RFFOutputPerturbationPlan(linear.epsilon, linear.delta, relation,
+  plan = RFFOutputPerturbationPlan(None, epsilon, linear.delta, relation,
                                    linear, tol, max_epochs)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  return dataclasses.replace(plan, epsilon=ledger.guarantee().epsilon)
 
 
 def unit_features(feature_map: FeatureMap, x) -> np.ndarray:
@@ -685,8 +719,8 @@ def exact_weights(plan: RFFOutputPerturbationPlan, feature_map: FeatureMap,
   For diagnostics and audits: :func:`release_output_perturbation` is
   this plus noise.
   """
-  x, y = _check_data(feature_map, x, y, loss="huber_hinge", num_classes=2,
-                     both_classes=False)
+  x, y = _check_data(feature_map, x, y, loss=options.RFFLoss.HUBER_HINGE,
+                     num_classes=2, both_classes=False)
   w_aug, _, _ = output_perturbation.fit_linear(
       unit_features(feature_map, x), y, c=plan.c, tol=plan.tol,
       max_epochs=plan.max_epochs)
@@ -729,7 +763,8 @@ def release_output_perturbation(key: jax.Array,
     raise ValueError(f"plan must come from make_output_perturbation_plan, "
                      f"got {type(plan).__name__}.")
   _check_keys_differ(key, feature_map)
-  x, y = _check_data(feature_map, x, y, loss="huber_hinge", num_classes=2)
+  x, y = _check_data(feature_map, x, y, loss=options.RFFLoss.HUBER_HINGE,
+                     num_classes=2)
   linear = output_perturbation.release(
       key, plan.linear, unit_features(feature_map, x), y, tol=plan.tol,
       max_epochs=plan.max_epochs)

@@ -231,14 +231,15 @@ def row_cache_dtype(dtype: str, row_dtype: str) -> str:
   return min(str(dtype), str(row_dtype), key=lambda d: np.dtype(d).itemsize)
 
 
-def default_row_cache(num: int, *, dtype: str, row_dtype: str) -> int:
+def default_row_cache(num_examples: int, *, dtype: str,
+                      row_dtype: str) -> int:
   """Rows of the automatic cache: min(l, ROW_CACHE_SLOTS, ROW_CACHE_BYTES).
 
   ``dtype`` and ``row_dtype`` are the solver's and the rows' precision
   (the cache holds rows in the narrower one).
   """
-  row = num * np.dtype(row_cache_dtype(dtype, row_dtype)).itemsize
-  return min(num, ROW_CACHE_SLOTS, ROW_CACHE_BYTES // max(row, 1))
+  row = num_examples * np.dtype(row_cache_dtype(dtype, row_dtype)).itemsize
+  return min(num_examples, ROW_CACHE_SLOTS, ROW_CACHE_BYTES // max(row, 1))
 
 
 def _cache_rows(problem: Problem, config: SolverConfig, axis_name) -> int:
@@ -564,9 +565,9 @@ def _unrolled(step, times: int):
   return body
 
 
-def default_max_iter(num: int) -> int:
+def default_max_iter(num_examples: int) -> int:
   """LIBSVM's cap: max(10⁷, 100·l)."""
-  return max(10_000_000, 100 * num)
+  return max(10_000_000, 100 * num_examples)
 
 
 def exit_reason(code) -> str:

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import memory, validation
+from dpcore import memory, options, validation
 from mechanisms.svm import kernels, smo, wss
 
 __all__ = [
@@ -54,7 +54,7 @@ UNROLL_ACCELERATOR = 4  # SMO iterations per loop trip on a GPU/TPU
 # Rows by nonzero features (automatic, CPU): when a row has on average at
 # most this many nonzeros, or at most a third of the features.
 SPARSE_FEW_FEATURES = 32
-RBF = kernels.KernelSpec("rbf")  # LIBSVM's default kernel, γ = 1/d
+RBF = kernels.KernelSpec(options.Kernel.RBF)  # LIBSVM's default, γ = 1/d
 
 
 def check_svm_inputs(x, y, *, c, eps) -> tuple[np.ndarray, np.ndarray]:
@@ -65,9 +65,7 @@ def check_svm_inputs(x, y, *, c, eps) -> tuple[np.ndarray, np.ndarray]:
   return x, y
 
 
-def check_solver_settings(*, c, eps, max_iter=None, dtype="float64",
-                          prefix: str = "",
-                          names: dict[str, str] | None = None) -> None:
+def check_solver_settings(*, c, eps, max_iter=None, dtype="float64") -> None:
   """Checks the C-SVC solver's settings that need no data.
 
   Args:
@@ -75,28 +73,21 @@ def check_solver_settings(*, c, eps, max_iter=None, dtype="float64",
     eps: the stopping tolerance, > 0.
     max_iter: None (the solver's default) or an integer ≥ 1.
     dtype: ``"float32"`` or ``"float64"``.
-    prefix: what the messages put before each setting's name: ``"--"``
-      when the settings came from command-line flags.
-    names: the shown name of a setting spelt otherwise where it was given
-      (e.g. ``{"eps": "eps_stop"}``).
 
   Raises:
-    ValueError: one line naming the setting and the fix.
+    ValueError: one line naming the setting (``c``, ``eps``, ``max_iter``,
+      ``dtype``) and the fix.
   """
-  given = dict(names or {})
-
-  def n(field):
-    return prefix + given.get(field, field)
-  validation.check_positive(c, n("c"))
-  validation.check_positive(eps, n("eps"))
+  validation.check_positive(c, "c")
+  validation.check_positive(eps, "eps")
   if max_iter is not None:
-    validation.check_positive_int(max_iter, n("max_iter"))
+    validation.check_positive_int(max_iter, "max_iter")
   if dtype not in ("float32", "float64"):
-    raise ValueError(f"{n('dtype')} must be 'float32' or 'float64', got "
+    raise ValueError(f"dtype must be 'float32' or 'float64', got "
                      f"{dtype!r}.")
 
 
-def resolve_precompute(precompute, num: int, *, repeats: int = 1,
+def resolve_precompute(precompute, num_examples: int, *, repeats: int = 1,
                        row_dtype: str = "float32",
                        backend: str | None = None) -> bool:
   """Whether to cache Q: forced by ``precompute``, else automatic.
@@ -114,15 +105,15 @@ def resolve_precompute(precompute, num: int, *, repeats: int = 1,
   """
   if precompute is not None:
     return bool(precompute)
-  if num <= PRECOMPUTE_SMALL:
+  if num_examples <= PRECOMPUTE_SMALL:
     return True
-  q_bytes = num * num * np.dtype(row_dtype).itemsize
+  q_bytes = num_examples * num_examples * np.dtype(row_dtype).itemsize
   if (backend or jax.default_backend()) != "cpu":
     return q_bytes <= PRECOMPUTE_MAX_BYTES_ACCELERATOR
   return q_bytes <= PRECOMPUTE_MAX_BYTES and repeats > 1
 
 
-def fixed_bytes(num: int, dim: int, *, dtype: str, row_dtype: str,
+def fixed_bytes(num_examples: int, dim: int, *, dtype: str, row_dtype: str,
                 precompute: bool, sparse_width: int = 0) -> int:
   """Upper estimate of the bytes a solver call holds whatever its runs.
 
@@ -133,15 +124,15 @@ def fixed_bytes(num: int, dim: int, *, dtype: str, row_dtype: str,
   :func:`kernels.sparse_width`) X transposed and l × p features and values.
   """
   size = np.dtype(dtype).itemsize
-  total = num * dim * (8 + size) + 16 * num * size
+  total = num_examples * dim * (8 + size) + 16 * num_examples * size
   if precompute:
-    total += num * num * (np.dtype(row_dtype).itemsize + size)
+    total += num_examples**2 * (np.dtype(row_dtype).itemsize + size)
   if sparse_width:
-    total += num * dim * size + num * sparse_width * (4 + size)
+    total += num_examples * (dim * size + sparse_width * (4 + size))
   return total
 
 
-def run_bytes(num: int, *, dtype: str, pair_bits: bool = False,
+def run_bytes(num_examples: int, *, dtype: str, pair_bits: bool = False,
               record_rows: int = 0, cache_rows: int = 0,
               row_dtype: str = "float32") -> int:
   """Upper estimate of the bytes each run of a call adds (its loop state).
@@ -154,22 +145,24 @@ def run_bytes(num: int, *, dtype: str, pair_bits: bool = False,
   counted twice: the loop's input and output buffers.
   """
   size = np.dtype(dtype).itemsize
-  total = 8 * num * size
+  total = 8 * num_examples * size
   if pair_bits:
-    total += wss.bitset_bytes(num)
+    total += wss.bitset_bytes(num_examples)
   total += record_rows * 8
-  total += cache_rows * _cache_row_bytes(num, dtype=dtype,
+  total += cache_rows * _cache_row_bytes(num_examples, dtype=dtype,
                                          row_dtype=row_dtype)
   return 2 * total
 
 
-def _cache_row_bytes(num: int, *, dtype: str, row_dtype: str) -> int:
+def _cache_row_bytes(num_examples: int, *, dtype: str, row_dtype: str) -> int:
   """Bytes of one cached row: l values, a tag and a stamp."""
-  return num * np.dtype(smo.row_cache_dtype(dtype, row_dtype)).itemsize + 8
+  row = np.dtype(smo.row_cache_dtype(dtype, row_dtype))
+  return num_examples * row.itemsize + 8
 
 
-def resolve_row_cache(row_cache, num: int, *, dtype: str, row_dtype: str,
-                      precompute: bool, memory_budget: int | None = None,
+def resolve_row_cache(row_cache, num_examples: int, *, dtype: str,
+                      row_dtype: str, precompute: bool,
+                      memory_budget: int | None = None,
                       other_bytes: int = 0) -> int:
   """Rows the single-run row cache keeps (``smo.SolverConfig.row_cache``).
 
@@ -191,28 +184,30 @@ def resolve_row_cache(row_cache, num: int, *, dtype: str, row_dtype: str,
         f"kept; 0: no cache), got {row_cache!r}.")
   if precompute:
     return 0
-  rows = smo.default_row_cache(num, dtype=dtype, row_dtype=row_dtype) if (
-      row_cache is None) else min(int(row_cache), num)
+  rows = smo.default_row_cache(
+      num_examples, dtype=dtype, row_dtype=row_dtype) if (
+          row_cache is None) else min(int(row_cache), num_examples)
   if memory_budget is None:
     return rows
-  each = 2 * _cache_row_bytes(num, dtype=dtype, row_dtype=row_dtype)
+  each = 2 * _cache_row_bytes(num_examples, dtype=dtype, row_dtype=row_dtype)
   room = max(0, memory_budget - other_bytes)
   if rows * each <= room:
     return rows
   if row_cache is None:
     return room // each
   raise memory.MemoryBudgetError(
-      f"the SMO solver on {num} rows with a row cache of {rows} rows needs "
-      f"an estimated {memory.size_text(other_bytes + rows * each)}, above the "
+      f"the SMO solver on {num_examples} rows with a row cache of {rows} "
+      f"rows needs an estimated "
+      f"{memory.size_text(other_bytes + rows * each)}, above the "
       f"memory budget of {memory.size_text(memory_budget)}; pass a smaller "
       f"row_cache (0: no cache) or a larger memory_budget.")
 
 
-def resolve_precompute_in_budget(precompute, num: int, dim: int, *,
+def resolve_precompute_in_budget(precompute, num_examples: int, dim: int, *,
                                  dtype: str, row_dtype: str,
                                  memory_budget: int | None,
-                                 repeats: int = 1, run_extra: int = 0,
-                                 fix: str = "memory_budget") -> bool:
+                                 repeats: int = 1, run_extra: int = 0
+                                 ) -> bool:
   """:func:`resolve_precompute`, then checked against ``memory_budget``.
 
   Automatic caching is dropped (rows on demand) when the cached Q and one
@@ -222,22 +217,22 @@ def resolve_precompute_in_budget(precompute, num: int, dim: int, *,
   Raises:
     dpcore.memory.MemoryBudgetError: ``precompute=True`` does not fit.
   """
-  chosen = resolve_precompute(precompute, num, repeats=repeats,
+  chosen = resolve_precompute(precompute, num_examples, repeats=repeats,
                               row_dtype=row_dtype)
   if not chosen or memory_budget is None:
     return chosen
-  need = fixed_bytes(num, dim, dtype=dtype, row_dtype=row_dtype,
-                     precompute=True) + run_bytes(num, dtype=dtype) + (
-                         run_extra)
+  need = fixed_bytes(num_examples, dim, dtype=dtype, row_dtype=row_dtype,
+                     precompute=True) + run_bytes(
+                         num_examples, dtype=dtype) + run_extra
   if need <= memory_budget:
     return True
   if precompute is None:
     return False
   raise memory.MemoryBudgetError(
-      f"the SMO's precomputed kernel matrix ({num} x {num}) needs an "
-      f"estimated {memory.size_text(need)}, above the memory budget of "
-      f"{memory.size_text(memory_budget)}; pass precompute=False (rows on "
-      f"demand) or a larger {fix}.")
+      f"the SMO's precomputed kernel matrix ({num_examples} x "
+      f"{num_examples}) needs an estimated {memory.size_text(need)}, above "
+      f"the memory budget of {memory.size_text(memory_budget)}; pass "
+      f"precompute=False (rows on demand) or a larger memory_budget.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,19 +360,20 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
         f"kernel must be a kernels.KernelSpec, got {kernel!r}; write e.g. "
         f"kernel=kernels.KernelSpec({kernel!r}) for a kernel name.")
   spec = kernel.resolve(x.shape[1])
-  num = x.shape[0]
-  max_iter = smo.default_max_iter(num) if max_iter is None else (
+  num_examples = x.shape[0]
+  max_iter = smo.default_max_iter(num_examples) if max_iter is None else (
       validation.check_positive_int(max_iter, "max_iter"))
   memory_budget = memory.resolve_budget(memory_budget)
   cache = resolve_precompute_in_budget(
-      precompute, num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
+      precompute, num_examples, x.shape[1], dtype=dtype, row_dtype=row_dtype,
       memory_budget=memory_budget, repeats=repeats)
   sparse = resolve_sparse_rows(sparse_rows, x, precompute=cache)
   if memory_budget is not None:
     def need_with(width):
-      return fixed_bytes(num, x.shape[1], dtype=dtype, row_dtype=row_dtype,
-                         precompute=cache, sparse_width=width) + run_bytes(
-                             num, dtype=dtype)
+      return fixed_bytes(
+          num_examples, x.shape[1], dtype=dtype, row_dtype=row_dtype,
+          precompute=cache, sparse_width=width) + run_bytes(
+              num_examples, dtype=dtype)
     need = need_with(0)
     if sparse and need <= memory_budget:
       with_rows = need_with(kernels.sparse_width(x))
@@ -387,21 +383,22 @@ def solver_setup(x, y, *, kernel, c, eps, max_iter, dtype, precompute,
         sparse = False
       else:
         raise memory.MemoryBudgetError(
-            f"the SMO solver on {num} x {x.shape[1]} rows with sparse_rows="
-            f"True needs an estimated {memory.size_text(with_rows)}, above "
-            f"the memory budget of {memory.size_text(memory_budget)}; pass "
-            f"sparse_rows=False or a larger memory_budget.")
+            f"the SMO solver on {num_examples} x {x.shape[1]} rows with "
+            f"sparse_rows=True needs an estimated "
+            f"{memory.size_text(with_rows)}, above the memory budget of "
+            f"{memory.size_text(memory_budget)}; pass sparse_rows=False or a "
+            f"larger memory_budget.")
     if need > memory_budget:
       raise memory.MemoryBudgetError(
-          f"the SMO solver on {num} x {x.shape[1]} rows needs an estimated "
-          f"{memory.size_text(need)}, above the memory budget of "
+          f"the SMO solver on {num_examples} x {x.shape[1]} rows needs an "
+          f"estimated {memory.size_text(need)}, above the memory budget of "
           f"{memory.size_text(memory_budget)}; train on fewer rows or give a "
           f"larger memory_budget.")
     row_cache = resolve_row_cache(
-        row_cache, num, dtype=dtype, row_dtype=row_dtype, precompute=cache,
-        memory_budget=memory_budget, other_bytes=need)
+        row_cache, num_examples, dtype=dtype, row_dtype=row_dtype,
+        precompute=cache, memory_budget=memory_budget, other_bytes=need)
   elif row_cache is not None:
-    row_cache = resolve_row_cache(row_cache, num, dtype=dtype,
+    row_cache = resolve_row_cache(row_cache, num_examples, dtype=dtype,
                                   row_dtype=row_dtype, precompute=cache)
   config = smo.SolverConfig(kernel=spec, shrinking=bool(shrinking),
                             row_dtype=row_dtype,
@@ -418,7 +415,7 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
                precompute: bool | None = None,
                row_dtype: str = "float32",
                unroll: int | None = None,
-               memory_budget: int | str | None = memory.AUTO,
+               memory_budget: int | str | None = None,
                row_cache: int | None = None,
                sparse_rows: bool | None = None) -> SVMModel:
   """Trains a C-SVC with LIBSVM's WSS2 (non-private reference).
@@ -445,9 +442,9 @@ def wss2_train(x, y, *, kernel: kernels.KernelSpec = RBF,
     unroll: iterations per loop trip (default: :func:`resolve_unroll`;
       speed only, same result).
     memory_budget: bytes the call may use: Q is cached only where it
-      fits, and a run that cannot fit is refused before any work;
-      "auto" (default): 3/4 of the memory available now
-      (:func:`dpcore.memory.resolve_budget`); None: unchecked.
+      fits, and a run that cannot fit is refused before any work; "auto":
+      3/4 of the memory available now
+      (:func:`dpcore.memory.resolve_budget`); None (default): no limit.
     row_cache: kernel rows kept for reuse when rows are computed on
       demand (speed only, same result): None (default) up to 1,024 rows
       and 64 MiB of them (less where ``memory_budget`` says so), an int

@@ -155,8 +155,8 @@ class WSS2:
   name = "wss2"
   buffer_rows = 0
 
-  def empty_memory(self, num_rows: int) -> PairMemory:
-    del num_rows
+  def empty_memory(self, num_examples: int) -> PairMemory:
+    del num_examples
     return empty_memory(0)
 
   def remember(self, memory, i, j, found) -> PairMemory:
@@ -194,21 +194,21 @@ class PairMemory(NamedTuple):
   bits: jax.Array   # (l, ⌈l/32⌉) uint32, or (0, 0)
 
 
-def bitset_bytes(num_rows: int) -> int:
-  """Bytes of the packed pair flags of one run with ``num_rows`` rows."""
-  return num_rows * (-(-num_rows // 32)) * 4
+def bitset_bytes(num_examples: int) -> int:
+  """Bytes of the packed pair flags of one run on ``num_examples`` rows."""
+  return num_examples * (-(-num_examples // 32)) * 4
 
 
-def empty_memory(rows: int, num_rows: int = 0) -> PairMemory:
-  """A record of ``rows`` pairs, plus bit flags for ``num_rows`` data rows.
+def empty_memory(rows: int, num_examples: int = 0) -> PairMemory:
+  """A record of ``rows`` pairs, plus bit flags for ``num_examples`` rows.
 
-  ``num_rows = 0`` keeps the record only (lookups scan it).
+  ``num_examples = 0`` keeps the record only (lookups scan it).
   """
   padded = max(PAIR_CHUNK, -(-rows // PAIR_CHUNK) * PAIR_CHUNK) if rows else 0
-  words = -(-num_rows // 32)
+  words = -(-num_examples // 32)
   return PairMemory(jnp.full((padded, 2), -1, jnp.int32),
                     jnp.zeros((), jnp.int32),
-                    jnp.zeros((num_rows, words), jnp.uint32))
+                    jnp.zeros((num_examples, words), jnp.uint32))
 
 
 def _bit(t):
@@ -238,7 +238,7 @@ def remember(memory: PairMemory, i, j, found, *,
   return PairMemory(pairs, memory.count + found.astype(jnp.int32), bits)
 
 
-def seen_with(memory: PairMemory, i, num_rows: int, *,
+def seen_with(memory: PairMemory, i, num_examples: int, *,
               ordered: bool) -> jax.Array:
   """Boolean (l,) mask: t such that pair (i, t) was selected before.
 
@@ -250,9 +250,9 @@ def seen_with(memory: PairMemory, i, num_rows: int, *,
     words = memory.bits[i]
     shifts = jnp.arange(32, dtype=jnp.uint32)
     flags = jnp.right_shift(words[:, None], shifts) & jnp.uint32(1)
-    return flags.reshape(-1)[:num_rows].astype(jnp.bool_)
+    return flags.reshape(-1)[:num_examples].astype(jnp.bool_)
   if memory.pairs.shape[0] == 0:
-    return jnp.zeros((num_rows,), jnp.bool_)
+    return jnp.zeros((num_examples,), jnp.bool_)
 
   def scan_chunk(chunk, seen):
     start = chunk * PAIR_CHUNK
@@ -260,17 +260,17 @@ def seen_with(memory: PairMemory, i, num_rows: int, *,
                               (PAIR_CHUNK, 2))
     valid = jnp.arange(PAIR_CHUNK) + start < memory.count
     hit = valid & (block[:, 0] == i)
-    seen = seen.at[jnp.where(hit, block[:, 1], num_rows)].set(
+    seen = seen.at[jnp.where(hit, block[:, 1], num_examples)].set(
         True, mode="drop")
     if not ordered:
       back = valid & (block[:, 1] == i)
-      seen = seen.at[jnp.where(back, block[:, 0], num_rows)].set(
+      seen = seen.at[jnp.where(back, block[:, 0], num_examples)].set(
           True, mode="drop")
     return seen
 
   chunks = (memory.count + PAIR_CHUNK - 1) // PAIR_CHUNK
   return lax.fori_loop(0, chunks, scan_chunk,
-                       jnp.zeros((num_rows,), jnp.bool_))
+                       jnp.zeros((num_examples,), jnp.bool_))
 
 
 class DPWSSParams(NamedTuple):
@@ -294,8 +294,9 @@ class DPWSS:
   Attributes:
     buffer_rows: capacity of the pair record (the solver's max_iter).
     ordered_pairs: pairs (i, t) and (t, i) are distinct (paper's ``I[i][j]``).
-    pair_flags: ``"auto"`` (bit flags when l²/8 ≤ BITSET_MAX_BYTES),
-      ``"bits"`` or ``"scan"`` (record only; see the module docstring).
+    pair_flags: a :class:`dpcore.options.PairFlags`: ``AUTO`` (bit flags
+      when l²/8 ≤ BITSET_MAX_BYTES), ``BITS`` or ``SCAN`` (record only;
+      see the module docstring). A spelling is stored as the member.
 
   Privacy: none, for the transcript or the model. The paper calls each
   selection ε-DP with score sensitivity 1 − σ, but (a) the candidate set
@@ -309,17 +310,18 @@ class DPWSS:
   """
   buffer_rows: int
   ordered_pairs: bool = True
-  pair_flags: str = "auto"
+  pair_flags: options.PairFlags = options.PairFlags.AUTO
   name = "dpwss"
 
   def __post_init__(self):
-    options.parse(options.PairFlags, self.pair_flags, "pair_flags")
+    object.__setattr__(self, "pair_flags", options.parse(
+        options.PairFlags, self.pair_flags, "pair_flags"))
 
-  def empty_memory(self, num_rows: int) -> PairMemory:
-    use_bits = self.pair_flags == "bits" or (
-        self.pair_flags == "auto"
-        and bitset_bytes(num_rows) <= BITSET_MAX_BYTES)
-    return empty_memory(self.buffer_rows, num_rows if use_bits else 0)
+  def empty_memory(self, num_examples: int) -> PairMemory:
+    use_bits = self.pair_flags is options.PairFlags.BITS or (
+        self.pair_flags is options.PairFlags.AUTO
+        and bitset_bytes(num_examples) <= BITSET_MAX_BYTES)
+    return empty_memory(self.buffer_rows, num_examples if use_bits else 0)
 
   def remember(self, memory, i, j, found) -> PairMemory:
     return remember(memory, i, j, found, symmetric=not self.ordered_pairs)

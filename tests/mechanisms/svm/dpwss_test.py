@@ -626,6 +626,24 @@ def test_private_run_descends_and_huge_epsilon_reaches_the_optimum():
   assert ref < blunt.models[0].objective < 0.5 * ref
 
 
+def test_plans_differing_in_epsilon_share_one_compilation():
+  # ε per draw and σ enter the solver as traced parameters (DPWSSParams),
+  # not as static settings: a second budget reuses the compiled loop. A
+  # structural change (another max_iter: the pair record's length) does
+  # not.
+  x, y = heart()
+  x, y = x[:60], y[:60]
+  before = smo.solve_repeats._cache_size()
+  runs = [train(jax.random.key(3), x, y, epsilon=eps, sigma=sigma,
+                selection="private", max_iter=25, repeats=2)
+          for eps, sigma in ((0.5, 0.5), (4.0, 0.3))]
+  assert smo.solve_repeats._cache_size() == before + 1
+  assert not np.array_equal(runs[0].pairs[0], runs[1].pairs[0])
+  train(jax.random.key(3), x, y, epsilon=0.5, sigma=0.5, selection="private",
+        max_iter=26, repeats=2)
+  assert smo.solve_repeats._cache_size() == before + 2
+
+
 def test_module_examples():
   result = doctest.testmod(dpwss, optionflags=doctest.ELLIPSIS)
   assert result.attempted > 0 and result.failed == 0

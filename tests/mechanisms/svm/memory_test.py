@@ -158,7 +158,7 @@ def test_bad_budget_and_chunk_are_refused():
 
 def test_the_row_cache_is_estimated_and_sized_to_the_budget():
   num = 5_000
-  resolve = functools.partial(smo_train.resolve_row_cache, num=num,
+  resolve = functools.partial(smo_train.resolve_row_cache, num_examples=num,
                               dtype="float64", row_dtype="float32")
   base = smo_train.run_bytes(num, dtype="float64")
   each = smo_train.run_bytes(num, dtype="float64", cache_rows=1) - base
@@ -243,12 +243,24 @@ def test_automatic_sparse_rows_give_way_to_a_tight_budget(monkeypatch):
   assert made == [False, True]
 
 
-def test_default_budget_is_three_quarters_of_the_memory_available(
+def test_auto_budget_is_three_quarters_of_the_memory_available(
     monkeypatch, no_work):
-  # wss2_train and dpwss.release plan against MemAvailable by default.
+  # memory_budget="auto" (the scripts' default) plans against MemAvailable.
   x, y = heart()
   monkeypatch.setattr(memory, "available_bytes", lambda: 4_096)
   with pytest.raises(memory.MemoryBudgetError, match="3.0 KiB"):
-    smo_train.wss2_train(x, y)
+    smo_train.wss2_train(x, y, memory_budget="auto")
   with pytest.raises(memory.MemoryBudgetError, match="3.0 KiB"):
+    dpwss.release(jax.random.key(0), PLAN, x, y, memory_budget="auto")
+
+
+def test_the_library_default_is_no_limit(monkeypatch, no_work):
+  # memory_budget=None (the default): no estimate is checked, so a tiny
+  # MemAvailable refuses nothing and the work starts (here: refused by
+  # no_work, which proves the budget let it through).
+  x, y = heart()
+  monkeypatch.setattr(memory, "available_bytes", lambda: 4_096)
+  with pytest.raises(AssertionError, match="heavy work started"):
+    smo_train.wss2_train(x, y)
+  with pytest.raises(AssertionError, match="heavy work started"):
     dpwss.release(jax.random.key(0), PLAN, x, y)

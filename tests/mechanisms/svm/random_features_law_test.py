@@ -54,7 +54,7 @@ def _plan(loss, *, sampler=None):
 
 def _data(labels):
   x = jax.random.normal(jax.random.key(7), (N, 3), jnp.float32)
-  fmap = rff.make_feature_map(jax.random.key(8), input_dim=3,
+  fmap = rff.make_feature_map(jax.random.key(8), dim=3,
                               num_features=D)
   return fmap, x, jnp.asarray(labels)
 

@@ -9,6 +9,7 @@ import re
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from dpcore import accounting, shape, trainer
@@ -39,7 +40,7 @@ def test_kernel_approximation_improves_with_d_and_rejects_a_wrong_gamma():
   exact = _rbf(x, x, gamma)
   errors = {}
   for num in (16, 4096):
-    fmap = rf.make_feature_map(jax.random.key(1), input_dim=3,
+    fmap = rf.make_feature_map(jax.random.key(1), dim=3,
                                num_features=num)
     approx = np.asarray(rf.approximate_kernel(fmap, x, x))
     errors[num] = np.max(np.abs(approx - exact))
@@ -54,7 +55,7 @@ def test_kernel_approximation_improves_with_d_and_rejects_a_wrong_gamma():
 
 def test_explicit_gamma_is_used():
   x = _points(seed=3)
-  fmap = rf.make_feature_map(jax.random.key(2), input_dim=3,
+  fmap = rf.make_feature_map(jax.random.key(2), dim=3,
                              num_features=4096, gamma=2.0)
   assert fmap.gamma == 2.0
   approx = np.asarray(rf.approximate_kernel(fmap, x, x))
@@ -63,7 +64,7 @@ def test_explicit_gamma_is_used():
 
 
 def test_default_gamma_is_libsvms_one_over_d():
-  fmap = rf.make_feature_map(jax.random.key(0), input_dim=13,
+  fmap = rf.make_feature_map(jax.random.key(0), dim=13,
                              num_features=8)
   assert fmap.gamma == pytest.approx(1 / 13)
   assert fmap.omega.shape == (13, 8) and fmap.offset.shape == (8,)
@@ -73,7 +74,7 @@ def test_default_gamma_is_libsvms_one_over_d():
 
 @pytest.mark.parametrize("value", [1e30, -3e38, 1e-30, 0.0])
 def test_bound_holds_for_huge_and_tiny_rows(value):
-  fmap = rf.make_feature_map(jax.random.key(4), input_dim=5,
+  fmap = rf.make_feature_map(jax.random.key(4), dim=5,
                              num_features=64)
   x = np.full((3, 5), value, np.float32)
   x[1, 0] = -value
@@ -83,7 +84,7 @@ def test_bound_holds_for_huge_and_tiny_rows(value):
 
 
 def test_non_finite_rows_map_to_zero_and_leave_other_rows_alone():
-  fmap = rf.make_feature_map(jax.random.key(5), input_dim=3,
+  fmap = rf.make_feature_map(jax.random.key(5), dim=3,
                              num_features=32)
   good = _points(n=2)
   x = np.vstack([good[:1], [[np.nan, 0.0, 0.0]], [[np.inf, 1.0, 0.0]],
@@ -97,7 +98,7 @@ def test_non_finite_rows_map_to_zero_and_leave_other_rows_alone():
 
 
 def test_bound_is_attained_and_not_exceeded_at_random():
-  fmap = rf.make_feature_map(jax.random.key(6), input_dim=2,
+  fmap = rf.make_feature_map(jax.random.key(6), dim=2,
                              num_features=2)
   row = random_features_audit.attaining_row(fmap)
   phi = np.asarray(rf.features(fmap, row.astype(np.float32)))
@@ -108,9 +109,9 @@ def test_bound_is_attained_and_not_exceeded_at_random():
 
 
 def test_feature_map_depends_on_its_key_alone_and_rows_on_themselves():
-  a = rf.make_feature_map(jax.random.key(8), input_dim=4, num_features=16)
-  b = rf.make_feature_map(jax.random.key(8), input_dim=4, num_features=16)
-  c = rf.make_feature_map(jax.random.key(9), input_dim=4, num_features=16)
+  a = rf.make_feature_map(jax.random.key(8), dim=4, num_features=16)
+  b = rf.make_feature_map(jax.random.key(8), dim=4, num_features=16)
+  c = rf.make_feature_map(jax.random.key(9), dim=4, num_features=16)
   np.testing.assert_array_equal(a.omega, b.omega)
   np.testing.assert_array_equal(a.offset, b.offset)
   assert not np.allclose(a.omega, c.omega)
@@ -137,17 +138,17 @@ def test_feature_map_depends_on_its_key_alone_and_rows_on_themselves():
     ({"gamma": "scale"}, "read the data's variance"),
     ({"num_features": 0}, "num_features must be ≥ 1"),
     ({"num_features": 2.5}, "num_features must be a positive integer"),
-    ({"input_dim": 0}, "input_dim must be ≥ 1"),
+    ({"dim": 0}, "dim must be ≥ 1"),
 ])
 def test_bad_feature_map_settings_are_refused(kwargs, words):
-  args = {"input_dim": 3, "num_features": 8, **kwargs}
+  args = {"dim": 3, "num_features": 8, **kwargs}
   with pytest.raises(ValueError, match=words):
     rf.make_feature_map(jax.random.key(0), **args)
 
 
 def test_feature_map_needs_a_real_key():
   with pytest.raises(TypeError, match="PRNG key"):
-    rf.make_feature_map(0, input_dim=3, num_features=8)
+    rf.make_feature_map(0, dim=3, num_features=8)
 
 
 @pytest.fixture(name="forbid_training")
@@ -166,7 +167,7 @@ def _plan(n=20, **kwargs):
 
 @pytest.mark.parametrize("case,words", [
     ("columns", "x has 2 columns but the feature map was drawn for "
-                "input_dim=3"),
+                "dim=3"),
     ("rows", "x has 19 rows but the plan was made for "
              "num_examples=20"),
     ("labels_len", "y has 19 labels but the data has 20 rows"),
@@ -177,7 +178,7 @@ def _plan(n=20, **kwargs):
 ])
 def test_bad_data_refused_before_training(forbid_training, case, words):
   del forbid_training
-  fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
+  fmap = rf.make_feature_map(jax.random.key(0), dim=3, num_features=8)
   x = _points(n=20)
   y = np.where(np.arange(20) % 2, 1.0, -1.0)
   key = jax.random.key(1)
@@ -224,7 +225,7 @@ def test_bad_plan_settings_are_refused(kwargs, words):
 
 def test_softmax_labels_must_be_class_indices(forbid_training):
   del forbid_training
-  fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
+  fmap = rf.make_feature_map(jax.random.key(0), dim=3, num_features=8)
   plan = _plan(loss="softmax", num_classes=3)
   with pytest.raises(ValueError, match="outside the class set"):
     rf.fit_dpsgd(jax.random.key(1), plan, fmap, _points(n=20),
@@ -242,7 +243,7 @@ def test_output_perturbation_settings_are_refused():
 
 
 def test_a_plan_of_the_other_learner_is_refused():
-  fmap = rf.make_feature_map(jax.random.key(0), input_dim=3, num_features=8)
+  fmap = rf.make_feature_map(jax.random.key(0), dim=3, num_features=8)
   x, y = _points(n=20), np.where(np.arange(20) % 2, 1.0, -1.0)
   with pytest.raises(ValueError, match="make_dpsgd_plan"):
     rf.fit_dpsgd(jax.random.key(1),
@@ -264,7 +265,7 @@ def _circle(n=300, seed=0):
 
 def test_dpsgd_learns_a_non_linear_boundary_and_is_pure():
   x, y = _circle()
-  fmap = rf.make_feature_map(jax.random.key(10), input_dim=2,
+  fmap = rf.make_feature_map(jax.random.key(10), dim=2,
                              num_features=128, gamma=2.0)
   plan = rf.make_dpsgd_plan(len(y), epsilon=8.0, delta=1e-5,
                             sampling_rate=0.25, epochs=20, learning_rate=1.0)
@@ -284,7 +285,7 @@ def test_softmax_is_one_model_for_three_classes():
   labels = np.arange(300) % 3
   noise = np.asarray(jax.random.normal(jax.random.key(13), (300, 2))) * 0.25
   x = centres[labels] + noise
-  fmap = rf.make_feature_map(jax.random.key(14), input_dim=2,
+  fmap = rf.make_feature_map(jax.random.key(14), dim=2,
                              num_features=64)
   plan = rf.make_dpsgd_plan(300, epsilon=4.0, delta=1e-5,
                             sampling_rate=0.25, epochs=20, learning_rate=1.0,
@@ -329,8 +330,12 @@ def test_plans_have_the_one_shape_and_the_same_epsilon():
     shape.check_release(release)
   assert dpsgd.relation is trainer.RELATION
   assert output.relation is output_perturbation.RELATION
-  assert (dpsgd.epsilon, dpsgd.delta, dpsgd.sensitivity) == (2.0, 1e-5, 1.0)
-  assert (output.epsilon, output.delta) == (1.0, 0.0)
+  # epsilon is the guarantee the ledger reports at the plan's δ; the
+  # calibration's budget is target_epsilon.
+  assert (dpsgd.target_epsilon, dpsgd.delta, dpsgd.sensitivity) == (
+      2.0, 1e-5, 1.0)
+  assert (output.epsilon, output.target_epsilon, output.delta) == (
+      1.0, 1.0, 0.0)
   assert (output.sensitivity, output.noise_scale) == (0.6, 0.6)
   # Pinned before the plans existed (dpsgd_learner / output_perturbation_
   # learner and the module's record function): the same σ, the same ε.
@@ -338,14 +343,92 @@ def test_plans_have_the_one_shape_and_the_same_epsilon():
   ledger = accounting.PrivacyLedger()
   dpsgd.record(ledger)
   assert ledger.guarantee(1e-5).epsilon == accounted(1.8202519742487806)
+  assert dpsgd.epsilon == ledger.guarantee(1e-5).epsilon < 2.0
   ledger = accounting.PrivacyLedger()
   output.record(ledger)
-  assert ledger.guarantee().epsilon == 1.0
+  assert ledger.guarantee().epsilon == output.epsilon == 1.0
+
+
+def test_a_plan_with_sigma_given_has_no_target_and_states_its_guarantee():
+  calibrated = rf.make_dpsgd_plan(400, epsilon=2.0, delta=1e-5,
+                                  sampling_rate=0.25, epochs=10,
+                                  learning_rate=0.5)
+  given = rf.make_dpsgd_plan(
+      400, noise_multiplier=calibrated.noise_multiplier, delta=1e-5,
+      sampling_rate=0.25, epochs=10, learning_rate=0.5)
+  assert given.target_epsilon is None and calibrated.target_epsilon == 2.0
+  assert given.epsilon == calibrated.epsilon  # the same σ, q, T and δ
+  louder = rf.make_dpsgd_plan(
+      400, noise_multiplier=2 * calibrated.noise_multiplier, delta=1e-5,
+      sampling_rate=0.25, epochs=10, learning_rate=0.5)
+  assert louder.epsilon < 0.6 * calibrated.epsilon
+  with pytest.raises(ValueError, match="not both"):
+    rf.make_dpsgd_plan(400, epsilon=2.0, noise_multiplier=1.0, delta=1e-5,
+                       sampling_rate=0.25, epochs=10, learning_rate=0.5)
+
+
+def test_plans_differing_in_epsilon_share_one_compilation():
+  # The plan is a pytree of its numbers (σ, C, ε, δ as leaves): two budgets
+  # are two arguments to one compiled program, not two programs. A feature
+  # map of another key and γ is one too.
+  x, y = _circle(n=64, seed=2)
+  xj, yj = jax.numpy.asarray(x, "float32"), jax.numpy.asarray(y)
+  plans = [rf.make_dpsgd_plan(64, epsilon=eps, delta=1e-5,
+                              sampling_rate=0.25, epochs=2,
+                              learning_rate=0.5) for eps in (1.0, 4.0)]
+  assert plans[0].noise_multiplier != plans[1].noise_multiplier
+  maps = [rf.make_feature_map(jax.random.key(k), dim=2, num_features=8,
+                              gamma=g) for k, g in ((20, None), (21, 3.0))]
+  before = rf.release_dpsgd._cache_size()
+  outs = [rf.release_dpsgd(jax.random.key(22), plan, fmap, xj, yj)
+          for plan, fmap in zip(plans, maps, strict=True)]
+  assert rf.release_dpsgd._cache_size() == before + 1
+  assert not np.allclose(outs[0]["out"]["w"], outs[1]["out"]["w"])
+  # Another shape (loss or step count) is another program.
+  other = rf.make_dpsgd_plan(64, epsilon=1.0, delta=1e-5, sampling_rate=0.25,
+                             epochs=3, learning_rate=0.5)
+  rf.release_dpsgd(jax.random.key(22), other, maps[0], xj, yj)
+  assert rf.release_dpsgd._cache_size() == before + 2
+
+
+@pytest.mark.parametrize("loss,weight_decay", [("huber_hinge", 0.0),
+                                               ("logistic", 0.01)])
+def test_a_traced_plan_trains_as_the_constant_one(loss, weight_decay):
+  # release_dpsgd takes the plan as an argument (σ, C traced); on the same
+  # plan and key it must give the parameters of dpcore.trainer.train with
+  # the plan's numbers as constants, to the bit: the figures recorded
+  # before the plan was a pytree stand (a traced learning rate moved them
+  # by an ulp).
+  x, y = _circle(n=80, seed=3)
+  fmap = rf.make_feature_map(jax.random.key(23), dim=2, num_features=16)
+  plan = rf.make_dpsgd_plan(80, epsilon=2.0, delta=1e-5, sampling_rate=0.25,
+                            epochs=3, learning_rate=0.5, loss=loss,
+                            weight_decay=weight_decay)
+  # C = 1 (as every recorded figure): with another C the traced noise std
+  # σC is a float32 product, an ulp from the constant's float64 one.
+  xj, yj = jax.numpy.asarray(x, "float32"), jax.numpy.asarray(y)
+
+  @jax.jit
+  def reference(key):
+    phi = rf.features(fmap, xj)
+    optimizer = optax.sgd(plan.learning_rate)
+    if weight_decay:
+      optimizer = optax.chain(optax.add_decayed_weights(weight_decay),
+                              optimizer)
+    return trainer.train(key, plan.dpsgd, rf.layered_loss(plan.loss),
+                         rf.initial_params(plan, 16), (phi, yj),
+                         optimizer).params
+
+  key = jax.random.key(24)
+  want = reference(key)
+  got = rf.release_dpsgd(key, plan, fmap, xj, yj)
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_output_perturbation_release_and_its_record():
   x, y = _circle(n=200, seed=1)
-  fmap = rf.make_feature_map(jax.random.key(16), input_dim=2,
+  fmap = rf.make_feature_map(jax.random.key(16), dim=2,
                              num_features=8)
   plan = rf.make_output_perturbation_plan(c=0.3, epsilon=1.0)
   ledger = accounting.PrivacyLedger()
@@ -370,7 +453,7 @@ def test_output_perturbation_release_and_its_record():
 
 
 def test_unit_features_are_in_the_unit_ball():
-  fmap = rf.make_feature_map(jax.random.key(18), input_dim=2,
+  fmap = rf.make_feature_map(jax.random.key(18), dim=2,
                              num_features=2)
   rows = np.vstack([random_features_audit.attaining_row(fmap)[None],
                     _points(n=50, d=2) * 1e6])
