@@ -85,12 +85,6 @@ from dpcore import (
 from dpcore import calibration as dp_calibration
 from dpcore import noise as dp_noise
 
-NEIGHBOURING = options.RELATION_SPELLINGS
-"""The spellings a ``relation`` accepts:
-:data:`dpcore.options.RELATION_SPELLINGS` (``"replace"`` is the old
-spelling of ``"replace_one"``). Kept only for
-``federated.feddpdr.registry``, which should read the options' name."""
-
 
 class PcaResult(NamedTuple):
   """Top-k basis (d, k), columns orthonormal, and its k eigenvalues."""
@@ -577,7 +571,7 @@ def check_pca_inputs(x, *, k: int) -> None:
 
 
 __all__ = [
-    "NEIGHBOURING", "PcaPlan", "PcaResult",
+    "PcaPlan", "PcaResult",
     "check_noise", "check_pca_inputs", "check_topk", "clipped_rows",
     "discrete_pca_sigma", "lattice_sensitivity", "lattice_sigma", "make_plan",
     "noisy_basis", "noisy_second_moment", "pca", "pca_sigma", "release",
