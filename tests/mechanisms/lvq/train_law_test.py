@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from mechanisms.lvq import init as lvq_init
 from mechanisms.lvq import train as lvq_train
 from tests import law
 
@@ -52,10 +53,12 @@ def _data():
 
 def _plan_and_config(q, *, model, ghost_clipping, learning_rate):
   plan = lvq_train.make_plan(
-      N, epsilon=1e9, delta=1e-5, sampling_rate=q, epochs=1,
+      N, epsilon=8.0, delta=1e-5, sampling_rate=q, epochs=1,
       clip_norm=CLIP, dim=N, sigma_rule="paper")  # the paper's σ: no search
+  # No noise: an init of ε₁ = 1e9 (Laplace noise ~1e-8) and σ = 0.
   plan = dataclasses.replace(
-      plan, dpsgd=dataclasses.replace(plan.dpsgd, noise_multiplier=0.0))
+      plan, init=lvq_init.make_laplace_plan(epsilon=1e9, dim=N),
+      dpsgd=dataclasses.replace(plan.dpsgd, noise_multiplier=0.0))
   config = lvq_train.TrainConfig(
       model=model, num_classes=CLASSES, epochs=1, sampling_rate=q,
       learning_rate=learning_rate, max_batch=plan.dpsgd.max_batch,
