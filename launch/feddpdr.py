@@ -5,15 +5,21 @@ The main command (scikit-learn's digits, bundled, no download)::
   python -m launch.feddpdr
 
 runs FedDPDR-DPML at ε ∈ {0.5, 2, 8} and the non-private baseline (one
-compiled program serves every ε), prints progress and then a table of test
-accuracy against the ε that holds (the privacy ledger's composition, per
-participant) on stderr, and one JSON record per run on stdout, appended to
-``--out`` (default ``runs/feddpdr.jsonl``, untracked). Its defaults (2
-participants × 600 rows, k = 10, λ = 1, 3 seeds) are chosen so that digits
-shows a trend above chance; the paper's settings are flags::
+compiled program serves every ε) and, beside them, federated DP-SGD on the
+same participants (docs/fedsgd.md), prints progress and then a table of
+test accuracy against the ε that holds (the privacy ledger's composition,
+per participant) on stderr, and one JSON record per run on stdout,
+appended to ``--out`` (default ``runs/feddpdr.jsonl``, untracked). Its
+defaults (2 participants × 600 rows, k = 10, λ = 1, 3 seeds) are chosen so
+that digits shows a trend above chance; the paper's settings are flags::
 
   python -m launch.feddpdr --dataset=mnist --epsilon=0.1 --k=20 --lam=0.01 \
       --participants=5 --n_per_participant=10000 --seeds=1
+
+A command runs what it asks for: federated DP-SGD runs in the main job
+(no ``--mechanism``, ``--dataset`` or ``--sweep``), or when asked for by
+``--fedsgd`` or a ``--fedsgd_*`` flag (``--fedsgd_trust=server,distributed``
+adds the distributed discrete-Gaussian row: minutes per ε on a CPU).
 
 Sweeps reproduce the paper's Figs. 2–5 and Table 3, with the paper's k, λ,
 N, n and ε for every one of those flags not given::
@@ -26,8 +32,11 @@ N, n and ε for every one of those flags not given::
 ``--out`` are skipped (resume), and PNG plots are written beside ``--out``
 (``launch/plot_feddpdr.py``).
 
-Every setting is checked before any data is loaded or any program compiled
-(a mistake ends with one ``error: …`` line naming the flag, exit status 2).
+The flags are spelled as the library's arguments (``--relation``, was
+``--neighbouring``; ``--fedsgd_clip_norm``, was ``--fedsgd_clip``; the old
+spellings are aliases) and fill one ``launch.experiments.feddpdr.Setting``,
+checked before any data is loaded or any program compiled (a mistake ends
+with one ``error: …`` line naming the setting, exit status 2).
 Compiled programs are kept in JAX's persistent cache (``--jax_cache_dir``),
 so a second run starts in seconds.
 
@@ -66,7 +75,6 @@ run pads to the longest). Many tiny participants: ``--aggregation=moments``
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from absl import flags
@@ -80,13 +88,6 @@ SWEEPS = ("fig2", "fig3", "fig4", "fig5", "table3", "all")
 # Settings of the paper's experiments, used by --sweep for flags not given.
 PAPER = {"epsilon": ["0.1"], "k": 20, "lam": 0.01, "participants": 5,
          "n_per_participant": 10_000}
-# Training rows (after the 70/30 split where there is no test split), data
-# dimension and classes of the named sets, known without loading them, so
-# that sizes and k are checked before the data is read. Others are checked
-# right after loading, still before compiling.
-KNOWN_SHAPES = {"digits": (1258, 64, 10), "breast_cancer": (398, 30, 2),
-                "mnist": (60_000, 784, 10), "fashion_mnist": (60_000, 784, 10),
-                "cifar10": (50_000, 1764, 10)}
 
 _DATASET = flags.DEFINE_string(
     "dataset", "digits",
@@ -127,8 +128,8 @@ _BUDGET_PER_CLASSIFIER = flags.DEFINE_bool(
     "budget_per_classifier", False,
     "give each one-vs-rest classifier ε₂ (total K·ε₂, reported) instead of "
     "ε₂/K")
-_NEIGHBOURING = flags.DEFINE_enum(
-    "neighbouring", options.Relation.REPLACE_ONE.value,
+_RELATION = flags.DEFINE_enum(
+    "relation", options.Relation.REPLACE_ONE.value,
     options.RELATION_SPELLINGS,
     "what DP-PCA σ is calibrated for: replace_one (√2, default; 'replace' "
     "is its old spelling) or add_remove (1, the paper); the run is always "
@@ -144,20 +145,23 @@ _BUCKETS = flags.DEFINE_bool(
     "padded length (same results; the record's 'buckets' and "
     "'padding_efficiency' say how); one process, no --shard_participants")
 _FEDSGD = flags.DEFINE_bool(
-    "fedsgd", True,
-    "beside the table's mechanism, run federated DP-SGD (one softmax model, "
-    "federated.fedsgd) on the same participants at each ε")
-_FEDSGD_TRUST = flags.DEFINE_enum(
-    "fedsgd_trust", "server", list(options.Trust),
-    "federated DP-SGD's trust model: server noise (secure aggregation), "
-    "local noise (untrusted server) or participant-level DP")
+    "fedsgd", None,
+    "run federated DP-SGD (one softmax model, federated.fedsgd) on the same "
+    "participants at each ε, beside the table's mechanism. Default: only "
+    "in the main job, i.e. when neither --mechanism nor --dataset is given")
+_FEDSGD_TRUST = flags.DEFINE_list(
+    "fedsgd_trust", ["server"],
+    "federated DP-SGD's trust models, one row each: server (secure "
+    "aggregation), local (untrusted server), participant (participant-"
+    "level DP), distributed (discrete Gaussian shares under simulated "
+    "secure aggregation; minutes per ε on a CPU)")
 _FEDSGD_RATE = flags.DEFINE_float(
     "fedsgd_sampling_rate", 0.0,
     "federated DP-SGD's Poisson rate q (per row; per participant for "
     "--fedsgd_trust=participant); 0: min(0.05, 256/N)")
 _FEDSGD_EPOCHS = flags.DEFINE_float("fedsgd_epochs", 30.0,
                                     "federated DP-SGD's epochs (T = E/q)")
-_FEDSGD_CLIP = flags.DEFINE_float("fedsgd_clip", 1.0,
+_FEDSGD_CLIP = flags.DEFINE_float("fedsgd_clip_norm", 1.0,
                                   "federated DP-SGD's clip norm C")
 _FEDSGD_LR = flags.DEFINE_float("fedsgd_learning_rate", 2.0,
                                 "federated DP-SGD's SGD learning rate")
@@ -213,6 +217,10 @@ _JAX_CACHE_DIR = flags.DEFINE_string(
     "jax_cache_dir", os.path.join("~", ".cache", "dpjax", "jax"),
     "JAX's persistent compilation cache ('' to turn it off)")
 
+# The spellings used before the flags took the library's names.
+flags.DEFINE_alias("neighbouring", "relation")
+flags.DEFINE_alias("fedsgd_clip", "fedsgd_clip_norm")
+
 
 def _value(flag, paper_key=None):
   """A flag's value; with --sweep, the paper's value unless given."""
@@ -221,40 +229,22 @@ def _value(flag, paper_key=None):
   return flag.value
 
 
-def _epsilons() -> list[float]:
-  """--epsilon parsed (its values are checked by the library)."""
-  raw = _value(_EPSILON, "epsilon")
-  if not raw:
-    raise ValueError("--epsilon is empty; give one or more ε > 0, e.g. "
-                     "--epsilon=0.5,2,8.")
-  values = []
-  for text in raw:
-    try:
-      values.append(float(text))
-    except ValueError:
-      raise ValueError(f"--epsilon: {text!r} is not a number; give ε > 0, "
-                       f"e.g. --epsilon=0.5,2,8.") from None
-  if _SWEEP.value and len(values) != 1:
-    raise ValueError(f"--epsilon={','.join(raw)}: a sweep takes one ε (the "
-                     f"fixed value of the grids over k, n and sizes), e.g. "
-                     f"--epsilon=0.1.")
-  return values
-
-
-def _sizes():
-  """--sizes parsed as whole numbers (checked by ``resolve_sizes``)."""
-  if _SIZES.value is None:
+def _numbers(flag, kind, paper_key=None) -> tuple | None:
+  """A list flag's values as numbers (their ranges are the library's)."""
+  raw = _value(flag, paper_key)
+  if raw is None:
     return None
   try:
-    return [int(s) for s in _SIZES.value]
+    return tuple(kind(v) for v in raw)
   except ValueError:
-    raise ValueError(f"--sizes={','.join(_SIZES.value)}: give whole "
-                     f"numbers of rows, e.g. --sizes=100,500.") from None
+    example = "0.5,2,8" if kind is float else "100,500"
+    raise ValueError(f"--{flag.name}={','.join(raw)}: give numbers, e.g. "
+                     f"--{flag.name}={example}.") from None
 
 
-def _check_distributed() -> bool:
-  """Whether this process joins a multi-process run (the flags' combination
-  checked; their values are the library's to check)."""
+def _processes():
+  """The multi-process settings (None: one process), their combination
+  checked; their values are the library's to check."""
   given = {"coordinator_address": _COORDINATOR_ADDRESS.value,
            "num_processes": _NUM_PROCESSES.value,
            "process_id": _PROCESS_ID.value}
@@ -264,178 +254,101 @@ def _check_distributed() -> bool:
         f"{', '.join(missing)} not given: give --coordinator_address, "
         f"--num_processes and --process_id together, or none of them with "
         f"--distributed to let JAX read them from the cluster.")
-  joining = _DISTRIBUTED.value or not missing
-  if joining and _SWEEP.value:
-    raise ValueError("--sweep runs in one process; leave out --distributed "
-                     "and the process flags.")
-  if joining and _SHARD.value:
-    raise ValueError("--shard_participants is for one process; a "
-                     "multi-process run already splits the participants "
-                     "over every process's devices.")
-  return joining
-
-
-def parse() -> dict:
-  """Parses the flags that need it, and checks what only the command line
-  knows (flag combinations, paths); no data, no JAX. The settings' values
-  are checked by the library (:func:`check`).
-
-  Raises:
-    ValueError: a bad value; the message names the flag and the fix.
-  """
-  epsilons = _epsilons()
-  memory_budget = None
-  if _MEMORY_BUDGET.value != "auto":
-    memory_budget = common.parse_bytes(_MEMORY_BUDGET.value,
-                                       "--memory_budget")
-  mechanisms = list(_SWEEP_MECHANISMS.value)
-  if _SWEEP.value and not mechanisms:
-    raise ValueError("--sweep_mechanisms is empty; name one or more of "
-                     f"{', '.join(MECHANISMS)}.")
-  if _DATA_DIR.value is not None and not os.path.isdir(
-      os.path.expanduser(_DATA_DIR.value)):
-    raise ValueError(f"--data_dir={_DATA_DIR.value!r} is not a directory; "
-                     f"give the directory holding the data files, or leave "
-                     f"it out.")
-  cache = _JAX_CACHE_DIR.value
-  if cache and os.path.exists(os.path.expanduser(cache)) and not os.path.isdir(
-      os.path.expanduser(cache)):
-    raise ValueError(f"--jax_cache_dir={cache!r} is a file; give a "
-                     f"directory, or '' to turn the cache off.")
-  common.check_output_path(_OUT.value, "--out")
-  return dict(epsilons=epsilons, delta=_DELTA.value, k=_value(_K, "k"),
-              participants=_value(_PARTICIPANTS, "participants"),
-              n_per=_value(_N_PER, "n_per_participant"), sizes=_sizes(),
-              lam=_value(_LAM, "lam"), mechanisms=mechanisms,
-              distributed=_check_distributed(), memory_budget=memory_budget,
-              shape=_known_shape(_DATASET.value))
-
-
-def check(s: dict, base) -> None:
-  """Every setting checked by the library's validators, before any data
-  is loaded (those that need the data's shape, where it is known without
-  loading; the rest right after loading). Messages name the flags.
-
-  Args:
-    s: :func:`parse`'s settings.
-    base: the FedDPDR settings of the table (its first ε) or the sweep.
-  """
-  # pylint: disable=g-import-not-at-top
-  from federated import distributed, feddpdr
-  from launch.experiments import feddpdr as ex
-  configs = [dataclasses.replace(base, epsilon=eps) for eps in s["epsilons"]]
-  if _BASELINE.value and not _SWEEP.value:
-    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
-  # A sweep sets k itself, within d.
-  d = s["shape"][1] if s["shape"] and not _SWEEP.value else None
-  if _SWEEP.value:
-    ex.check_counts(s["participants"], s["n_per"])
-    for mech in s["mechanisms"]:
-      feddpdr.describe(mech, "--sweep_mechanisms")
-  elif s["shape"] is not None:
-    ex.resolve_sizes(available=s["shape"][0], participants=s["participants"],
-                     n_per=s["n_per"], sizes=s["sizes"])
-  feddpdr.check_settings(configs, d=d, seeds=_SEEDS.value,
-                         participant_chunk=_CHUNK.value, prefix="--")
-  ex.FedSGDRecipe(
-      trust=_FEDSGD_TRUST.value, sampling_rate=_FEDSGD_RATE.value,
-      epochs=_FEDSGD_EPOCHS.value, clip_norm=_FEDSGD_CLIP.value,
-      learning_rate=_FEDSGD_LR.value).check()
   timeout = _COORDINATOR_TIMEOUT.value
   if not (timeout > 0 and timeout != float("inf")):
     raise ValueError(f"--coordinator_timeout={timeout!r}: give the seconds "
                      f"to wait for every process to join, a finite number "
                      f"> 0 (default {coordinator.DEFAULT_TIMEOUT_S:g}).")
-  if None not in (_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
-                  _PROCESS_ID.value):
-    distributed.check_settings(_COORDINATOR_ADDRESS.value,
-                               _NUM_PROCESSES.value, _PROCESS_ID.value,
-                               prefix="--")
+  if not (_DISTRIBUTED.value or not missing):
+    return None
+  if _SWEEP.value:
+    raise ValueError("--sweep runs in one process; leave out --distributed "
+                     "and the process flags.")
+  if _SHARD.value:
+    raise ValueError("--shard_participants is for one process; a "
+                     "multi-process run already splits the participants "
+                     "over every process's devices.")
+  if not missing:
+    from federated import distributed  # pylint: disable=g-import-not-at-top
+    distributed.check_settings(**given)
+  return given
 
 
-def _known_shape(dataset: str):
-  """(training rows, d, classes) of a named or synthetic set, else None."""
-  if dataset.startswith("synthetic"):
-    from launch.data import loaders  # pylint: disable=g-import-not-at-top
-    try:
-      settings = loaders.synthetic_settings(dataset)
-    except ValueError as err:
-      raise ValueError(f"--dataset: {err}") from None
-    if settings is not None:
-      return settings["rows"], settings["d"], settings["classes"]
-  return KNOWN_SHAPES.get(dataset)
+_FEDSGD_FLAGS = ("fedsgd_trust", "fedsgd_sampling_rate", "fedsgd_epochs",
+                 "fedsgd_clip_norm", "fedsgd_learning_rate")
+
+
+def _fedsgd(experiment, processes) -> tuple:
+  """The Fed DP-SGD recipes asked for, one per --fedsgd_trust, checked.
+
+  Asked for by --fedsgd, or a --fedsgd_* flag, or in the main job (one
+  process, neither --mechanism nor --dataset nor --sweep given);
+  --fedsgd=false leaves them out.
+  """
+  recipes = tuple(experiment.FedSGDRecipe(
+      trust=trust, sampling_rate=_FEDSGD_RATE.value,
+      epochs=_FEDSGD_EPOCHS.value, clip_norm=_FEDSGD_CLIP.value,
+      learning_rate=_FEDSGD_LR.value).check()
+      for trust in _FEDSGD_TRUST.value)
+  asked = _FEDSGD.value
+  if asked is None:
+    main_job = not (_MECHANISM.present or _DATASET.present or _SWEEP.value
+                    or processes is not None)
+    asked = main_job or any(flags.FLAGS[f].present for f in _FEDSGD_FLAGS)
+  if asked and (processes is not None or _SWEEP.value):
+    raise ValueError("federated DP-SGD (--fedsgd, --fedsgd_*) runs beside "
+                     "the table of one process; leave it out of a sweep "
+                     "or a multi-process run.")
+  return recipes if asked else ()
 
 
 def main(argv):
   del argv
-  s = parse()
+  common.check_output_path(_OUT.value, "--out")
+  cache = _JAX_CACHE_DIR.value
+  if cache and os.path.isfile(os.path.expanduser(cache)):
+    raise ValueError(f"--jax_cache_dir={cache!r} is a file; give a "
+                     f"directory, or '' to turn the cache off.")
+  processes = _processes()
   # Heavy imports only now: --help and flag parsing stay fast.
   with common.heavy_imports():
-    from dpcore import memory  # pylint: disable=g-import-not-at-top
     from federated import feddpdr  # pylint: disable=g-import-not-at-top
-    from launch.data import loaders  # pylint: disable=g-import-not-at-top
     from launch.experiments import feddpdr as ex  # pylint: disable=g-import-not-at-top
+    from launch.experiments import fedsgd  # pylint: disable=g-import-not-at-top
 
-  base = feddpdr.Config(
-      mechanism=_MECHANISM.value, epsilon=s["epsilons"][0], delta=s["delta"],
-      k=s["k"], lam=s["lam"], loss=_LOSS.value,
-      aggregation=_AGGREGATION.value,
-      model_aggregation=_MODEL_AGGREGATION.value,
-      calibration=_CALIBRATION.value,
-      budget_per_classifier=_BUDGET_PER_CLASSIFIER.value,
-      neighbouring=options.parse_relation(_NEIGHBOURING.value).value,
-      tol=_TOL.value,
-      max_iter=_MAX_ITER.value, topk=_TOPK.value)
-  check(s, base)
-  if s["distributed"]:  # before any JAX computation; settings checked
+  epsilons = _numbers(_EPSILON, float, "epsilon")
+  budget = _MEMORY_BUDGET.value
+  setting = ex.Setting(
+      dataset=_DATASET.value, data_dir=_DATA_DIR.value,
+      config=feddpdr.Config(
+          mechanism=_MECHANISM.value,
+          epsilon=epsilons[0] if epsilons else 1.0, delta=_DELTA.value,
+          k=_value(_K, "k"), lam=_value(_LAM, "lam"), loss=_LOSS.value,
+          aggregation=_AGGREGATION.value,
+          model_aggregation=_MODEL_AGGREGATION.value,
+          calibration=_CALIBRATION.value,
+          budget_per_classifier=_BUDGET_PER_CLASSIFIER.value,
+          relation=options.parse_relation(_RELATION.value), tol=_TOL.value,
+          max_iter=_MAX_ITER.value, topk=_TOPK.value),
+      epsilons=epsilons, baseline=_BASELINE.value,
+      participants=_value(_PARTICIPANTS, "participants"),
+      n_per_participant=_value(_N_PER, "n_per_participant"),
+      sizes=_numbers(_SIZES, int), seed=_SEED.value, seeds=_SEEDS.value,
+      fedsgd=_fedsgd(fedsgd, processes), buckets=_BUCKETS.value,
+      shard_participants=_SHARD.value, participant_chunk=_CHUNK.value,
+      memory_budget=(budget if budget == "auto"
+                     else common.parse_bytes(budget, "--memory_budget")),
+      sweep=_SWEEP.value, sweep_mechanisms=tuple(_SWEEP_MECHANISMS.value),
+      plot=_PLOT.value, out=_OUT.value).check()
+  if processes is not None:  # before any JAX computation; settings checked
     # The wait is limited and reported (federated.distributed.initialize
     # has no timeout): one error line naming the missing processes.
-    coordinator.join(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value,
-                     _PROCESS_ID.value, timeout_s=_COORDINATOR_TIMEOUT.value)
-  loaders.check_dataset(_DATASET.value, data_dir=_DATA_DIR.value)
-  ex.enable_compilation_cache(_JAX_CACHE_DIR.value)
-  if _SWEEP.value:
-    ex.sweep(dataset=_DATASET.value, data_dir=_DATA_DIR.value,
-             sweep_name=_SWEEP.value, mechanisms=s["mechanisms"],
-             seed=_SEED.value, seeds=_SEEDS.value, out=_OUT.value, base=base,
-             participants=s["participants"], n_per=s["n_per"],
-             plot=_PLOT.value)
-    return
-  common.progress(f"loading {_DATASET.value}")
-  prepared = ex.prepare_data(_DATASET.value, data_dir=_DATA_DIR.value,
-                             seed=_SEED.value)
-  sizes = ex.resolve_sizes(available=len(prepared.y_train),
-                           participants=s["participants"], n_per=s["n_per"],
-                           sizes=s["sizes"])
-  ex.check_against_data(base, d=prepared.x_train.shape[1],
-                        num_classes=len(prepared.classes), sizes=sizes)
-  budget = s["memory_budget"]
-  if budget is None:  # --memory_budget=auto
-    budget = memory.default_budget()
-  chunk = ex.memory_chunk(
-      base, sizes=sizes, d=prepared.x_train.shape[1],
-      num_classes=len(prepared.classes), seeds=_SEEDS.value,
-      baseline=_BASELINE.value, budget=budget, chunk=_CHUNK.value,
-      processes=_NUM_PROCESSES.value or 1)
-  if s["distributed"]:
-    from launch.experiments import distributed as dx  # pylint: disable=g-import-not-at-top
-    dx.budget_table(prepared, sizes=sizes, seed=_SEED.value,
-                    seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
-                    baseline=_BASELINE.value, out=_OUT.value,
-                    participant_chunk=chunk)
-    return
-  recipe = None
-  if _FEDSGD.value:
-    recipe = ex.FedSGDRecipe(
-        trust=_FEDSGD_TRUST.value, sampling_rate=_FEDSGD_RATE.value,
-        epochs=_FEDSGD_EPOCHS.value, clip_norm=_FEDSGD_CLIP.value,
-        learning_rate=_FEDSGD_LR.value).check()
-  ex.budget_table(prepared, sizes=sizes, seed=_SEED.value,
-                  seeds=_SEEDS.value, base=base, epsilons=s["epsilons"],
-                  baseline=_BASELINE.value, out=_OUT.value,
-                  shard=_SHARD.value, participant_chunk=chunk,
-                  buckets=_BUCKETS.value, fedsgd=recipe,
-                  fedsgd_chunk=_CHUNK.value)
+    coordinator.join(processes["coordinator_address"],
+                     processes["num_processes"], processes["process_id"],
+                     timeout_s=_COORDINATOR_TIMEOUT.value)
+  ex.enable_compilation_cache(cache)
+  ex.run(setting, processes=None if processes is None else (
+      processes["num_processes"] or 1))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from federated import distributed, feddpdr, partition
 from launch import common
 from launch.experiments import feddpdr as single
 
+__all__ = ["budget_table", "is_reporter", "local_participants",
+           "partition_rows", "run_one"]
+
 
 def partition_rows(key: jax.Array, n: int, sizes) -> list[np.ndarray]:
   """Each participant's training-row indices, as ``partition.partition``
@@ -88,17 +91,16 @@ def run_one(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
                             chunk=outcome.chunk, extra=extra)
 
 
-def budget_table(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
-                 base: feddpdr.Config, epsilons, baseline: bool,
-                 out: str | None,
-                 participant_chunk: int | None = None) -> list[dict]:
-  """The main command of ``launch.feddpdr`` over every process.
+def budget_table(prepared: single.Prepared, setting: single.Setting, *,
+                 sizes, participant_chunk: int | None = None) -> list[dict]:
+  """The table of ``launch.feddpdr`` over every process.
 
-  As :func:`launch.experiments.feddpdr.budget_table`: the baseline (with
-  ``baseline``), then ``base.mechanism`` at each ε; process 0 emits each
+  As :func:`launch.experiments.feddpdr.budget_table` (the baseline, then
+  the mechanism at each ε; no Fed DP-SGD rows): process 0 emits each
   record and prints the table.
   """
-  configs = single.table_configs(base, epsilons, baseline=baseline)
+  s = setting
+  configs = s.configs()
   records = []
   for i, config in enumerate(configs):
     if is_reporter():
@@ -106,11 +108,11 @@ def budget_table(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
       common.progress(f"{i + 1}/{len(configs)} "
                       f"{single.LABELS[config.mechanism]}{eps} on "
                       f"{jax.process_count()} processes ...")
-    record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
+    record = run_one(prepared, sizes=sizes, seed=s.seed, seeds=s.seeds,
                      config=config, participant_chunk=participant_chunk,
                      extra={"sweep": "budget_table"})
     if is_reporter():
-      common.emit_record(record, out)
+      common.emit_record(record, s.out)
     records.append(record)
   if is_reporter():
     common.progress("done\n" + single.format_table(records))

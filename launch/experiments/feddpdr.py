@@ -1,10 +1,14 @@
 """Experiment harness of ``launch.feddpdr`` (no flags; importable anywhere).
 
-The library (:mod:`federated.feddpdr`) calibrates, trains and evaluates;
-this module times it, builds the JSON records, runs the budget table of the
-main command and the paper's sweeps (with resume), and turns on JAX's
-persistent compilation cache. See ``launch/feddpdr.py`` for the command
-line.
+:class:`Setting` is what one command asks for (the data, the participants,
+the FedDPDR settings and budgets, the Fed DP-SGD rows beside them, a
+sweep), checked by :meth:`Setting.check` before any data is read;
+:func:`run` carries it out. The library (:mod:`federated.feddpdr`)
+calibrates, trains and evaluates; this module times it, builds the JSON
+records, runs the budget table of the main command and the paper's sweeps
+(with resume), and turns on JAX's persistent compilation cache. Federated
+DP-SGD's rows are :mod:`launch.experiments.fedsgd`'s. See
+``launch/feddpdr.py`` for the command line.
 """
 
 from __future__ import annotations
@@ -20,10 +24,23 @@ import time
 import jax
 import numpy as np
 
-from dpcore import accounting, clipping, linalg, options
+from dpcore import accounting, clipping, linalg, memory, options, validation
 from federated import feddpdr, partition, sharding
 from launch import common, programs
 from launch.data import loaders as data_lib
+
+__all__ = [
+    "BUDGET_FIELDS", "CPU_COMPILER_OPTIONS", "DEFAULT_CACHE_DIR",
+    "KEY_FIELDS", "KNOWN_SHAPES", "LABELS", "PAPER_EPSILON", "PAPER_K",
+    "PAPER_N", "PAPER_UNEVEN", "Prepared", "SWEEPS", "Setting",
+    "budget_table", "captured_variance", "compiler_options",
+    "enable_compilation_cache", "format_table", "known_shape",
+    "make_record", "memory_chunk", "peak_device_memory_bytes",
+    "peak_host_memory_bytes", "prepare_data", "record_settings",
+    "resolve_sizes", "run", "run_one", "summary_record", "sweep",
+    "sweep_points", "timed_execute", "timed_training", "topk_record",
+    "training_program",
+]
 
 PAPER_K = (5, 10, 20, 50, 100)
 PAPER_EPSILON = (0.01, 0.05, 0.1, 0.5, 1.0, 2.0)
@@ -33,11 +50,19 @@ PAPER_UNEVEN = ((50, 100, 500, 1000, 2000),
                 (100, 1000, 5000, 8000, 10_000))
 KEY_FIELDS = ("sweep", "dataset", "mechanism", "epsilon", "delta", "k",
               "sizes", "lam", "loss", "aggregation", "model_aggregation",
-              "calibration", "budget_per_classifier", "neighbouring", "seed",
+              "calibration", "budget_per_classifier", "relation", "seed",
               "seeds")
 # The settings a non-private run does not use: null in its record.
 BUDGET_FIELDS = ("epsilon", "delta", "calibration", "budget_per_classifier",
-                 "pca_fraction", "neighbouring")
+                 "pca_fraction", "relation")
+SWEEPS = ("fig2", "fig3", "fig4", "fig5", "table3", "all")
+# Training rows (after the 70/30 split where there is no test split), data
+# dimension and classes of the named sets, known without loading them, so
+# that sizes and k are checked before the data is read. Others are checked
+# right after loading, still before compiling.
+KNOWN_SHAPES = {"digits": (1258, 64, 10), "breast_cancer": (398, 30, 2),
+                "mnist": (60_000, 784, 10), "fashion_mnist": (60_000, 784, 10),
+                "cifar10": (50_000, 1764, 10)}
 LABELS = {**{name: m.label for name, m in feddpdr.DESCRIPTIONS.items()},
           "fedsgd": "Fed DP-SGD"}
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dpjax", "jax")
@@ -106,61 +131,181 @@ def prepare_data(name: str, *, data_dir: str | None, seed: int) -> Prepared:
 
 
 def _fix(rows: int, participants: int) -> str:
-  """How to make --participants x --n_per_participant fit in ``rows``."""
+  """How to make participants x n_per_participant fit in ``rows``."""
   if participants > rows:
-    return f"lower --participants to at most {rows}"
-  return (f"lower --n_per_participant to at most {rows // participants} "
-          f"or --participants")
+    return f"lower participants to at most {rows}"
+  return (f"lower n_per_participant to at most {rows // participants} or "
+          f"participants")
 
 
-def check_counts(participants: int, n_per: int) -> None:
-  """``--participants`` and ``--n_per_participant`` are both >= 1."""
-  if participants < 1 or n_per < 1:
-    raise ValueError(
-        f"--participants={participants} and --n_per_participant={n_per} "
-        f"must both be >= 1.")
-
-
-def resolve_sizes(*, available: int, participants: int, n_per: int,
+def resolve_sizes(*, available: int | None, participants: int, n_per: int,
                   sizes) -> tuple[int, ...]:
-  """Participant sizes from the flags, checked against the training rows.
+  """Participant sizes, checked against the training rows.
 
-  ``sizes`` (``--sizes``) wins over ``participants`` × ``n_per``
-  (``--participants`` × ``--n_per_participant``); either must fit in the
-  ``available`` rows, or the message names the flags and the rows there
-  are.
+  ``sizes`` wins over ``participants`` × ``n_per`` (rows per
+  participant); either must fit in the ``available`` rows (None: not
+  known yet, unchecked), or the message names the settings and the rows
+  there are.
   """
   if sizes is not None:
     sizes = [int(s) for s in sizes]
     if not sizes:
-      raise ValueError("--sizes is empty; give rows per participant, e.g. "
-                       "--sizes=100,200, or leave it out.")
+      raise ValueError("sizes is empty; give rows per participant, e.g. "
+                       "sizes=100,200, or leave it out.")
     if min(sizes) < 1:
-      raise ValueError(f"--sizes={','.join(map(str, sizes))}: every "
+      raise ValueError(f"sizes={','.join(map(str, sizes))}: every "
                        f"participant needs at least one row.")
+    if available is None:
+      return tuple(sizes)
     if sum(sizes) > available:
       raise ValueError(
-          f"--sizes={','.join(map(str, sizes))} asks for {sum(sizes)} rows "
-          f"but the data set has {available} training rows; lower --sizes.")
+          f"sizes={','.join(map(str, sizes))} asks for {sum(sizes)} rows "
+          f"but the data set has {available} training rows; lower sizes.")
     return partition.check_sizes(sizes, available)
-  check_counts(participants, n_per)
-  if participants * n_per > available:
+  if participants < 1 or n_per < 1:
     raise ValueError(
-        f"--participants={participants} x --n_per_participant={n_per} = "
+        f"participants={participants} and n_per_participant={n_per} must "
+        f"both be >= 1.")
+  if available is not None and participants * n_per > available:
+    raise ValueError(
+        f"participants={participants} x n_per_participant={n_per} = "
         f"{participants * n_per} rows exceeds the {available} training rows "
         f"of the data set; {_fix(available, participants)}.")
   return (n_per,) * participants
 
 
-def check_against_data(config: feddpdr.Config, *, d: int, num_classes: int,
-                       sizes) -> None:
-  """The library's checks that need the data's shape (the settings named
-  as flags), and the calibration of these participants."""
-  config.check(d=d, prefix="--")
-  if num_classes < 2:
-    raise ValueError(f"the data set has {num_classes} class(es); a "
-                     f"classifier needs at least 2.")
-  feddpdr.make_plan(sizes, d=d, num_classes=num_classes, config=config)
+def known_shape(dataset: str):
+  """(training rows, d, classes) of a named or synthetic set, else None."""
+  if dataset.startswith("synthetic"):
+    settings = data_lib.synthetic_settings(dataset)
+    if settings is not None:
+      return settings["rows"], settings["d"], settings["classes"]
+  return KNOWN_SHAPES.get(dataset)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setting:
+  """What one command of ``launch.feddpdr`` asks for.
+
+  Attributes:
+    dataset, data_dir: the data (:func:`prepare_data`).
+    config: the FedDPDR settings of the table's mechanism (its
+      ``epsilon`` is replaced by each of ``epsilons``).
+    epsilons: the table's budgets (one with a sweep: the fixed ε of the
+      grids over k, n and sizes).
+    baseline: the table also runs the non-private pipeline.
+    participants, n_per_participant, sizes: the participants' rows
+      (``sizes`` wins; :func:`resolve_sizes`).
+    seed, seeds: the partition's seed and the repeats (vmapped over keys).
+    fedsgd: the Fed DP-SGD recipes run beside the table, one row per ε
+      each (:mod:`launch.experiments.fedsgd`; empty: none).
+    buckets, shard_participants, participant_chunk, memory_budget: how
+      the participants are laid out and mapped (:func:`run_one`);
+      ``memory_budget`` in bytes, ``"auto"`` (3/4 of the memory
+      available) or None (no check).
+    sweep, sweep_mechanisms, plot: a paper grid instead of the table
+      (:func:`sweep`).
+    out: the JSON-lines file ('' or None: none).
+  """
+  dataset: str = "digits"
+  data_dir: str | None = None
+  config: feddpdr.Config = feddpdr.Config(epsilon=0.5, k=10, lam=1.0)
+  epsilons: tuple[float, ...] = (0.5, 2.0, 8.0)
+  baseline: bool = True
+  participants: int = 2
+  n_per_participant: int = 600
+  sizes: tuple[int, ...] | None = None
+  seed: int = 0
+  seeds: int = 3
+  fedsgd: tuple = ()
+  buckets: bool = True
+  shard_participants: bool = False
+  participant_chunk: int | None = None
+  memory_budget: int | str | None = memory.AUTO
+  sweep: str | None = None
+  sweep_mechanisms: tuple[str, ...] = tuple(options.FedDPDRMechanism)
+  plot: bool = True
+  out: str | None = "runs/feddpdr.jsonl"
+
+  def configs(self) -> list[feddpdr.Config]:
+    """The runs of the table: the non-private baseline (with ``baseline``,
+    or when the mechanism is non-private), then the mechanism at each ε."""
+    base = self.config
+    configs = []
+    if self.baseline or not base.private:
+      configs.append(dataclasses.replace(
+          base, mechanism=options.FedDPDRMechanism.NONPRIV))
+    if base.private:
+      configs += [dataclasses.replace(base, epsilon=float(e))
+                  for e in self.epsilons]
+    return configs
+
+  def check(self) -> Setting:
+    """Every setting checked before any data is loaded.
+
+    By the library's validators (messages name the fields), with what
+    needs the data's shape where it is known without loading it
+    (:data:`KNOWN_SHAPES`, synthetic sets); the rest is checked by
+    :meth:`check_data` right after loading.
+
+    Returns:
+      ``self``, its Fed DP-SGD recipes checked.
+    """
+    if not self.epsilons:
+      raise ValueError("epsilon is empty; give one or more ε > 0, e.g. "
+                       "epsilon=0.5,2,8.")
+    if self.sweep is not None:
+      if self.sweep not in SWEEPS:
+        raise ValueError(f"sweep must be one of {', '.join(SWEEPS)}; got "
+                         f"{self.sweep!r}.")
+      if len(self.epsilons) != 1:
+        raise ValueError(
+            f"epsilon={','.join(map(str, self.epsilons))}: a sweep takes "
+            f"one ε (the fixed value of the grids over k, n and sizes), "
+            f"e.g. epsilon=0.1.")
+      if not self.sweep_mechanisms:
+        raise ValueError(f"sweep_mechanisms is empty; name one or more of "
+                         f"{', '.join(options.FedDPDRMechanism)}.")
+      for mech in self.sweep_mechanisms:
+        feddpdr.describe(mech, "sweep_mechanisms")
+    if self.data_dir is not None and not os.path.isdir(
+        os.path.expanduser(self.data_dir)):
+      raise ValueError(f"data_dir={self.data_dir!r} is not a directory; "
+                       f"give the directory holding the data files, or "
+                       f"leave it out.")
+    data_lib.check_dataset(self.dataset, data_dir=self.data_dir)
+    try:
+      shape = known_shape(self.dataset)
+    except ValueError as err:
+      raise ValueError(f"dataset: {err}") from None
+    configs = (self.configs() if self.sweep is None else
+               [dataclasses.replace(self.config, epsilon=self.epsilons[0])])
+    # A sweep sets k and the sizes itself, within the data.
+    known = shape if shape and self.sweep is None else (None, None, None)
+    resolve_sizes(available=known[0], participants=self.participants,
+                  n_per=self.n_per_participant, sizes=self.sizes)
+    feddpdr.check_settings(configs, dim=known[1], seeds=self.seeds,
+                           participant_chunk=self.participant_chunk)
+    if self.memory_budget not in (None, memory.AUTO):
+      validation.check_positive_int(self.memory_budget, "memory_budget")
+    return dataclasses.replace(
+        self, fedsgd=tuple(r.check() for r in self.fedsgd))
+
+  def check_data(self, prepared: Prepared) -> tuple[int, ...]:
+    """The checks that need the loaded data: the sizes against its rows,
+    k against d, the classes, and the calibration of every run; returns
+    the sizes."""
+    sizes = resolve_sizes(available=len(prepared.y_train),
+                          participants=self.participants,
+                          n_per=self.n_per_participant, sizes=self.sizes)
+    dim, num_classes = prepared.x_train.shape[1], len(prepared.classes)
+    if num_classes < 2:
+      raise ValueError(f"the data set has {num_classes} class(es); a "
+                       f"classifier needs at least 2.")
+    for config in self.configs():
+      feddpdr.make_plan(sizes, dim=dim, num_classes=num_classes,
+                        config=config)
+    return sizes
 
 
 def record_settings(config: feddpdr.Config) -> dict:
@@ -173,7 +318,7 @@ def record_settings(config: feddpdr.Config) -> dict:
   return settings
 
 
-def topk_record(config: feddpdr.Config, *, d: int) -> dict:
+def topk_record(config: feddpdr.Config, *, dim: int) -> dict:
   """The top-k solver of DP-PCA and its settings, for the record.
 
   ``{"solver": "eigh"}`` (exact), or for ``"subspace"`` the block and
@@ -184,7 +329,7 @@ def topk_record(config: feddpdr.Config, *, d: int) -> dict:
   if config.topk != "subspace":
     return {"solver": config.topk}
   defaults = inspect.signature(linalg.subspace_top_k).parameters
-  return {"solver": config.topk, "block": min(d, 2 * config.k + 8),
+  return {"solver": config.topk, "block": min(dim, 2 * config.k + 8),
           "iterations": defaults["iterations"].default}
 
 
@@ -302,7 +447,7 @@ def timed_execute(key: jax.Array, participants, prepared: Prepared, *,
     timing.update(measured)
     return out
 
-  # The chunk was planned (or given) against the script's --memory_budget
+  # The chunk was planned (or given) against the setting's memory_budget
   # once for the whole table (plan_chunk); a second check against the
   # memory available now, after the data are loaded, would refuse it.
   outcome = feddpdr.execute(
@@ -482,7 +627,7 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "processes": jax.process_count(),
       "chunk": chunk,
       **partition.layout_record(sizes, bucketed=bucketed),
-      "topk": topk_record(config, d=prepared.x_train.shape[1]),
+      "topk": topk_record(config, dim=prepared.x_train.shape[1]),
       "compiler_options": dict(options or {}),
       "participants_per_second": timing["participants_per_second"],
       # This process's own peak (in a multi-process run, process 0's).
@@ -494,289 +639,80 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
   return record
 
 
-@dataclasses.dataclass(frozen=True)
-class FedSGDRecipe:
-  """The public recipe of the federated DP-SGD rows (``--fedsgd_*``).
-
-  Chosen before looking at any test result, from the DP-SGD literature's
-  usual settings for softmax regression on unit-norm rows: q =
-  min(0.05, 256/N) (an expected batch of at most 256 rows), 30 epochs,
-  C = 1, plain SGD at learning rate 2 (the noisy mean gradient is an
-  average over qN rows), zero initial weights. ``sampling_rate`` 0 means
-  that rule.
-  """
-  trust: str = "server"
-  sampling_rate: float = 0.0
-  epochs: float = 30.0
-  clip_norm: float = 1.0
-  learning_rate: float = 2.0
-
-  def rate(self, total_rows: int) -> float:
-    if self.sampling_rate > 0:
-      return self.sampling_rate
-    return min(0.05, 256.0 / total_rows)
-
-  def check(self) -> FedSGDRecipe:
-    """One-line ValueErrors naming the flag, before any work."""
-    options.parse(options.Trust, self.trust,
-                         "--fedsgd_trust")
-    if not 0.0 <= self.sampling_rate <= 1.0:
-      raise ValueError(f"--fedsgd_sampling_rate must be in [0, 1] (0: "
-                       f"min(0.05, 256/N)), got {self.sampling_rate}.")
-    for flag, value in (("--fedsgd_epochs", self.epochs),
-                        ("--fedsgd_clip", self.clip_norm),
-                        ("--fedsgd_learning_rate", self.learning_rate)):
-      if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{flag} must be a finite number > 0, got "
-                         f"{value}.")
-    return self
-
-
-@functools.lru_cache(maxsize=8)
-def _fedsgd_program(learning_rate: float, d: int, num_classes: int,
-                    chunk: int | None):
-  """The seed-vmapped federated DP-SGD run ``(keys, plan, x, y, mask) ->
-  params`` (not jitted: :func:`fedsgd_program` does)."""
-  import optax  # noqa: PLC0415
-
-  from federated import fedsgd  # noqa: PLC0415
-
-  def run(keys, plan, x, y, mask):
-    def one(key):
-      return fedsgd.release(key, plan, fedsgd.softmax_loss,
-                            fedsgd.softmax_params(d, num_classes), x, y,
-                            mask, optax.sgd(learning_rate),
-                            chunk=chunk).params
-    return jax.vmap(one)(keys)
-
-  return run
-
-
-def fedsgd_program(args, *, learning_rate: float, d: int, num_classes: int,
-                   chunk: int | None):
-  """The seed-vmapped federated DP-SGD run as a function of ``args``
-  ``(keys, plan, x, y, mask)``: one jit for every ε of a run shape (σ, ε
-  and δ are the plan's traced leaves), its trace kept beside JAX's
-  persistent cache when that is on (:mod:`launch.programs`, as for the
-  FedDPDR program), so a second run neither traces nor compiles it."""
-  run = _fedsgd_program(learning_rate, d, num_classes, chunk)
-  cache = jax.config.jax_compilation_cache_dir
-  if not cache or jax.process_count() > 1:
-    return jax.jit(run)
-  _, plan, *_ = args
-  shape = jax.eval_shape(run, *args)
-  treedef = jax.tree.structure(shape)
-  stored = programs.load_or_export(
-      lambda *a: tuple(jax.tree.leaves(run(*a))), args, name="fedsgd_train",
-      cache_dir=cache,
-      settings=(dataclasses.replace(plan, noise_multiplier=0.0,
-                                    epsilon=None, delta=None),
-                learning_rate, d, num_classes, chunk),
-      compiler_options=compiler_options())
-  return lambda *a: jax.tree.unflatten(treedef, stored(*a))
-
-
-def run_fedsgd(prepared: Prepared, *, sizes, seed: int, seeds: int,
-               epsilon: float, delta: float, recipe: FedSGDRecipe,
-               participant_chunk: int | None = None,
-               extra: dict | None = None) -> dict:
-  """Federated DP-SGD (:mod:`federated.fedsgd`) on FedDPDR's participants.
-
-  The same partition as :func:`run_one` (the rows of ``seed``), one
-  softmax model for all classes, σ calibrated (RDP) for ``epsilon`` at
-  ``delta`` over the recipe's q and T; ``seeds`` repeats vmapped over
-  keys. The record has :func:`make_record`'s core fields, the recipe under
-  ``fedsgd`` and the ledger's privacy record (what holds, no nominal
-  figure: the target ε is a setting).
-  """
-  from federated import fedsgd  # noqa: PLC0415
-  key = jax.random.key(seed)
-  parts = partition.partition_auto(
-      jax.random.fold_in(key, 0), prepared.x_train, prepared.y_train,
-      sizes=sizes, buckets=False)
-  total = int(np.sum(parts.sizes))
-  q = recipe.rate(total)
-  steps = dpsgd_steps(q, recipe.epochs)
-  sigma = calibrated_sigma(epsilon=epsilon, delta=delta, sampling_rate=q,
-                           steps=steps)
-  plan = fedsgd.make_plan(parts.sizes, trust=recipe.trust, sampling_rate=q,
-                          steps=steps, clip_norm=recipe.clip_norm,
-                          noise_multiplier=sigma, delta=delta)
-  ledger = accounting.PrivacyLedger()
-  plan.record(ledger)
-  num_classes = len(prepared.classes)
-  keys = jax.random.split(jax.random.fold_in(key, 3), seeds)
-  # The plan's leaves (σ, δ) enter the program as float32 arrays (the
-  # values a jit would trace them as), so its stored trace is keyed by
-  # their shapes.
-  traced = jax.tree.map(lambda v: np.asarray(v, np.float32), plan)
-  args = (keys, traced, parts.x, parts.y.astype(np.int32), parts.mask)
-  program = fedsgd_program(args, learning_rate=recipe.learning_rate,
-                           d=prepared.x_train.shape[1],
-                           num_classes=num_classes, chunk=participant_chunk)
-  params, timing = timed_training(lambda: program(*args), 0,
-                                  participants=len(sizes), seeds=seeds)
-  accs = np.asarray(jax.vmap(lambda p: fedsgd.accuracy(
-      p, prepared.x_test, prepared.y_test))(params))
-  record = {
-      "dataset": prepared.name, "mechanism": "fedsgd", "epsilon": epsilon,
-      "delta": delta, "k": None, "participants": len(sizes),
-      "sizes": list(map(int, sizes)), "accuracy": float(accs.mean()),
-      "accuracy_std": float(accs.std()),
-      "accuracy_per_seed": accs.tolist(),
-      "privacy": ledger.report(delta),
-      "seconds": timing["seconds"],
-      "first_call_seconds": timing["first_call_seconds"],
-      "fedsgd": {**dataclasses.asdict(recipe), **plan.settings()},
-      "seed": seed, "seeds": seeds, "test_rows": len(prepared.y_test),
-      "num_classes": num_classes, "chunk": participant_chunk,
-      "participants_per_second": timing["participants_per_second"],
-      "device": jax.devices()[0].platform,
-  }
-  record.update(extra or {})
-  return record
-
-
-def calibrated_sigma(*, epsilon: float, delta: float, sampling_rate: float,
-                     steps: int) -> float:
-  """:func:`dpcore.accounting.calibrate_dpsgd_noise`, kept beside JAX's cache.
-
-  The calibration is a deterministic bisection over RDP curves (about
-  0.6 s of a 2-core CPU per ε); with the persistent cache on, its result
-  is stored in ``dpsgd_sigma.json`` there, keyed by the arguments and the
-  dp_accounting version, so a second run reads it. Nothing rests on the
-  file being right: the ledger computes the guarantee of the σ actually
-  used, afresh, and that is what the record reports.
-  """
-  import importlib.metadata  # noqa: PLC0415
-  import json  # noqa: PLC0415
-  cache = jax.config.jax_compilation_cache_dir
-  key = json.dumps([float(epsilon), float(delta), float(sampling_rate),
-                    int(steps),
-                    importlib.metadata.version("dp-accounting")])
-  path = os.path.join(os.path.expanduser(cache), "dpsgd_sigma.json") if (
-      cache) else None
-  table = {}
-  if path and os.path.exists(path):
-    try:
-      with open(path, encoding="utf-8") as f:
-        table = json.load(f)
-    except (OSError, ValueError):
-      table = {}
-  value = table.get(key) if isinstance(table, dict) else None
-  if isinstance(value, float) and value > 0:
-    return value
-  sigma = accounting.calibrate_dpsgd_noise(
-      epsilon=epsilon, delta=delta, sampling_rate=sampling_rate,
-      steps=steps)
-  if path:
-    table = table if isinstance(table, dict) else {}
-    table[key] = sigma
-    try:
-      partial = f"{path}.{os.getpid()}.tmp"
-      with open(partial, "w", encoding="utf-8") as f:
-        json.dump(table, f)
-      os.replace(partial, path)
-    except OSError:
-      pass  # a read-only cache only costs the calibration next time
-  return sigma
-
-
-def dpsgd_steps(sampling_rate: float, epochs: float) -> int:
-  """T of a recipe: :func:`dpcore.dpsgd.num_steps` (E/q rounded)."""
-  from dpcore import dpsgd  # noqa: PLC0415
-  return dpsgd.num_steps(epochs=epochs, sampling_rate=sampling_rate)
-
-
-def memory_chunk(base: feddpdr.Config, *, sizes, d: int, num_classes: int,
-                 seeds: int, baseline: bool, budget: int | None,
-                 chunk: int | None, processes: int = 1) -> int | None:
-  """The participant chunk of the main table's training, memory-checked.
+def memory_chunk(setting: Setting, *, sizes, dim: int, num_classes: int,
+                 processes: int = 1) -> int | None:
+  """The participant chunk of the table's training, memory-checked.
 
   :func:`federated.feddpdr.plan_chunk` over the table's runs
-  (:func:`table_configs`; messages name the flags): ``chunk``
-  (``--participant_chunk``) checked against the budget, or else the
-  largest chunk that fits every run (None: all at once). Prints the
-  choice when it is not "all at once".
+  (:meth:`Setting.configs`): ``participant_chunk`` checked against
+  ``memory_budget``, or else the largest chunk that fits every run (None:
+  all at once). Prints the choice when it is not "all at once".
 
   Raises:
-    ValueError: one line naming the estimate, the budget and the flags.
+    ValueError: one line naming the estimate, the budget and the settings.
   """
-  configs = table_configs(base, [base.epsilon], baseline=baseline)
+  budget = memory.resolve_budget(setting.memory_budget)
   chosen, estimate = feddpdr.plan_chunk(
-      configs, sizes=sizes, d=d, num_classes=num_classes, seeds=seeds,
-      budget=budget, chunk=chunk, processes=processes, prefix="--")
-  if chosen is not None and chunk is None:
+      setting.configs(), sizes=sizes, dim=dim, num_classes=num_classes,
+      seeds=setting.seeds, budget=budget, chunk=setting.participant_chunk,
+      processes=processes)
+  if chosen is not None and setting.participant_chunk is None:
     count = -(-len(sizes) // max(1, processes))
     common.progress(
         f"participant chunk {chosen} of {count} (estimated "
         f"{estimate / 2**30:.1f} GiB of a {budget / 2**30:.1f} GiB memory "
-        f"budget; --participant_chunk or --memory_budget to change)")
+        f"budget; participant_chunk or memory_budget to change)")
   return chosen
 
 
-def table_configs(base: feddpdr.Config, epsilons, *, baseline: bool
-                  ) -> list[feddpdr.Config]:
-  """The runs of the main command's table: the non-private baseline (with
-  ``baseline``, or when ``base`` is non-private), then ``base`` at each ε."""
-  configs = []
-  if baseline or not base.private:
-    configs.append(dataclasses.replace(base, mechanism="nonpriv"))
-  if base.private:
-    configs += [dataclasses.replace(base, epsilon=float(e))
-                for e in epsilons]
-  return configs
+def _say(i: int, count: int, label: str, epsilon, first: bool) -> None:
+  what = ("compiling (or loading from the JAX cache)" if first
+          else "running (compiled program reused)")
+  eps = "" if epsilon is None else f" eps={epsilon:g}"
+  common.progress(f"{i + 1}/{count} {label}{eps}: {what} ...")
 
 
-def budget_table(prepared: Prepared, *, sizes, seed: int, seeds: int,
-                 base: feddpdr.Config, epsilons, baseline: bool,
-                 out: str | None, shard: bool = False,
-                 participant_chunk: int | None = None,
-                 buckets: bool = True,
-                 fedsgd: FedSGDRecipe | None = None,
-                 fedsgd_chunk: int | None = None) -> list[dict]:
+def budget_table(prepared: Prepared, setting: Setting, *, sizes,
+                 participant_chunk: int | None = None) -> list[dict]:
   """The main command: accuracy against ε, and the non-private baseline.
 
-  Runs ``base.mechanism`` at each ε of ``epsilons`` (one compiled program
-  for all of them: ε is traced) and, with ``baseline``, the non-private
-  pipeline; with a ``fedsgd`` recipe, federated DP-SGD on the same
-  participants at each ε (:func:`run_fedsgd`, one more program); emits
-  each record as it comes and prints a table on stderr. Federated DP-SGD
-  holds B rows per participant, not DP-PCA's d × d matrices, so it maps
-  ``fedsgd_chunk`` participants at a time (the user's
-  ``--participant_chunk``), not the chunk chosen for DP-PCA's memory.
+  Runs the setting's mechanism at each ε (one compiled program for all
+  of them: ε is traced) and, with ``baseline``, the non-private pipeline
+  (:meth:`Setting.configs`); then each of its Fed DP-SGD recipes on the
+  same participants at each ε (:func:`launch.experiments.fedsgd.run`,
+  one more program per recipe); emits each record as it comes and prints
+  a table on stderr. ``participant_chunk`` is the chunk chosen for
+  DP-PCA's memory (:func:`memory_chunk`); federated DP-SGD holds B rows
+  per participant, not d × d matrices, so it maps the setting's own
+  ``participant_chunk`` at a time.
   """
+  from launch.experiments import fedsgd  # pylint: disable=g-import-not-at-top
+  s = setting
   # The baseline first: it compiles the one program that every ε then
   # reuses (federated.feddpdr.program: Non-Priv is the private program
   # with the noise off).
-  configs = table_configs(base, epsilons, baseline=baseline)
+  configs = s.configs()
   records, seen = [], set()
   for i, config in enumerate(configs):
     program = (feddpdr.program(config), len(sizes))
-    what = ("compiling (or loading from the JAX cache)" if program not in seen
-            else "running (compiled program reused)")
+    _say(i, len(configs), LABELS[config.mechanism],
+         config.epsilon if config.private else None, program not in seen)
     seen.add(program)
-    eps = f" eps={config.epsilon:g}" if config.private else ""
-    common.progress(f"{i + 1}/{len(configs)} {LABELS[config.mechanism]}"
-                    f"{eps}: {what} ...")
-    record = run_one(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                     config=config, shard=shard,
-                     participant_chunk=participant_chunk,
-                     buckets=buckets, extra={"sweep": "budget_table"})
-    common.emit_record(record, out)
-    records.append(record)
-  if fedsgd is not None and base.private:
-    for i, eps in enumerate(epsilons):
-      what = ("compiling (or loading from the JAX cache)" if i == 0 else
-              "running (compiled program reused)")
-      common.progress(f"{i + 1}/{len(epsilons)} {LABELS['fedsgd']} "
-                      f"({fedsgd.trust} noise) eps={eps:g}: {what} ...")
-      record = run_fedsgd(prepared, sizes=sizes, seed=seed, seeds=seeds,
-                          epsilon=float(eps), delta=base.delta,
-                          recipe=fedsgd, participant_chunk=fedsgd_chunk,
-                          extra={"sweep": "budget_table"})
-      common.emit_record(record, out)
-      records.append(record)
+    records.append(run_one(
+        prepared, sizes=sizes, seed=s.seed, seeds=s.seeds, config=config,
+        shard=s.shard_participants, participant_chunk=participant_chunk,
+        buckets=s.buckets, extra={"sweep": "budget_table"}))
+    common.emit_record(records[-1], s.out)
+  for recipe in s.fedsgd if s.config.private else ():
+    for i, eps in enumerate(s.epsilons):
+      _say(i, len(s.epsilons), f"{LABELS['fedsgd']} ({recipe.trust} noise)",
+           eps, i == 0)
+      records.append(fedsgd.run(
+          prepared, sizes=sizes, seed=s.seed, seeds=s.seeds,
+          epsilon=float(eps), delta=s.config.delta, recipe=recipe,
+          participant_chunk=s.participant_chunk,
+          extra={"sweep": "budget_table"}))
+      common.emit_record(records[-1], s.out)
   common.progress("done\n" + format_table(records))
   return records
 
@@ -802,20 +738,49 @@ def format_table(records) -> str:
       holds, delta = _eps(p["epsilon"]), f"{p['delta']:.0e}"
       nominal = (_eps(p["epsilon_nominal"])
                  if p["epsilon_nominal"] != p["epsilon"] else "same")
-    lines.append(f"  {LABELS.get(r['mechanism'], r['mechanism']):<14}"
-                 f"{holds:>16}{delta:>9}{nominal:>11}"
+    label = LABELS.get(r["mechanism"], r["mechanism"])
+    trusts = {f["fedsgd"]["trust"] for f in records if "fedsgd" in f}
+    if "fedsgd" in r and len(trusts) > 1:
+      label = f"{label} ({r['fedsgd']['trust']})"
+    lines.append(f"  {label:<14}{holds:>16}{delta:>9}{nominal:>11}"
                  f"{r['accuracy']:>10.3f}{r['accuracy_std']:>8.3f}")
   lines.append("  (epsilon (holds): the ledger's composed guarantee per "
                "participant; paper eps: eps1 + eps2 as the paper counts it)")
-  fed = [r for r in records if r["mechanism"] == "fedsgd"]
-  if fed:
-    recipe = fed[0]["fedsgd"]
-    lines.append(f"  (Fed DP-SGD: one softmax model, {recipe['trust']} "
-                 f"noise; assumes {recipe['assumption']})")
+  shown = set()
+  for r in records:
+    recipe = r.get("fedsgd")
+    if recipe and recipe["trust"] not in shown:
+      shown.add(recipe["trust"])
+      lines.append(f"  (Fed DP-SGD: one softmax model, {recipe['trust']} "
+                   f"noise; assumes {recipe['assumption']})")
   return "\n".join(lines)
 
 
-def sweep_points(name: str, *, d: int, available: int, n_default: int,
+def run(setting: Setting, *, processes: int | None = None) -> list[dict]:
+  """The command: a sweep, or the table (over several processes when
+  ``processes`` is given, after :func:`federated.distributed.initialize`).
+
+  Loads the data, checks what needs it (:meth:`Setting.check_data`),
+  plans the participant chunk against the memory budget, and runs.
+  Returns the records written.
+  """
+  s = setting
+  if s.sweep is not None:
+    return [sweep(s)]
+  common.progress(f"loading {s.dataset}")
+  prepared = prepare_data(s.dataset, data_dir=s.data_dir, seed=s.seed)
+  sizes = s.check_data(prepared)
+  chunk = memory_chunk(s, sizes=sizes, dim=prepared.x_train.shape[1],
+                       num_classes=len(prepared.classes),
+                       processes=processes or 1)
+  if processes is not None:
+    from launch.experiments import distributed  # pylint: disable=g-import-not-at-top
+    return distributed.budget_table(prepared, s, sizes=sizes,
+                                    participant_chunk=chunk)
+  return budget_table(prepared, s, sizes=sizes, participant_chunk=chunk)
+
+
+def sweep_points(name: str, *, dim: int, available: int, n_default: int,
                  participants: int, mechanisms, epsilon: float,
                  k: int = 20):
   """(sweep, mechanism, k, epsilon, sizes) tuples of one paper grid.
@@ -831,7 +796,7 @@ def sweep_points(name: str, *, d: int, available: int, n_default: int,
   points = []
   if name == "fig2":
     for mech in mechanisms:
-      ks = [kk for kk in PAPER_K if kk <= d] if mech != "dpml" else [k]
+      ks = [kk for kk in PAPER_K if kk <= dim] if mech != "dpml" else [k]
       points += [("fig2", mech, kk, eps_of(mech, epsilon), even)
                  for kk in ks]
   elif name == "fig3":
@@ -849,7 +814,7 @@ def sweep_points(name: str, *, d: int, available: int, n_default: int,
   elif name == "table3":
     points = [("table3", m, k, eps_of(m, epsilon), even)
               for m in mechanisms]
-  return [p for p in points if p[1] == "dpml" or p[2] <= d]
+  return [p for p in points if p[1] == "dpml" or p[2] <= dim]
 
 
 def _probe(sweep_name, dataset, config, *, k, sizes, seed, seeds) -> dict:
@@ -863,47 +828,52 @@ def _probe(sweep_name, dataset, config, *, k, sizes, seed, seeds) -> dict:
           "model_aggregation": config.model_aggregation,
           "calibration": settings["calibration"],
           "budget_per_classifier": settings["budget_per_classifier"],
-          "neighbouring": settings["neighbouring"], "seed": seed,
+          "relation": settings["relation"], "seed": seed,
           "seeds": seeds}
 
 
-def sweep(*, dataset: str, data_dir, sweep_name: str, mechanisms, seed: int,
-          seeds: int, out: str, base: feddpdr.Config, participants: int,
-          n_per: int, plot: bool) -> dict:
-  """Runs a paper grid, skipping runs already in ``out``; plots at the end.
+def sweep(setting: Setting) -> dict:
+  """Runs the setting's paper grid, skipping runs already in ``out``;
+  plots at the end.
 
-  Resume: a run whose settings (:data:`KEY_FIELDS`) are in ``out`` is not
-  run again; a last line cut off by a crash is set aside by
+  The grid (:func:`sweep_points`) varies k, ε, n or the sizes around the
+  setting's; its mechanisms are ``sweep_mechanisms``. Resume: a run whose
+  settings (:data:`KEY_FIELDS`) are in ``out`` is not run again; a last
+  line cut off by a crash is set aside by
   :func:`launch.common.emit_record` and that run is done again.
+
+  Returns:
+    The last record written (an empty dict when every run was done).
   """
-  prepared = prepare_data(dataset, data_dir=data_dir, seed=seed)
+  s, base = setting, setting.config
+  epsilon = float(s.epsilons[0])
+  prepared = prepare_data(s.dataset, data_dir=s.data_dir, seed=s.seed)
   available = len(prepared.y_train)
-  d = prepared.x_train.shape[1]
-  n_default = min(n_per, available // participants)
+  n_default = min(s.n_per_participant, available // s.participants)
   names = (["fig2", "fig3", "fig4", "fig5", "table3"]
-           if sweep_name == "all" else [sweep_name])
-  done = common.done_keys(out, KEY_FIELDS)
+           if s.sweep == "all" else [s.sweep])
+  done = common.done_keys(s.out, KEY_FIELDS)
   last = {}
   for name in names:
-    points = sweep_points(name, d=d, available=available,
-                          n_default=n_default, participants=participants,
-                          mechanisms=mechanisms, epsilon=base.epsilon,
+    points = sweep_points(name, dim=prepared.x_train.shape[1],
+                          available=available, n_default=n_default,
+                          participants=s.participants,
+                          mechanisms=s.sweep_mechanisms, epsilon=epsilon,
                           k=base.k)
     for i, (sname, mech, k, eps, sizes) in enumerate(points):
       config = dataclasses.replace(
-          base, mechanism=mech, k=k,
-          epsilon=base.epsilon if eps is None else eps)
-      run_seeds = 1 if sname == "table3" else seeds
-      probe = _probe(sname, dataset, config, k=k, sizes=sizes, seed=seed,
-                     seeds=run_seeds)
+          base, mechanism=mech, k=k, epsilon=epsilon if eps is None else eps)
+      run_seeds = 1 if sname == "table3" else s.seeds
+      probe = _probe(sname, s.dataset, config, k=k, sizes=sizes,
+                     seed=s.seed, seeds=run_seeds)
       key = common.record_key(probe, KEY_FIELDS)
       if key in done:
         continue
       common.progress(f"{sname} {i + 1}/{len(points)}: {mech} k={k} "
                       f"eps={eps} sizes={sizes}")
       try:
-        record = run_one(prepared, sizes=sizes, seed=seed, seeds=run_seeds,
-                         config=config,
+        record = run_one(prepared, sizes=sizes, seed=s.seed,
+                         seeds=run_seeds, config=config,
                          timing_repeats=3 if sname == "table3" else 1,
                          extra={"sweep": sname})
       except (ValueError, feddpdr.ConvergenceError,
@@ -911,11 +881,11 @@ def sweep(*, dataset: str, data_dir, sweep_name: str, mechanisms, seed: int,
         record = {**probe, "accuracy": None, "error": str(err),
                   "privacy": (accounting.no_guarantee_record(
                       f"run failed: {err}"))}
-      common.emit_record(record, out)
+      common.emit_record(record, s.out)
       done.add(key)
       last = record
-  if plot:
+  if s.plot:
     from launch import plot_feddpdr  # matplotlib only when plotting
-    for path in plot_feddpdr.plot_file(out):
+    for path in plot_feddpdr.plot_file(s.out):
       common.progress(f"wrote {path}")
   return last

@@ -41,64 +41,69 @@ for group, items in cases.items():
 # name: (arguments, word the one-line error must contain). Checked before
 # the data is loaded (digits' shape is known without loading it).
 BEFORE_LOAD = {
-    "epsilon_zero": (["--epsilon=0"], "--epsilon"),
-    "epsilon_negative": (["--epsilon=0.5,-1"], "--epsilon"),
-    "epsilon_text": (["--epsilon=abc"], "--epsilon"),
-    "epsilon_empty": (["--epsilon="], "--epsilon"),
-    "epsilon_inf": (["--epsilon=inf"], "--epsilon"),
+    "epsilon_zero": (["--epsilon=0"], "epsilon must be > 0"),
+    "epsilon_negative": (["--epsilon=0.5,-1"], "epsilon must be > 0"),
+    "epsilon_text": (["--epsilon=abc"], "--epsilon=abc"),
+    "epsilon_empty": (["--epsilon="], "epsilon is empty"),
+    "epsilon_inf": (["--epsilon=inf"], "epsilon"),
     # The library's check (dpcore.calibration.check_calibrated_epsilon).
-    "epsilon_huge": (["--epsilon=1e300"], "--epsilon=1e+300"),
+    "epsilon_huge": (["--epsilon=1e300"], "epsilon=1e+300"),
     "epsilon_two_in_sweep": (["--sweep=fig3", "--epsilon=0.1,1"],
-                             "--epsilon"),
-    "delta_zero": (["--delta=0"], "--delta"),
-    "delta_one": (["--delta=1.5"], "--delta"),
-    "k_zero": (["--k=0"], "--k"),
-    "k_above_d": (["--k=1000"], "--k=1000"),
-    "participants_zero": (["--participants=0"], "--participants"),
+                             "a sweep takes one ε"),
+    "delta_zero": (["--delta=0"], "delta"),
+    "delta_one": (["--delta=1.5"], "delta"),
+    "k_zero": (["--k=0"], "k must be"),
+    "k_above_d": (["--k=1000"], "k=1000"),
+    "participants_zero": (["--participants=0"], "participants=0"),
     "participants_too_many": (["--participants=5000"], "1258"),
-    "n_per_zero": (["--n_per_participant=0"], "--n_per_participant"),
-    "n_per_too_many": (["--n_per_participant=700"], "--n_per_participant"),
-    "sizes_empty": (["--sizes="], "--sizes"),
-    "sizes_zero": (["--sizes=10,0"], "--sizes"),
+    "n_per_zero": (["--n_per_participant=0"], "n_per_participant=0"),
+    "n_per_too_many": (["--n_per_participant=700"], "n_per_participant"),
+    "sizes_empty": (["--sizes="], "sizes is empty"),
+    "sizes_zero": (["--sizes=10,0"], "sizes=10,0"),
     "sizes_text": (["--sizes=10,a"], "--sizes"),
-    "sizes_too_many": (["--sizes=1000,1000"], "--sizes"),
-    "lam_zero": (["--lam=0"], "--lam"),
-    "tol_negative": (["--tol=-1"], "--tol"),
-    "fedsgd_trust": (["--fedsgd_trust=cloud"], "fedsgd_trust"),
+    "sizes_too_many": (["--sizes=1000,1000"], "sizes=1000,1000"),
+    "lam_zero": (["--lam=0"], "lam"),
+    "tol_negative": (["--tol=-1"], "tol"),
+    "fedsgd_trust": (["--fedsgd_trust=cloud"], "fedsgd trust"),
     "memory_budget_text": (["--memory_budget=lots"], "--memory_budget"),
     "memory_budget_zero": (["--memory_budget=0"], "--memory_budget"),
-    "fedsgd_rate": (["--fedsgd_sampling_rate=1.5"], "--fedsgd_sampling_rate"),
-    "fedsgd_epochs": (["--fedsgd_epochs=0"], "--fedsgd_epochs"),
-    "fedsgd_clip": (["--fedsgd_clip=nan"], "--fedsgd_clip"),
-    "fedsgd_lr": (["--fedsgd_learning_rate=-1"], "--fedsgd_learning_rate"),
-    "max_iter_zero": (["--max_iter=0"], "--max_iter"),
-    "seeds_zero": (["--seeds=0"], "--seeds"),
+    "fedsgd_rate": (["--fedsgd_sampling_rate=1.5"], "fedsgd sampling_rate"),
+    "fedsgd_epochs": (["--fedsgd_epochs=0"], "fedsgd epochs"),
+    "fedsgd_clip": (["--fedsgd_clip=nan"], "fedsgd clip_norm"),
+    "fedsgd_clip_norm": (["--fedsgd_clip_norm=0"], "fedsgd clip_norm"),
+    "fedsgd_lr": (["--fedsgd_learning_rate=-1"], "fedsgd learning_rate"),
+    # Checked even where the Fed DP-SGD rows would not run.
+    "fedsgd_unused": (["--fedsgd=false", "--fedsgd_epochs=-1"],
+                      "fedsgd epochs"),
+    "max_iter_zero": (["--max_iter=0"], "max_iter"),
+    "seeds_zero": (["--seeds=0"], "seeds"),
     "seed_text": (["--seed=abc"], "seed"),
-    "chunk_zero": (["--participant_chunk=0"], "--participant_chunk"),
+    "chunk_zero": (["--participant_chunk=0"], "participant_chunk"),
     "mechanism": (["--mechanism=fedavg"], "mechanism"),
     "loss": (["--loss=hinge"], "loss"),
     "aggregation": (["--aggregation=mean"], "aggregation"),
     "model_aggregation": (["--model_aggregation=mean"], "model_aggregation"),
     "calibration_enum": (["--calibration=exact"], "calibration"),
     "calibration_classic_large_eps": (["--calibration=classic"],
-                                      "--calibration"),
-    "neighbouring": (["--neighbouring=swap"], "neighbouring"),
+                                      "calibration=classic"),
+    "relation": (["--relation=swap"], "relation"),
+    "neighbouring": (["--neighbouring=swap"], "swap"),
     "budget_per_classifier": (["--budget_per_classifier=maybe"],
                               "budget_per_classifier"),
     "baseline": (["--baseline=maybe"], "baseline"),
     "sweep": (["--sweep=fig9"], "sweep"),
     "sweep_mechanisms": (["--sweep=fig3", "--sweep_mechanisms=fedavg"],
-                         "--sweep_mechanisms"),
+                         "sweep_mechanisms"),
     "plot": (["--plot=maybe"], "plot"),
     "shard": (["--shard_participants=maybe"], "shard_participants"),
-    "data_dir": (["--data_dir=/nonexistent/feddpdr"], "--data_dir"),
+    "data_dir": (["--data_dir=/nonexistent/feddpdr"], "data_dir"),
     "dataset": (["--dataset=nosuch"], "nosuch"),
     # Checked by federated.distributed.check_settings, before joining.
     "coordinator_address": (["--coordinator_address=nohost",
                              "--num_processes=2", "--process_id=0"],
-                            "--coordinator_address"),
+                            "coordinator_address"),
     "process_id": (["--coordinator_address=127.0.0.1:1", "--num_processes=2",
-                    "--process_id=2"], "--process_id=2"),
+                    "--process_id=2"], "process_id=2"),
     "process_flags_partial": (["--num_processes=2"], "--coordinator_address"),
     "coordinator_timeout": (["--coordinator_timeout=0"],
                             "--coordinator_timeout=0.0"),
@@ -141,8 +146,8 @@ def test_bad_value_is_one_line_exit_2_before_work(results, name):
   got = results[0][name]
   expected = {"out_directory": "--out", "out_under_a_file": "--out",
               "jax_cache_dir_file": "--jax_cache_dir",
-              "after_load_rows": "--n_per_participant",
-              "after_load_k": "--k=7"}.get(name) or BEFORE_LOAD[name][1]
+              "after_load_rows": "n_per_participant",
+              "after_load_k": "k=7"}.get(name) or BEFORE_LOAD[name][1]
   lines = got["stderr"].strip().splitlines()
   if name.startswith("after_load"):  # "[hh:mm:ss] loading …" came first
     lines = [ln for ln in lines if not ln.startswith("[")]
@@ -234,17 +239,18 @@ def test_sweep_resume_loses_nothing_after_a_cut_off_line(tmp_path,
 
   monkeypatch.setattr(experiment, "run_one", fake_run_one)
   out = str(tmp_path / "sweep.jsonl")
-  kwargs = dict(dataset="toy", data_dir=None, sweep_name="fig3",
-                mechanisms=("feddpdr", "nonpriv"), seed=0, seeds=1, out=out,
-                base=fed.Config(k=3), participants=3, n_per=40, plot=False)
-  experiment.sweep(**kwargs)
+  setting = experiment.Setting(
+      dataset="toy", sweep="fig3", sweep_mechanisms=("feddpdr", "nonpriv"),
+      seeds=1, out=out, config=fed.Config(k=3), epsilons=(0.1,),
+      participants=3, n_per_participant=40, plot=False)
+  experiment.sweep(setting)
   full = common.read_jsonl(out)
   assert len(full) == 7
   with open(out, "w", encoding="utf-8") as f:
     f.writelines(common.to_json(r) + "\n" for r in full[:3])
     f.write(common.to_json(full[3])[:25])  # the interrupted write
   calls.clear()
-  experiment.sweep(**kwargs)
+  experiment.sweep(setting)
   assert len(calls) == 4  # the cut run and the three never started
   again = common.read_jsonl(out)
   assert again[:3] == full[:3]

@@ -21,19 +21,26 @@ from tests.launch.data.files import write_cifar_dir
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
+def _command(tmp_path, *flags_):
+  return subprocess.run(
+      [sys.executable, "-m", "launch.feddpdr", *flags_,
+       f"--out={tmp_path / 'runs.jsonl'}",
+       f"--jax_cache_dir={tmp_path / 'jax'}"],
+      cwd=_REPO, capture_output=True, text=True, timeout=1800,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
 def test_command_line_run_prints_and_appends_json(tmp_path):
-  out = tmp_path / "runs.jsonl"
-  cmd = [sys.executable, "-m", "launch.feddpdr", "--dataset=digits",
-         "--mechanism=feddpdr", "--k=5", "--participants=3",
-         "--n_per_participant=100", "--epsilon=1.0", "--seeds=2",
-         f"--out={out}", f"--jax_cache_dir={tmp_path / 'jax'}"]
-  proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True,
-                        timeout=1800, env={**os.environ,
-                                          "JAX_PLATFORMS": "cpu"})
+  # The old spellings --neighbouring and --fedsgd_clip are aliases; a
+  # --fedsgd_* flag asks for the Fed DP-SGD rows.
+  proc = _command(tmp_path, "--dataset=digits", "--mechanism=feddpdr",
+                  "--k=5", "--participants=3", "--n_per_participant=100",
+                  "--epsilon=1.0", "--seeds=2", "--neighbouring=replace",
+                  "--fedsgd_clip=1.0")
   assert proc.returncode == 0, proc.stderr[-2000:]
   lines = proc.stdout.strip().splitlines()
   records = [json.loads(line) for line in lines]
-  assert common.read_jsonl(str(out)) == records
+  assert common.read_jsonl(str(tmp_path / "runs.jsonl")) == records
   base, private, fed_sgd = records  # the baseline first, DP-SGD last
   assert fed_sgd["mechanism"] == "fedsgd" and fed_sgd["epsilon"] == 1.0
   assert fed_sgd["sizes"] == [100, 100, 100]
@@ -56,6 +63,7 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
     assert 0.0 <= record["accuracy"] <= 1.0
     assert record["grad_norm_max"] <= 1e-8
   assert private["mechanism"] == "feddpdr" and private["epsilon"] == 1.0
+  assert private["relation"] == "replace_one"
   assert private["privacy"]["epsilon"] <= 1.0 + 1e-9
   assert private["privacy"]["epsilon_nominal"] == 1.0
   # A non-private run used no ε: it says so, and records none.
@@ -66,11 +74,23 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
   assert "Fed DP-SGD" in proc.stderr
 
 
+def test_a_command_runs_only_what_it_asks_for(tmp_path):
+  # A named mechanism on a named data set runs that mechanism (and the
+  # baseline), not federated DP-SGD beside it.
+  proc = _command(tmp_path, "--dataset=digits", "--mechanism=feddpdr",
+                  "--k=3", "--participants=2", "--n_per_participant=50",
+                  "--epsilon=2", "--seeds=1", "--baseline=false")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  (record,) = [json.loads(ln) for ln in proc.stdout.strip().splitlines()]
+  assert record["mechanism"] == "feddpdr"
+  assert "Fed DP-SGD" not in proc.stderr
+
+
 def test_sizes_must_fit_and_are_never_capped():
   assert launch.resolve_sizes(available=1000, participants=5, n_per=200,
                               sizes=None) == (200,) * 5
-  with pytest.raises(ValueError, match=r"--participants=5 x "
-                     r"--n_per_participant=10000.*1000 training rows"):
+  with pytest.raises(ValueError, match=r"participants=5 x "
+                     r"n_per_participant=10000.*1000 training rows"):
     launch.resolve_sizes(available=1000, participants=5, n_per=10_000,
                          sizes=None)
   assert launch.resolve_sizes(available=1000, participants=5, n_per=1,
@@ -78,15 +98,15 @@ def test_sizes_must_fit_and_are_never_capped():
   with pytest.raises(ValueError, match="at least one row"):
     launch.resolve_sizes(available=1000, participants=2, n_per=1,
                          sizes=["10", "0"])
-  with pytest.raises(ValueError, match="--sizes is empty"):
+  with pytest.raises(ValueError, match="sizes is empty"):
     launch.resolve_sizes(available=1000, participants=2, n_per=1, sizes=[])
-  with pytest.raises(ValueError, match="--sizes.*1000 training rows"):
+  with pytest.raises(ValueError, match="sizes.*1000 training rows"):
     launch.resolve_sizes(available=1000, participants=2, n_per=1,
                          sizes=["900", "200"])
 
 
 def test_sweep_grids_follow_the_paper():
-  points = launch.sweep_points("fig3", d=784, available=60_000,
+  points = launch.sweep_points("fig3", dim=784, available=60_000,
                                n_default=10_000, participants=5,
                                mechanisms=list(options.FedDPDRMechanism),
                                epsilon=0.1)
@@ -95,12 +115,12 @@ def test_sweep_grids_follow_the_paper():
   # Non-Priv takes no ε: one run (ε None), not one per ε.
   assert [p[3] for p in points if p[1] == "nonpriv"] == [None]
   assert len(points) == 6 * 3 + 1
-  fig2 = launch.sweep_points("fig2", d=64, available=1000, n_default=200,
+  fig2 = launch.sweep_points("fig2", dim=64, available=1000, n_default=200,
                              participants=5, mechanisms=("feddpdr", "dpml"),
                              epsilon=0.1)
   assert [p[2] for p in fig2 if p[1] == "feddpdr"] == [5, 10, 20, 50]
   assert [p[1] for p in fig2].count("dpml") == 1
-  fig5 = launch.sweep_points("fig5", d=784, available=60_000,
+  fig5 = launch.sweep_points("fig5", dim=784, available=60_000,
                              n_default=10_000, participants=5,
                              mechanisms=("feddpdr",), epsilon=0.1)
   assert [p[4] for p in fig5] == list(launch.PAPER_UNEVEN)
@@ -125,13 +145,13 @@ def test_sweep_resumes_without_redoing(tmp_path, monkeypatch):
             **(extra or {})}
 
   monkeypatch.setattr(launch, "run_one", fake_run_one)
-  out = str(tmp_path / "sweep.jsonl")
-  kwargs = dict(dataset="toy", data_dir=None, sweep_name="fig3",
-                mechanisms=("feddpdr", "nonpriv"), seed=0, seeds=2, out=out,
-                base=fed.Config(k=3), participants=3, n_per=40, plot=True)
-  launch.sweep(**kwargs)
+  setting = launch.Setting(
+      dataset="toy", sweep="fig3", sweep_mechanisms=("feddpdr", "nonpriv"),
+      seeds=2, out=str(tmp_path / "sweep.jsonl"), config=fed.Config(k=3),
+      epsilons=(0.1,), participants=3, n_per_participant=40)
+  launch.sweep(setting)
   assert len(calls) == 7  # 6 budgets of feddpdr, Non-Priv once
-  launch.sweep(**kwargs)
+  launch.sweep(setting)
   assert len(calls) == 7  # everything was found in the file
   assert os.path.exists(str(tmp_path / "sweep_toy_fig3.png"))
 
@@ -155,10 +175,10 @@ def test_cifar10_runs_end_to_end_on_hog_features(tmp_path):
                                ref / np.linalg.norm(ref), atol=1e-5)
   np.testing.assert_array_equal(prepared.y_train, raw.y_train)
   out = tmp_path / "runs.jsonl"
-  (record,) = launch.budget_table(
-      prepared, sizes=(30, 30), seed=0, seeds=1,
-      base=fed.Config(mechanism="feddpdr", k=5, epsilon=1.0),
-      epsilons=[1.0], baseline=False, out=str(out))
+  (record,) = launch.budget_table(prepared, launch.Setting(
+      config=fed.Config(mechanism="feddpdr", k=5, epsilon=1.0),
+      epsilons=(1.0,), baseline=False, seeds=1, out=str(out)),
+      sizes=(30, 30))
   assert common.read_jsonl(str(out)) == [json.loads(common.to_json(record))]
   assert record["dataset"] == "cifar10" and record["sizes"] == [30, 30]
   assert 0.0 <= record["accuracy"] <= 1.0
@@ -231,11 +251,11 @@ def test_run_one_records_the_rate_layout_solver_and_memory(capsys):
 def test_topk_record_names_the_subspace_settings():
   config = fed.Config(k=20)
   eigh = dataclasses.replace(config, topk="eigh")
-  assert launch.topk_record(eigh, d=784) == {"solver": "eigh"}
+  assert launch.topk_record(eigh, dim=784) == {"solver": "eigh"}
   sub = dataclasses.replace(config, topk="subspace")
-  assert launch.topk_record(sub, d=784) == {
+  assert launch.topk_record(sub, dim=784) == {
       "solver": "subspace", "block": 48, "iterations": 16}
-  assert launch.topk_record(dataclasses.replace(sub, k=5), d=16)[
+  assert launch.topk_record(dataclasses.replace(sub, k=5), dim=16)[
       "block"] == 16
 
 
@@ -244,7 +264,7 @@ def test_topk_record_names_the_subspace_settings():
       "--n_per_participant=4"], "exceeds the 100 training rows"),
     (["--dataset=synthetic:rows=2000,d=8", "--k=9"],
      "exceeds the data dimension d=8"),
-    (["--dataset=synthetic:colour=1"], "--dataset: .*is not one of"),
+    (["--dataset=synthetic:colour=1"], "is not one of"),
     (["--topk=power"], "--topk"),
 ])
 def test_command_line_checks_synthetic_sizes_before_any_work(
@@ -270,7 +290,7 @@ def test_training_program_equals_the_library_train(tmp_path):
   y = rng.integers(0, 3, size=90)
   parts = partition.partition(jax.random.key(0), x, y, sizes=(40, 50))
   config = fed.Config(epsilon=2.0, k=3, lam=1.0)
-  plan = fed.make_plan(parts.sizes, d=6, num_classes=3, config=config)
+  plan = fed.make_plan(parts.sizes, dim=6, num_classes=3, config=config)
   assert launch.compiler_options() == launch.CPU_COMPILER_OPTIONS
   options = tuple(sorted(launch.CPU_COMPILER_OPTIONS.items()))
   before = jax.config.jax_compilation_cache_dir
@@ -303,7 +323,7 @@ def test_a_fit_that_cannot_converge_ends_in_one_line(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "launch.feddpdr", "--dataset=digits", "--k=3",
        "--participants=2", "--n_per_participant=50", "--epsilon=1",
-       "--seeds=1", "--baseline=false", "--fedsgd=false", "--max_iter=1",
+       "--seeds=1", "--baseline=false", "--max_iter=1",
        f"--out={out}", f"--jax_cache_dir={tmp_path / 'jax'}"],
       cwd=_REPO, capture_output=True, text=True, timeout=600,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -315,19 +335,23 @@ def test_a_fit_that_cannot_converge_ends_in_one_line(tmp_path):
 
 def test_the_memory_budget_picks_a_chunk_or_refuses(capsys):
   # No training: the choice is made from the estimate alone.
-  base = fed.Config(mechanism="feddpdr", k=20, epsilon=1.0)
-  kw = dict(sizes=[60] * 1000, d=784, num_classes=10, seeds=3,
-            baseline=True)
-  assert launch.memory_chunk(base, budget=None, chunk=None, **kw) is None
-  assert launch.memory_chunk(base, budget=2**40, chunk=None, **kw) is None
-  chunk = launch.memory_chunk(base, budget=8 * 2**30, chunk=None, **kw)
-  assert 1 <= chunk < 1000
-  assert f"participant chunk {chunk} of 1000" in capsys.readouterr().err
-  with pytest.raises(ValueError, match="--memory_budget"):
-    launch.memory_chunk(base, budget=2**20, chunk=None, **kw)
-  with pytest.raises(ValueError, match="--participant_chunk=1000"):
-    launch.memory_chunk(base, budget=8 * 2**30, chunk=1000, **kw)
-  assert launch.memory_chunk(base, budget=8 * 2**30, chunk=10, **kw) == 10
+  kw = dict(sizes=[60] * 1000, dim=784, num_classes=10)
+
+  def chunk(budget, participant_chunk=None):
+    setting = launch.Setting(
+        config=fed.Config(mechanism="feddpdr", k=20, epsilon=1.0),
+        memory_budget=budget, participant_chunk=participant_chunk)
+    return launch.memory_chunk(setting, **kw)
+  assert chunk(None) is None
+  assert chunk(2**40) is None
+  chosen = chunk(8 * 2**30)
+  assert 1 <= chosen < 1000
+  assert f"participant chunk {chosen} of 1000" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="memory_budget"):
+    chunk(2**20)
+  with pytest.raises(ValueError, match="participant_chunk=1000"):
+    chunk(8 * 2**30, 1000)
+  assert chunk(8 * 2**30, 10) == 10
 
 
 def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
@@ -339,58 +363,9 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert proc.returncode == 2, proc.stderr[-2000:]
   last = proc.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: ") and "--memory_budget" in last
+  assert last.startswith("error: ") and "memory_budget" in last
   assert "MiB" in last and "compiling" not in proc.stderr
   assert not out.exists() or out.read_text() == ""
-
-
-def test_the_stored_fedsgd_program_equals_the_direct_jit(tmp_path):
-  # Federated DP-SGD through the stored program (cache on) and through a
-  # plain jit (cache off): the same parameters, and one stored file.
-  from federated import fedsgd, partition  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(4)
-  x = rng.normal(size=(90, 6)).astype(np.float32)
-  x /= np.linalg.norm(x, axis=1, keepdims=True)
-  y = rng.integers(0, 3, size=90).astype(np.int32)
-  parts = partition.partition(jax.random.key(0), x, y, sizes=(40, 50))
-  plan = fedsgd.make_plan(parts.sizes, trust="server", sampling_rate=0.2,
-                          steps=5, clip_norm=1.0, noise_multiplier=1.5)
-  plan = dataclasses.replace(plan, noise_multiplier=np.float32(1.5))
-  keys = jax.random.split(jax.random.key(1), 2)
-  args = (keys, plan, parts.x, parts.y, parts.mask)
-  kw = dict(learning_rate=0.5, d=6, num_classes=3, chunk=None)
-  before = jax.config.jax_compilation_cache_dir
-  try:
-    jax.config.update("jax_compilation_cache_dir", None)
-    direct = jax.device_get(launch.fedsgd_program(args, **kw)(*args))
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    stored = jax.device_get(launch.fedsgd_program(args, **kw)(*args))
-  finally:
-    jax.config.update("jax_compilation_cache_dir", before)
-  assert len(os.listdir(tmp_path / "programs")) == 1
-  for a, b in zip(jax.tree.leaves(direct), jax.tree.leaves(stored),
-                  strict=True):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  assert direct["out"]["w"].shape == (2, 6, 3)
-  assert not np.allclose(direct["out"]["w"][0], direct["out"]["w"][1])
-
-
-def test_calibrated_sigma_is_the_calibration_and_survives_a_bad_file(
-    tmp_path):
-  kw = dict(epsilon=2.0, delta=1e-5, sampling_rate=0.05, steps=100)
-  want = accounting.calibrate_dpsgd_noise(**kw)
-  before = jax.config.jax_compilation_cache_dir
-  try:
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    assert launch.calibrated_sigma(**kw) == want      # computed, stored
-    assert launch.calibrated_sigma(**kw) == want      # read back
-    assert (tmp_path / "dpsgd_sigma.json").exists()
-    (tmp_path / "dpsgd_sigma.json").write_text("{not json")
-    assert launch.calibrated_sigma(**kw) == want      # recomputed
-    other = launch.calibrated_sigma(**{**kw, "epsilon": 4.0})
-    assert other < want                               # another key
-  finally:
-    jax.config.update("jax_compilation_cache_dir", before)
 
 
 def test_the_harness_keeps_its_planned_chunk_when_memory_shrinks(
