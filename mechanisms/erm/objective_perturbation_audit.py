@@ -26,7 +26,7 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   only about half of ε. Statistic: −β (label −1 pushes β down). Fits run
   in float64 to the library's tolerance.
   """
-  plan = op.make_plan(epsilon=epsilon, n=1, lam=lam, loss=loss)
+  plan = op.make_plan(epsilon=epsilon, num_examples=1, lam=lam, loss=loss)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   x = jnp.ones((1, 1))

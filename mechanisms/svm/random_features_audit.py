@@ -73,7 +73,7 @@ def dpsgd_spec(*, audit_delta: float = AUDIT_DELTA, broken: bool = False,
   """
   cfg = _DPSGD
   fmap = random_features.make_feature_map(
-      jax.random.key(FEATURE_SEED), input_dim=cfg["input_dim"],
+      jax.random.key(FEATURE_SEED), dim=cfg["input_dim"],
       num_features=cfg["num_features"])
   n, q = cfg["examples"], cfg["sampling_rate"]
   plan = random_features.make_dpsgd_plan(
@@ -135,7 +135,7 @@ def output_perturbation_spec(*, epsilon: float | None = None
   if epsilon is not None:
     cfg["epsilon"] = epsilon
   fmap = random_features.make_feature_map(
-      jax.random.key(FEATURE_SEED), input_dim=cfg["input_dim"],
+      jax.random.key(FEATURE_SEED), dim=cfg["input_dim"],
       num_features=cfg["num_features"])
   plan = random_features.make_output_perturbation_plan(
       c=cfg["c"], epsilon=cfg["epsilon"])
