@@ -334,14 +334,28 @@ def progress(message: str) -> None:
         flush=True)
 
 
-def parse_floats(text: str | Iterable) -> list[float]:
-  """``"0.1,0.5"`` → ``[0.1, 0.5]`` (lists pass through)."""
-  if isinstance(text, str):
-    return [float(t) for t in text.split(",") if t.strip()]
-  return [float(t) for t in text]
+def _parse_list(values, kind, flag, what):
+  items = values.split(",") if isinstance(values, str) else list(values)
+  items = [v.strip() if isinstance(v, str) else v for v in items]
+  try:
+    return [kind(v) for v in items if v != ""]
+  except ValueError:
+    shown = ",".join(str(v) for v in items)
+    raise ValueError(f"{flag or 'value'}={shown!r}: expected a "
+                     f"comma-separated list of {what}.") from None
 
 
-def parse_ints(text: str | Iterable) -> list[int]:
-  if isinstance(text, str):
-    return [int(t) for t in text.split(",") if t.strip()]
-  return [int(t) for t in text]
+def parse_floats(values: str | Iterable, flag: str | None = None
+                 ) -> list[float]:
+  """``"0.1,0.5"`` or ``["0.1", "0.5"]`` (a list flag) → ``[0.1, 0.5]``.
+
+  Blank items are dropped. A non-number is refused in one line naming
+  ``flag`` (e.g. ``"--epsilons"``) and the list.
+  """
+  return _parse_list(values, float, flag, "numbers")
+
+
+def parse_ints(values: str | Iterable, flag: str | None = None
+               ) -> list[int]:
+  """``"1,2"`` or ``["1", "2"]`` → ``[1, 2]``; see :func:`parse_floats`."""
+  return _parse_list(values, int, flag, "integers")

@@ -55,3 +55,29 @@ def test_heartbeat_reports_at_a_steady_rate_until_the_block_ends():
   assert lines_after == lines[:seen]  # none after the block ended
   with common.heartbeat("quiet", every_s=0.01, progress=None):
     pass  # no reporter: no thread, no lines
+
+
+@pytest.mark.parametrize("values,want", [
+    ("0.5,1,8", [0.5, 1.0, 8.0]),
+    (["0.5", " 1 ", ""], [0.5, 1.0]),  # an absl list flag, a blank item
+    ([], []),
+])
+def test_parse_floats_reads_a_list_flag(values, want):
+  assert common.parse_floats(values, "--epsilons") == want
+
+
+def test_parse_ints_reads_a_list_flag():
+  assert common.parse_ints(["500", "2000"], "--iterations") == [500, 2000]
+
+
+@pytest.mark.parametrize("parse,values,words", [
+    (common.parse_floats, ["1", "x"],
+     "--epsilons='1,x': expected a comma-separated list of numbers."),
+    (common.parse_ints, "500,2.5",
+     "--epsilons='500,2.5': expected a comma-separated list of integers."),
+])
+def test_a_bad_item_is_refused_in_one_line_naming_the_flag(parse, values,
+                                                          words):
+  with pytest.raises(ValueError) as caught:
+    parse(values, "--epsilons")
+  assert str(caught.value) == words

@@ -50,32 +50,39 @@ def _svmlight(path, rows):
 # (flag(s), expected words in the one-line error). No data is read.
 BEFORE_LOAD = {
     "delta_one": (["--delta=1"],
-                  "--delta must lie strictly between 0 and 1, got 1.0"),
+                  "delta must lie strictly between 0 and 1, got 1.0"),
     "delta_zero": (["--delta=0"],
-                   "--delta must lie strictly between 0 and 1, got 0.0"),
+                   "delta must lie strictly between 0 and 1, got 0.0"),
     "release_epsilon": (["--release=output_perturbation", "--kernel=linear",
                          "--release_epsilon=0"],
-                        "--release_epsilon must be > 0"),
+                        "release_epsilon must be > 0"),
     "release_rbf": (["--release=output_perturbation"], "linear kernel"),
     "release_minmax": (["--release=output_perturbation", "--kernel=linear",
                         "--scaling=minmax"], "data-independent scaling"),
-    "epsilon": (["--epsilon=-1"], "--epsilon must be > 0"),
-    "sigma": (["--sigma=1"], "--sigma must lie in (0.0, 1.0), got 1.0"),
-    "total_epsilon_needs_max_iter": (
-        ["--total_epsilon=5"],
-        "a total --total_epsilon is split over the draws of --max_iter "
-        "iterations; pass --max_iter=T, or give --epsilon"),
-    "total_epsilon": (["--total_epsilon=0", "--max_iter=10"],
-                      "--total_epsilon must be > 0"),
+    "selection_epsilon": (["--selection_epsilon=-1"],
+                          "selection_epsilon must be > 0"),
+    "sigma": (["--sigma=1"], "sigma must lie in (0.0, 1.0), got 1.0"),
+    "epsilon_needs_max_iter": (
+        ["--epsilon=5"],
+        "a total epsilon is split over the draws of max_iter iterations; "
+        "pass max_iter=T, or give selection_epsilon"),
+    "epsilon": (["--epsilon=0", "--max_iter=10"], "epsilon must be > 0"),
+    "both_epsilons": (["--epsilon=5", "--selection_epsilon=1",
+                       "--max_iter=10"], "give exactly one of "
+                      "selection_epsilon (ε of each draw) and epsilon"),
+    # The old spellings are aliases of the new flags.
+    "total_epsilon_alias": (["--total_epsilon=0", "--max_iter=10"],
+                            "epsilon must be > 0"),
+    "eps_stop_alias": (["--eps_stop=0"], "eps must be > 0, got 0.0"),
     "private_needs_max_iter": (
         ["--selection=private"],
-        "--selection='private' runs exactly --max_iter iterations"),
-    "c": (["--c=0"], "--c must be > 0, got 0.0"),
-    "gamma": (["--gamma=-2"], "--gamma must be > 0, got -2.0"),
-    "degree": (["--degree=0"], "--degree must be ≥ 1, got 0"),
-    "eps_stop": (["--eps_stop=0"], "--eps_stop must be > 0, got 0.0"),
-    "max_iter": (["--max_iter=0"], "--max_iter must be ≥ 1, got 0"),
-    "repeats": (["--repeats=0"], "--repeats must be ≥ 1, got 0"),
+        "selection='private' runs exactly max_iter iterations"),
+    "c": (["--c=0"], "c must be > 0, got 0.0"),
+    "gamma": (["--gamma=-2"], "gamma must be > 0, got -2.0"),
+    "degree": (["--degree=0"], "degree must be ≥ 1, got 0"),
+    "eps": (["--eps=0"], "eps must be > 0, got 0.0"),
+    "max_iter": (["--max_iter=0"], "max_iter must be ≥ 1, got 0"),
+    "repeats": (["--repeats=0"], "repeats must be ≥ 1, got 0"),
     "classes_one": (["--dataset=digits", "--classes=3"],
                     "the SVM is binary, so give exactly two"),
     "classes_same": (["--dataset=digits", "--classes=3,3"], "exactly two"),
@@ -87,10 +94,12 @@ BEFORE_LOAD = {
     "both_modes": (["--table", "--selection_table"], "two modes"),
     "no_public_bounds": (["--dataset=breast_cancer"],
                          "no public feature bounds"),
-    "total_epsilons": (["--selection_table", "--total_epsilons=1,x"],
-                       "--total_epsilons"),
+    "epsilons": (["--selection_table", "--epsilons=1,x"],
+                 "--epsilons='1,x': expected a comma-separated list"),
+    "total_epsilons_alias": (["--selection_table", "--total_epsilons=1,0"],
+                             "epsilons must be > 0"),
     "iterations": (["--selection_table", "--iterations=0"],
-                   "--iterations must be ≥ 1, got 0"),
+                   "iterations must be ≥ 1, got 0"),
     "enum_kernel": (["--kernel=cubic"], "--kernel"),
     "enum_scaling": (["--scaling=zscore"], "--scaling"),
     "enum_wss": (["--wss=wss3"], "--wss"),
@@ -185,7 +194,7 @@ def test_bad_paths_fail_before_any_work(results, name, words):
     ("multiclass", "has 10 classes"),
     ("empty_svmlight", "empty.svm: the svmlight file is empty"),
     ("corrupt_gzip", "corrupt.svm.gz: corrupt or truncated gzip"),
-    ("no_test_split", "--eval=test"),
+    ("no_test_split", "eval=test: 'heart' has no test split"),
 ])
 def test_data_errors_fail_before_training(results, name, words):
   cli.assert_one_line_error(results[name], words)
@@ -195,7 +204,7 @@ def test_memory_budget_refuses_in_one_line_before_training(results):
   cli.assert_one_line_error(
       results["memory_refused"],
       "KiB even one at a time, above the memory budget of 100.0 KiB; "
-      "change --memory_budget")
+      "change memory_budget")
 
 
 def test_memory_budget_chooses_a_repeats_chunk_before_training(results):
@@ -210,7 +219,7 @@ def test_memory_budget_chooses_a_repeats_chunk_before_training(results):
 
 # Issue #32: 2·10⁸ draws at ε 3.5e-5 each printed "compiling and
 # training", then nothing for minutes.
-ENDLESS = ["--selection=private", "--total_epsilon=1", "--max_iter=100000000",
+ENDLESS = ["--selection=private", "--epsilon=1", "--max_iter=100000000",
            "--repeats=1"]
 
 
@@ -226,12 +235,12 @@ def test_a_useless_endless_setting_is_announced_before_any_work(results):
 
 def test_an_ordinary_setting_has_no_warning():
   from launch.experiments import dpwss as experiment  # noqa: PLC0415
-  assert experiment.setting_warning(
-      selection="private", total_epsilon=10.0, max_iter=2000,
-      repeats=5) is None
-  assert experiment.setting_warning(selection="paper", max_iter=None) is None
-  long = experiment.setting_warning(selection="paper", epsilon=1.0,
-                                    max_iter=10**7, repeats=1)
+  assert experiment.Setting(
+      selection="private", selection_epsilon=None, epsilon=10.0,
+      max_iter=2000, repeats=5).warning() is None
+  assert experiment.Setting(selection="paper").warning() is None
+  long = experiment.Setting(selection="paper", selection_epsilon=1.0,
+                            max_iter=10**7, repeats=1).warning()
   assert "up to 10,000,000 iterations" in long and "per-draw ε of 1" in long
 
 

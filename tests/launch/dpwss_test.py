@@ -1,5 +1,6 @@
 """launch.dpwss: record fields, privacy block, table mode, resuming."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,10 +19,16 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
-FIELDS = ("dataset", "wss", "epsilon", "sigma", "kernel", "c", "gamma",
-          "shrinking", "obj", "iterations", "auc", "accuracy", "precision",
-          "recall", "f1", "mcc", "per_repeat", "exit_reason", "seconds",
-          "compile_seconds", "privacy", "model_is_private")
+FIELDS = ("dataset", "wss", "selection_epsilon", "epsilon", "sigma",
+          "kernel", "c", "gamma", "eps", "shrinking", "resolved", "obj",
+          "iterations", "auc", "accuracy", "precision", "recall", "f1",
+          "mcc", "per_repeat", "exit_reason", "seconds", "compile_seconds",
+          "privacy", "model_is_private")
+
+
+def run(**fields):
+  """launch.experiments.dpwss.run of the Setting of these fields."""
+  return launch_dpwss.run(launch_dpwss.Setting(**fields))
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +42,16 @@ def small_svmlight(tmp_path_factory):
 
 
 def test_dpwss_record(small_svmlight):
-  rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
-                                 epsilon=1.0, sigma=0.3, repeats=3)
+  setting = launch_dpwss.Setting(dataset=small_svmlight, wss="dpwss",
+                                 selection_epsilon=1.0, sigma=0.3, repeats=3)
+  rec = launch_dpwss.run(setting)
   for field in FIELDS:
     assert field in rec, field
+  # The record's first fields are the setting, and its resume key.
+  assert {k: rec[k] for k in launch_dpwss.KEY_FIELDS} == (
+      dataclasses.asdict(setting))
+  assert common.record_key(rec, launch_dpwss.KEY_FIELDS) == (
+      launch_dpwss.key(setting))
   assert len(rec["per_repeat"]) == 3
   assert rec["model_is_private"] is False
   privacy = rec["privacy"]
@@ -55,16 +68,19 @@ def test_dpwss_record(small_svmlight):
       extra["iterations"])
   assert "no DP guarantee" in rec["privacy_note"]
   assert json.loads(common.to_json(rec))["privacy"]["epsilon"] is None
-  assert rec["gamma"] == pytest.approx(1 / 13)
+  assert rec["gamma"] is None  # as given; resolved: 1/d
+  assert rec["resolved"] == {"scaling": "none", "gamma": pytest.approx(1 / 13)}
   assert rec["obj_error"] == pytest.approx(abs(rec["obj"] - rec["wss2_obj"]))
   assert 0.5 < rec["accuracy"] <= 1.0
   json.loads(common.to_json(rec))
 
 
 def test_release_is_private_and_accounted(small_svmlight):
-  rec = launch_dpwss.run_setting(
-      dataset=small_svmlight, wss="wss2", kernel="linear",
-      release="output_perturbation", release_epsilon=2.0, repeats=2)
+  rec = run(dataset=small_svmlight, wss="wss2", kernel="linear",
+            release="output_perturbation", release_epsilon=2.0, repeats=2)
+  # WSS2 has no selection: those fields are None.
+  assert (rec["selection"], rec["selection_epsilon"], rec["sigma"]) == (
+      None, None, None)
   assert rec["model_is_private"] is True
   assert tuple(rec["privacy"]) == accounting.PRIVACY_FIELDS
   assert rec["privacy"]["epsilon"] == pytest.approx(2.0)
@@ -77,8 +93,7 @@ def test_release_is_private_and_accounted(small_svmlight):
 
 def test_release_refused_for_rbf(small_svmlight):
   with pytest.raises(ValueError, match="linear kernel"):
-    launch_dpwss.run_setting(dataset=small_svmlight, kernel="rbf",
-                             release="output_perturbation")
+    run(dataset=small_svmlight, kernel="rbf", release="output_perturbation")
 
 
 def test_table_mode_writes_grid_and_resumes(small_svmlight, tmp_path,
@@ -86,15 +101,15 @@ def test_table_mode_writes_grid_and_resumes(small_svmlight, tmp_path,
   monkeypatch.setattr(launch_dpwss, "TABLE_GRID", ((1.0, 0.1), (0.1, 0.7)))
   out = str(tmp_path / "t.jsonl")
   md = str(tmp_path / "t.md")
-  launch_dpwss.run_table(datasets=[small_svmlight], out=out, table_md=md,
-                         repeats=2)
+  base = launch_dpwss.Setting(repeats=2)
+  launch_dpwss.run_table(base, [small_svmlight], out=out, table_md=md)
   records = common.read_jsonl(out)
   assert len(records) == 2 * (1 + 2)  # shrinking on/off × (WSS2 + grid)
   table = open(md, encoding="utf-8").read()
   assert "| WSS2 | DPWSS ε=1 σ=0.1 | DPWSS ε=0.1 σ=0.7 |" in table
   assert table.count("| iterations |") == 2
   # A second call finds every run done and appends nothing.
-  launch_dpwss.run_table(datasets=[small_svmlight], out=out, repeats=2)
+  launch_dpwss.run_table(base, [small_svmlight], out=out)
   assert len(common.read_jsonl(out)) == len(records)
 
 
@@ -117,23 +132,22 @@ def test_main_prints_the_record_last(small_svmlight, tmp_path):
 
 
 def test_total_epsilon_target_sets_the_per_selection_epsilon(small_svmlight):
-  rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
-                                 sigma=0.5, repeats=1, total_epsilon=3.0,
-                                 max_iter=60)
+  rec = run(dataset=small_svmlight, wss="dpwss", sigma=0.5, repeats=1,
+            selection_epsilon=None, epsilon=3.0, max_iter=60)
   # The paper's selection: a nominal split (no guarantee to compare to).
-  assert rec["epsilon"] < 1.0
+  assert rec["epsilon"] == 3.0 and rec["selection_epsilon"] is None
+  assert rec["dpwss"]["epsilon_per_selection"] < 1.0
   assert rec["privacy"]["epsilon"] is None
   assert rec["dpwss"]["epsilon_nominal_composed"] <= 3.0 * (1 + 1e-6)
-  with pytest.raises(ValueError, match="pass --max_iter=T"):
-    launch_dpwss.run_setting(dataset=small_svmlight, total_epsilon=3.0)
+  with pytest.raises(ValueError, match="pass max_iter=T"):
+    run(dataset=small_svmlight, selection_epsilon=None, epsilon=3.0)
 
 
 def test_data_read_scaling_must_be_asked_for():
   # WDBC has no public bounds: 'auto' refuses; 'auto_minmax' min/max-scales
   # it (LIBSVM's svm-scale) and the record says so; heart keeps its box.
   prepare = lambda name, scaling: launch_dpwss.prepare(  # noqa: E731
-      name, data_dir=None, classes=None, scaling=scaling, evaluate="train",
-      release="none")
+      launch_dpwss.Setting(dataset=name, scaling=scaling))
   with pytest.raises(ValueError, match="no public feature bounds"):
     prepare("breast_cancer", "auto")
   x, _, _, _, scaling = prepare("breast_cancer", "auto_minmax")
@@ -145,9 +159,9 @@ def test_data_read_scaling_must_be_asked_for():
 
 
 def test_private_selection_record(small_svmlight):
-  rec = launch_dpwss.run_setting(dataset=small_svmlight, wss="dpwss",
-                                 selection="private", sigma=0.5, repeats=2,
-                                 total_epsilon=3.0, max_iter=40)
+  rec = run(dataset=small_svmlight, wss="dpwss", selection="private",
+            sigma=0.5, repeats=2, selection_epsilon=None, epsilon=3.0,
+            max_iter=40)
   privacy = rec["privacy"]
   assert rec["selection"] == "private" and rec["iterations"] == 40
   assert rec["exit_reason"] == ["max_iter"]
@@ -162,17 +176,18 @@ def test_private_selection_record(small_svmlight):
 def test_selection_comparison_writes_and_resumes(small_svmlight, tmp_path):
   out = str(tmp_path / "s.jsonl")
   md = str(tmp_path / "s.md")
-  args = dict(datasets=[small_svmlight], out=out, table_md=md,
-              paper_settings=((1.0, 0.5),), total_epsilons=(1.0, 10.0),
-              iterations=(30,), repeats=1)
-  launch_dpwss.run_selection_comparison(**args)
+  args = dict(out=out, table_md=md, paper_settings=((1.0, 0.5),),
+              epsilons=(1.0, 10.0), iterations=(30,))
+  base = launch_dpwss.Setting(repeats=1)
+  launch_dpwss.run_selection_comparison(base, [small_svmlight], **args)
   records = common.read_jsonl(out)
   assert [r.get("selection") for r in records] == [
       None, "paper", "private", "private"]
   table = open(md, encoding="utf-8").read()
   assert "none (paper claims 1)" in table
   assert table.count("private, σ=0.5, T=30") == 2
-  launch_dpwss.run_selection_comparison(**args)  # all done: no new runs
+  # All done: no new runs.
+  launch_dpwss.run_selection_comparison(base, [small_svmlight], **args)
   assert len(common.read_jsonl(out)) == len(records)
 
 
@@ -214,19 +229,17 @@ def test_cli_loader_keeps_libsvm_parity(tmp_path):
   datasets.dump_svmlight_file(x, np.where(bunch.target == 1, 1, -1), path)
   ref_iter, ref_rho, ref_obj = _libsvm_fit(path, 1 / 30)
   name = f"svmlight:{path}"
-  rec = launch_dpwss.run_setting(dataset=name, wss="wss2", shrinking=False,
+  setting = launch_dpwss.Setting(dataset=name, wss="wss2", shrinking=False,
                                  repeats=1, dtype="float64")
-  assert rec["scaling"] == "none" and rec["n_train"] == 569
+  rec = launch_dpwss.run(setting)
+  assert rec["resolved"]["scaling"] == "none" and rec["n_train"] == 569
   assert rec["iterations"] == ref_iter
   # ρ = −b; LIBSVM's own tolerance-free path: agreement to float64
   # round-off of the same arithmetic (1e-9 relative is ample).
   assert -rec["per_repeat"][0]["bias"] == pytest.approx(ref_rho, rel=1e-9)
   assert rec["obj"] == pytest.approx(ref_obj, rel=1e-6)  # printed to 6 dp
-  prepared = launch_dpwss.prepare(name, data_dir=None, classes=None,
-                                  scaling="auto", evaluate="train",
-                                  release="none")
-  rounded = prepared[0].astype(np.float32).astype(np.float64)
-  off = launch_dpwss.run_setting(
-      dataset=name, wss="wss2", shrinking=False, repeats=1,
-      prepared=(rounded, prepared[1], rounded, prepared[3], prepared[4]))
+  prepared = launch_dpwss.prepare(setting)
+  rounded = prepared.x.astype(np.float32).astype(np.float64)
+  off = launch_dpwss.run(setting, prepared=prepared._replace(
+      x=rounded, x_eval=rounded))
   assert off["iterations"] != ref_iter
