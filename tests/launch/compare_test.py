@@ -11,6 +11,7 @@ noise) records its tuning and the ε of the whole tuning; bad --tune input
 is refused in one line before any work.
 """
 
+import dataclasses
 import json
 import os
 
@@ -23,20 +24,20 @@ from launch import compare as script
 from launch.data import loaders
 from launch.experiments import compare as experiment
 
-real = {"load": loaders.load_dataset, "run": experiment.run_all}
+real = {"load": loaders.load_dataset, "run": experiment.run}
 for group, items in cases.items():
   if group == "real":
-    loaders.load_dataset, experiment.run_all = real["load"], real["run"]
+    loaders.load_dataset, experiment.run = real["load"], real["run"]
   else:
     loaders.load_dataset = forbid("load_dataset")
-    experiment.run_all = forbid("run_all")
+    experiment.run = forbid("run")
   for name, argv in items.items():
     results[name] = call("compare", script.main, argv)
 '''
 
 BEFORE_WORK = {
     "dataset": (["--datasets=digits,nosuch"], "unknown 'nosuch'"),
-    "dataset_twice": (["--datasets=heart,heart"], "names a set twice"),
+    "dataset_twice": (["--datasets=heart,heart"], "names one twice"),
     "method": (["--methods=feddpdr,svm_magic"], "unknown 'svm_magic'"),
     "method_runs_nothing": (["--datasets=heart", "--methods=feddpdr"],
                             "runs nothing on --datasets=heart"),
@@ -50,6 +51,9 @@ BEFORE_WORK = {
               "--delta must lie strictly between 0 and 1, got 1.0"),
     "data_dir": (["--data_dir=/nonexistent/dir"], "is not a directory"),
     "positional": (["extra"], "unexpected positional"),
+    "features_unknown": (["--features=pixels2"], "value should be one of"),
+    "features_no_image_set": (["--datasets=heart", "--features=scattering"],
+                              "this run has none"),
 }
 
 # --tune cases: (argv given the candidate files, expected message).
@@ -62,13 +66,14 @@ BAD_TUNE = {
     "tune_unknown_field": (lambda f: [f"--tune={f['unknown']}"],
                            "unknown field(s) 'lr'"),
     "tune_bad_value": (lambda f: [f"--tune={f['negative']}"],
-                       "learning_rate=-1"),
+                       "candidate 0: learning_rate must be > 0, got -1"),
     "tune_expected_zero": (lambda f: [f"--tune={f['good']}",
                                       "--tune_expected_trials=0"],
-                           "--tune_expected_trials=0"),
+                           "--expected_trials=0"),
+    # The old spellings are aliases of the library's names.
     "tune_distribution": (lambda f: [f"--tune={f['good']}",
                                      "--tune_distribution=uniform"],
-                          "--tune_distribution='uniform'"),
+                          "--distribution='uniform'"),
     # Issue #32: 2e10 steps at the recipe's rate, refused for the whole
     # file before any data or trial (an OverflowError after 12 s before).
     "tune_steps_above_int32": (
@@ -119,12 +124,19 @@ def results(tmp_path_factory):
            "--seeds=2", f"--tune={files['good']}",
            "--tune_expected_trials=2", f"--out={tuned_out}",
            f"--table_md={tmp / 'tuned.md'}", "--plots="]
-  cases["real"] = {"first": run, "again": list(run), "tuned": tuned}
+  features_out = tmp / "features.jsonl"
+  features = ["--datasets=digits", "--methods=fedsgd_server", "--epsilons=2",
+              "--seeds=2", "--features=scattering", f"--out={features_out}",
+              f"--table_md={tmp / 'features.md'}", "--plots="]
+  cases["real"] = {"first": run, "again": list(run), "tuned": tuned,
+                   "features": features}
   found = cli.drive(_BODY, cases)
   found["_paths"] = {"run_out": str(run_out), "table": str(tmp / "table.md"),
                      "plots": str(tmp / "plots"), "bad_out": out,
                      "tuned_out": str(tuned_out),
-                     "tuned_table": str(tmp / "tuned.md")}
+                     "tuned_table": str(tmp / "tuned.md"),
+                     "features_out": str(features_out),
+                     "features_table": str(tmp / "features.md")}
   return found
 
 
@@ -151,7 +163,7 @@ def test_tuned_run_records_the_whole_tuning(results):
   assert len(t["winner"]) == 2  # one tuning per seed
   # K and the schedule are not released (the guarantee holds with them
   # hidden), nor is any trial's score but the winner's.
-  assert not {"trials", "schedule"} & set(t) and len(t["scores"]) == 2
+  assert not {"trials", "schedule"} & set(t) and len(t["score"]) == 2
   assert '"trials"' not in json.dumps(rec["privacy"]["entries"])
   assert all(w in range(len(TUNE_CANDIDATES)) for w in t["winner"])
   assert t["winning_settings"] == [TUNE_CANDIDATES[w] for w in t["winner"]]
@@ -168,6 +180,24 @@ def test_tuned_run_records_the_whole_tuning(results):
   assert ("| Fed DP-SGD, server noise (tuned, K ~ geometric E[K]=2) | "
           "(ε, δ) of the whole tuning |") in table
   assert f"({t['epsilon']:.3g})" in table
+
+
+def test_features_run_records_the_feature_map(results):
+  run = results["features"]
+  assert run["code"] == 0, run["stderr"][-3000:]
+  with open(results["_paths"]["features_out"], encoding="utf-8") as f:
+    (rec,) = [json.loads(line) for line in f]
+  assert (rec["method"], rec["features"]) == ("fedsgd_server", "scattering")
+  # digits' 8 x 8 images: J = 1, L = 8, 9 channels of 4 x 4 in 3 groups.
+  facts = rec["settings"]["features"]
+  assert (facts["J"], facts["L"], facts["num_groups"], facts["dim"]) == (
+      1, 8, 3, 144)
+  assert 0 < rec["privacy"]["epsilon"] <= 2.0 * (1 + 1e-6)
+  with open(results["_paths"]["features_table"], encoding="utf-8") as f:
+    table = f.read()
+  assert "| Fed DP-SGD, server noise, scattering features |" in table
+  assert "| Fed DP-SGD, server noise |" not in table  # no raw record here
+  assert "J = 1, L = 8" in table
 
 
 def test_bad_paths_fail_before_any_work(results):
@@ -238,38 +268,53 @@ def test_second_call_skips_finished_runs(results):
     assert len(f.read().splitlines()) == 6
 
 
-def test_plan_grid_and_keys():
+def test_setting_plan_runs_and_keys():
   from launch.experiments import compare  # pylint: disable=g-import-not-at-top
-  plan = compare.check_settings(
-      datasets=["mnist", "segment"], methods=["feddpdr", "dp_glvq",
-                                              "softmax_nonpriv"],
-      epsilons=[1.0, 2.0], delta=1e-5, seeds=3)
-  assert plan == {"mnist": ["feddpdr"],
-                  "segment": ["dp_glvq", "softmax_nonpriv"]}
-  assert compare.grid(plan, [1.0, 2.0]) == [
+  s = compare.Setting(datasets=("mnist", "segment"),
+                      methods=("feddpdr", "dp_glvq", "softmax_nonpriv"),
+                      epsilons=(1.0, 2.0))
+  assert s.plan == {"mnist": ["feddpdr"],
+                    "segment": ["dp_glvq", "softmax_nonpriv"]}
+  assert s.runs() == [
       ("mnist", "feddpdr", 1.0), ("mnist", "feddpdr", 2.0),
       ("segment", "dp_glvq", 1.0), ("segment", "dp_glvq", 2.0),
       ("segment", "softmax_nonpriv", None)]
-  assert compare.plan_methods(["digits38"], None)["digits38"] == list(
-      compare.KERNEL_METHODS)
+  assert compare.Setting(datasets=("digits38",)).plan["digits38"] == [
+      m for m, spec in compare.METHODS.items() if spec.family == "kernel"]
+  # The key of a record: the raw rows of an image set have features None
+  # (as the records written before --features), its features "scattering";
+  # a set without images keeps None either way.
+  key = s.key(compare.Run("mnist", "feddpdr", 1.0))
+  assert tuple(key) == compare.KEY_FIELDS and key["features"] is None
+  feats = dataclasses.replace(s, features="scattering")
+  assert feats.key(compare.Run("mnist", "feddpdr", 1.0))["features"] == (
+      "scattering")
+  assert feats.key(compare.Run("segment", "dp_glvq", 1.0))["features"] is None
   assert compare.recipe("mnist", "feddpdr")["k"] == 20
+  assert compare.recipe("mnist", "dpml")["k"] is None
   assert compare.recipe("digits", "feddpdr")["participants"] == 2
   assert compare.recipe("segment", "dpsgd_softmax")["learning_rate"] == 2.0
+  assert compare.recipe("digits", "fedsgd_local")["trust"] == "local"
+  assert compare.recipe("digits", "fedsgd_distributed")["trust"] == (
+      "distributed")
 
 
 def test_table_marks_guarantees_and_missing_cells():
+  from launch import plot_compare  # pylint: disable=g-import-not-at-top
   from launch.experiments import compare  # pylint: disable=g-import-not-at-top
   def rec(method, eps, acc, holds=None, **extra):
     return {"dataset": "segment", "method": method, "epsilon": eps,
             "delta": 1e-5, "seeds": 3, "accuracy_mean": acc,
-            "accuracy_sd": 0.01, "guarantee": compare.guarantee_kind(method),
+            "accuracy_sd": 0.01,
+            "guarantee": compare.METHODS[method].guarantee,
             "privacy": {"epsilon": holds}, **extra}
   records = [rec("dp_glvq", 1.0, 0.7, 0.861, scaling_reads_data=True),
              rec("dp_glvq", 1.0, 0.75, 0.861),  # a later record wins
              rec("softmax_nonpriv", None, 0.88)]
-  text = compare.markdown_tables(
-      records, plan={"segment": ["dp_glvq", "dp_gmlvq", "softmax_nonpriv"]},
-      epsilons=[1.0, 2.0], delta=1e-5, seeds=3)
+  text = plot_compare.markdown_tables(records, compare.Setting(
+      datasets=("segment",),
+      methods=("dp_glvq", "dp_gmlvq", "softmax_nonpriv"),
+      epsilons=(1.0, 2.0)))
   assert "| DP-GLVQ (paper) | (ε, δ) from the ledger | 75.0 ± 1.0 (0.861) " \
          "| – |" in text
   assert "| softmax, no noise (non-private) | no DP | 88.0 ± 1.0 | " \
@@ -298,8 +343,7 @@ def test_every_method_on_the_small_sets(tmp_path):
   with open(out, encoding="utf-8") as f:
     records = [json.loads(line) for line in f]
   from launch.experiments import compare  # pylint: disable=g-import-not-at-top
-  want = sum(len(compare.METHODS_BY_FAMILY[compare.FAMILIES[d]])
-             for d in datasets)
+  want = sum(len(compare.Setting(datasets=(d,)).plan[d]) for d in datasets)
   assert len(records) == want
   for r in records:
     if r["guarantee"] == "dp":
