@@ -20,22 +20,41 @@ by the paper's theorem, not by the discrete Gaussian's ρ = Δ²/2σ²:
   Steinke 2020, Theorem 14.) The bound holds for ±Δ alike, so for both
   directions of a neighbouring pair.
 
-Rows are Poisson-sampled at rate q. The subsampled curve is the general
-upper bound for *any* mechanism whose RDP at integer orders l is ε(l)
-(Zhu & Wang, "Poisson Subsampled Rényi Differential Privacy", ICML 2019,
-the factor-3 bound; Theorem 5 there in the numbering of the ICML text as
-the reference implementation cites it, google-research/federated
-``distributed_dp``; their tighter formula needs a condition on M that we
-do not assume), under add/remove of one row, for integer α ≥ 2:
+Rows are Poisson-sampled at rate q, under add/remove of one row. Given
+the other rows, a step's output is Z + S under one neighbour and
+Z + S + B·v under the other: S the other sampled rows' integer sum (the
+same law under both), B ~ Bernoulli(q), v the added row's rounded vector
+(‖v‖ ≤ Δ). exp((α−1)D_α(P‖Q)) = ΣP^αQ^{1−α} is jointly convex, so the
+step's divergence, either way round, is at most the worst over S and v
+of the pair M = (1−q)μ + qμ_v against μ (μ the law of Z, μ_v its shift by
+v; S shifts both alike). For that pair, at integer α ≥ 2:
+
+* M against μ ("add"): E_μ[(M/μ)^α] = Σ_l C(α,l)(1−q)^{α−l} q^l
+  E_μ[(μ_v/μ)^l] exactly (the binomial expansion of Mironov, Talwar &
+  Zhang 2019 for the sampled Gaussian), and E_μ[(μ_v/μ)^l] =
+  e^{(l−1)D_l(μ_v‖μ)} ≤ e^{(l−1)ε(l)} term by term.
+* μ against M ("remove"): at most the "add" divergence, because the pair
+  is *symmetric*: μ is symmetric (every share is), so z ↦ v − z maps μ
+  to μ_v and back, and the privacy loss L = log(μ_v/μ) has under μ_v the
+  law of −L under μ. :func:`subsampled_rdp` gives the proof (elementary;
+  it needs that symmetry only, not the Gaussian's form).
+
+Hence, for integer α ≥ 2,
 
     ε_q(α) ≤ 1/(α−1) · log{ (1−q)^{α−1}(αq − q + 1)
-                            + C(α,2) q²(1−q)^{α−2} e^{ε(2)}
-                            + 3 Σ_{l=3}^{α} C(α,l) q^l (1−q)^{α−l}
+                            + Σ_{l=2}^{α} C(α,l) q^l (1−q)^{α−l}
                               e^{(l−1)ε(l)} },
 
-and also ε_q(α) ≤ ε(α) (subsampling is a mixture). T steps compose to
-T·ε_q(α) (Mironov 2017, Proposition 1), converted to (ε, δ) by
-dp_accounting's RDP conversion (:func:`rdp_epsilon`, the one
+and also ε_q(α) ≤ ε(α) (a mixture, joint convexity). With the
+Gaussian's ε(l) = lΔ²/2σ² this is exactly the sampled Gaussian's RDP
+that dp_accounting computes (tested); the sum bound's τ is the only
+price of the discrete shares. Zhu & Wang ("Poisson Subsampled Rényi
+Differential Privacy", ICML 2019) give the same sum with a factor 3 on
+the terms l ≥ 3 for *any* mechanism (:func:`general_subsampled_rdp`,
+kept for mechanisms without the symmetry; the reference implementation,
+google-research/federated ``distributed_dp``, uses it for the DDG).
+T steps compose to T·ε_q(α) (Mironov 2017, Proposition 1), converted to
+(ε, δ) by dp_accounting's RDP conversion (:func:`rdp_epsilon`, the one
 :mod:`dpcore.accounting` uses for its RDP accountant). Everything here is
 a float upper bound evaluated in float64; the orders are the integers
 2…256 (:data:`ORDERS`).
@@ -52,8 +71,8 @@ from scipy import special
 from dpcore import validation
 
 __all__ = [
-    "ORDERS", "distributed_rdp", "rdp_epsilon", "rounded_norm_bound_sq",
-    "subsampled_rdp", "sum_rdp", "tau",
+    "ORDERS", "distributed_rdp", "general_subsampled_rdp", "rdp_epsilon",
+    "rounded_norm_bound_sq", "subsampled_rdp", "sum_rdp", "tau",
 ]
 
 ORDERS = np.arange(2, 257)
@@ -126,9 +145,64 @@ def sum_rdp(*, sensitivity: float, sigma_share: float, shares: int,
   return np.minimum(first, second)
 
 
+def _checked(base, sampling_rate, orders):
+  q = validation.check_in_range(sampling_rate, "sampling_rate", 0.0, 1.0,
+                                high_inclusive=True)
+  orders = np.asarray(orders)
+  base = np.asarray(base, dtype=np.float64)
+  if (orders.ndim != 1 or orders[0] != 2
+      or np.any(np.diff(orders) != 1) or base.shape != orders.shape):
+    raise ValueError("orders must be the consecutive integers 2…max and "
+                     "base one value per order.")
+  return q, orders, base
+
+
+def _binomial_bound(base, q, orders, factor):
+  """min{ε(α), log(head + Σ_{l≥2} c_l C(α,l) q^l (1−q)^{α−l}
+  e^{(l−1)ε(l)})/(α−1)}, c_2 = 1 and c_l = ``factor`` for l ≥ 3."""
+  log_q, log_1q = math.log(q), math.log1p(-q)
+  out = np.empty_like(base)
+  for i, alpha in enumerate(orders.tolist()):
+    ls = np.arange(2, alpha + 1)
+    terms = (special.gammaln(alpha + 1) - special.gammaln(ls + 1)
+             - special.gammaln(alpha - ls + 1)
+             + (alpha - ls) * log_1q + ls * log_q + (ls - 1) * base[ls - 2])
+    if factor != 1.0:
+      terms[1:] += math.log(factor)
+    head = (alpha - 1) * log_1q + math.log1p((alpha - 1) * q)
+    total = special.logsumexp(np.concatenate([[head], terms]))
+    out[i] = min(total / (alpha - 1), base[i])
+  return out
+
+
 def subsampled_rdp(base: np.ndarray, sampling_rate: float,
                    orders=ORDERS) -> np.ndarray:
-  """Zhu & Wang's general bound for Poisson subsampling at rate q.
+  """Poisson subsampling at rate q of a *symmetric* shift mechanism.
+
+  The bound of the module docstring: for integer α ≥ 2,
+  ε_q(α) ≤ min{ε(α), log[(1−q)^{α−1}(αq − q + 1) + Σ_{l=2}^{α} C(α,l)
+  q^l (1−q)^{α−l} e^{(l−1)ε(l)}]/(α−1)}, valid when ε(l) bounds
+  D_l(μ_v‖μ) for every shift v and μ is symmetric (μ(z) = μ(−z)): true of
+  a sum of discrete Gaussian shares, and of one share.
+
+  Proof of the "remove" direction (the "add" one is the exact binomial
+  expansion). Let F be the law of L = log(μ_v/μ) under μ. The map
+  z ↦ v − z swaps μ and μ_v, so e^l dF(l) = dF(−l). With
+  a_l = 1 − q + q·e^l and M = (1−q)μ + qμ_v,
+
+    E_μ[(M/μ)^α] − E_M[(μ/M)^α] = ∫ (a_l^α − a_l^{1−α}) dF(l)
+                                = ∫_{u>0} ψ(u) dF(u),
+
+  folding l < 0 onto u = −l > 0, where ψ(u) = a_u^α − a_u^{1−α} +
+  e^u(a_{−u}^α − a_{−u}^{1−α}). Put a = a_u, b = a_{−u}, A = log a,
+  B = −log b, t = α − ½; then ψ = 2(√a·sinh(tA) − e^u√b·sinh(tB)).
+  A ≥ B (it reads c ≤ e^u − 1 with c = q(e^u − 1), i.e. q ≤ 1), so
+  sinh(tA)/sinh(tB) does not decrease in t (y·coth y increases in
+  y > 0), and ψ ≥ 0 at every α ≥ 2 follows from α = 2, where
+  ψ = c³(1/(1 + c) − 1/(e^u(e^u − c))) ≥ 0 because e^u(e^u − c) ≥ 1 + c
+  is again c ≤ e^u − 1. So the "remove" divergence never exceeds the
+  "add" one. (For the Gaussian this is Mironov, Talwar & Zhang 2019's
+  result; the tests also check it on exact sums of discrete Gaussians.)
 
   Args:
     base: ε(l) of the unsampled mechanism at every integer l = 2…max,
@@ -138,31 +212,27 @@ def subsampled_rdp(base: np.ndarray, sampling_rate: float,
     orders: the integer orders of ``base``.
 
   Returns:
-    ε_q(α) at each order (module docstring), never above ε(α).
+    ε_q(α) at each order, never above ε(α).
   """
-  q = validation.check_in_range(sampling_rate, "sampling_rate", 0.0, 1.0,
-                                high_inclusive=True)
-  orders = np.asarray(orders)
-  base = np.asarray(base, dtype=np.float64)
-  if (orders.ndim != 1 or orders[0] != 2
-      or np.any(np.diff(orders) != 1) or base.shape != orders.shape):
-    raise ValueError("orders must be the consecutive integers 2…max and "
-                     "base one value per order.")
+  q, orders, base = _checked(base, sampling_rate, orders)
   if q == 1.0:
     return base.copy()
-  log_q, log_1q = math.log(q), math.log1p(-q)
-  out = np.empty_like(base)
-  for i, alpha in enumerate(orders.tolist()):
-    ls = np.arange(2, alpha + 1)
-    eps_l = base[ls - 2]
-    terms = (special.gammaln(alpha + 1) - special.gammaln(ls + 1)
-             - special.gammaln(alpha - ls + 1)
-             + (alpha - ls) * log_1q + ls * log_q + (ls - 1) * eps_l)
-    terms[1:] += math.log(3.0)  # l ≥ 3 carry the factor 3
-    head = (alpha - 1) * log_1q + math.log(alpha * q - q + 1.0)
-    total = special.logsumexp(np.concatenate([[head], terms]))
-    out[i] = min(total / (alpha - 1), base[i])
-  return out
+  return _binomial_bound(base, q, orders, 1.0)
+
+
+def general_subsampled_rdp(base: np.ndarray, sampling_rate: float,
+                           orders=ORDERS) -> np.ndarray:
+  """Zhu & Wang's bound for Poisson subsampling of *any* mechanism.
+
+  As :func:`subsampled_rdp` with a factor 3 on the terms l ≥ 3 (Zhu &
+  Wang, ICML 2019, the general upper bound): for a mechanism whose pair
+  is not symmetric. Not used for the distributed discrete Gaussian,
+  whose pair is; kept to show what the symmetry saves.
+  """
+  q, orders, base = _checked(base, sampling_rate, orders)
+  if q == 1.0:
+    return base.copy()
+  return _binomial_bound(base, q, orders, 3.0)
 
 
 def distributed_rdp(*, sensitivity: float, sigma_share: float, shares: int,

@@ -111,11 +111,10 @@ def test_calibrated_plan_meets_its_target_and_a_smaller_sigma_does_not():
   ledger = accounting.PrivacyLedger()
   worse.record(ledger)
   assert ledger.guarantee(1e-5).epsilon > 2.0
-  # The only costs over the general bound applied to a continuous
-  # Gaussian of the same σ_eff = √P·s/Δ are the rounding (Δ > c) and τ,
-  # both tiny here; the server trust model's tight Gaussian accounting
-  # (PLD) at the same σ is far below (the general subsampling bound's
-  # price, see dpcore.ddg_accounting).
+  # The only costs over the exact sampled Gaussian of the same
+  # σ_eff = √P·s/Δ are the rounding (Δ > c) and τ, both tiny here; the
+  # server trust model's Gaussian accounting at the same σ is a little
+  # below (its shift is C, not the rounded Δ; fractional orders).
   p = plan.ddg_params
   sigma_eff = math.sqrt(2) * float(p.sigma_share) / p.sensitivity
   limit = ddg_accounting.rdp_epsilon(300 * ddg_accounting.subsampled_rdp(
@@ -127,7 +126,7 @@ def test_calibrated_plan_meets_its_target_and_a_smaller_sigma_does_not():
                                 if k != "model_size"})
   ledger = accounting.PrivacyLedger()
   server.record(ledger)
-  assert ledger.guarantee(1e-5).epsilon < g.epsilon
+  assert 0.9 * g.epsilon < ledger.guarantee(1e-5).epsilon < g.epsilon
 
 
 def test_settings_report_bits_and_each_participants_own_guarantee():
