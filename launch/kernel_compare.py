@@ -65,37 +65,29 @@ _OUT = flags.DEFINE_string("out", "runs/kernel_compare.jsonl",
                            "JSON lines.")
 
 
-def _floats(flag, values):
-  try:
-    return tuple(float(v) for v in values)
-  except ValueError:
-    raise ValueError(f"{flag}={','.join(values)!r}: expected a "
-                     f"comma-separated list of numbers.") from None
-
-
 def main(argv):
   del argv
   with common.heavy_imports():
-    from launch.experiments import (  # pylint: disable=g-import-not-at-top
-        kernel_compare as experiment,
-    )
+    # pylint: disable=g-import-not-at-top
+    from launch.experiments import dpwss
+    from launch.experiments import kernel_compare as experiment
   out = _OUT.value
   if not out:
     raise ValueError("--out: give a JSON-lines file path.")
   common.check_output_path(out, "--out")
   if _TABLE_MD.value:
     common.check_output_path(_TABLE_MD.value, "--table_md")
-  datasets = [d.strip() for d in _DATASETS.value if d.strip()]
-  methods = [m.strip() for m in _METHODS.value if m.strip()]
-  epsilons = _floats("--epsilons", _EPSILONS.value)
-  settings = dict(datasets=datasets, methods=methods, epsilons=epsilons,
-                  delta=_DELTA.value, seeds=_SEEDS.value,
-                  test_fraction=_TEST_FRACTION.value, scaling=_SCALING.value,
-                  classes=_CLASSES.value)
-  experiment.check_settings(**settings, data_dir=_DATA_DIR.value)
-  records = experiment.run_all(
-      **settings, split_seed=_SPLIT_SEED.value, data_dir=_DATA_DIR.value,
-      out=out, table_md=_TABLE_MD.value)
+  setting = experiment.Setting(
+      datasets=tuple(d.strip() for d in _DATASETS.value if d.strip()),
+      methods=tuple(m.strip() for m in _METHODS.value if m.strip()),
+      epsilons=tuple(common.parse_floats(_EPSILONS.value, "--epsilons")),
+      delta=_DELTA.value, seeds=_SEEDS.value,
+      test_fraction=_TEST_FRACTION.value, split_seed=_SPLIT_SEED.value,
+      scaling=_SCALING.value,
+      classes=(dpwss.parse_classes(_CLASSES.value)
+               or experiment.DEFAULT_CLASSES))
+  records = experiment.run(setting, data_dir=_DATA_DIR.value, out=out,
+                           table_md=_TABLE_MD.value)
   common.progress(f"{len(records)} records written to {out}")
 
 

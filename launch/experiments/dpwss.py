@@ -326,7 +326,8 @@ def check_datasets(datasets, *, data_dir=None, scaling=None) -> None:
     FileNotFoundError: a set's files are missing.
   """
   if not datasets:
-    raise ValueError("dataset: give at least one name (e.g. heart).")
+    raise ValueError("no data set given: give at least one name (e.g. "
+                     "heart).")
   for name in datasets:
     data.check_dataset(name, data_dir=data_dir)
     if scaling is not None and not name.startswith(("svmlight:", "arff:")):

@@ -36,6 +36,7 @@ Protocol (fixed before any test accuracy was looked at):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import zlib
 
@@ -81,34 +82,48 @@ KEY_FIELDS = ("dataset", "classes", "scaling", "method", "epsilon", "delta",
               "seeds", "test_fraction", "split_seed", "recipe")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setting:
+  """One comparison: which sets, methods and budgets, and the fixed split.
+
+  The fields are ``launch.kernel_compare``'s flags; :meth:`check` refuses
+  a bad one before any data is read, naming it.
+  """
+  datasets: tuple[str, ...] = DATASETS
+  methods: tuple[str, ...] = METHODS
+  epsilons: tuple[float, ...] = EPSILONS
+  delta: float = DELTA
+  seeds: int = SEEDS
+  test_fraction: float = TEST_FRACTION
+  split_seed: int = SPLIT_SEED
+  scaling: str = vocabulary.Scaling.AUTO_MINMAX
+  classes: tuple[int, int] = DEFAULT_CLASSES
+
+  def check(self, data_dir=None) -> Setting:
+    """Refuses bad settings before any data is read (one-line messages);
+    finds every data set's files in ``data_dir`` (reading none)."""
+    unknown = [m for m in self.methods if m not in METHODS]
+    if unknown or not self.methods:
+      raise ValueError(f"methods={','.join(self.methods)!r}: choose from "
+                       f"{', '.join(METHODS)}.")
+    if not self.epsilons:
+      raise ValueError("epsilons: give at least one ε (e.g. 1,4).")
+    for eps in self.epsilons:
+      validation.check_epsilon(eps, "epsilons")
+    validation.check_delta(self.delta, "delta")
+    validation.check_positive_int(self.seeds, "seeds")
+    if not (isinstance(self.test_fraction, float)
+            and 0.0 < self.test_fraction < 1.0):
+      raise ValueError(f"test_fraction={self.test_fraction!r}: must lie in "
+                       f"(0, 1), e.g. 0.3.")
+    options.parse(vocabulary.Scaling, self.scaling, "scaling")
+    dpwss_experiment.parse_classes(self.classes)
+    dpwss_experiment.check_datasets(self.datasets, data_dir=data_dir,
+                                    scaling=self.scaling)
+    return self
+
+
 # -- data ----------------------------------------------------------------------
-
-
-def check_settings(*, datasets, methods, epsilons, delta, seeds,
-                   test_fraction, scaling, classes, data_dir=None) -> None:
-  """Refuses bad settings before any data is read (one-line messages)."""
-  if not datasets:
-    raise ValueError("--datasets: give at least one name (e.g. heart).")
-  unknown = [m for m in methods if m not in METHODS]
-  if unknown or not methods:
-    raise ValueError(f"--methods={','.join(methods)!r}: choose from "
-                     f"{', '.join(METHODS)}.")
-  if not epsilons:
-    raise ValueError("--epsilons: give at least one ε (e.g. 1,4).")
-  for eps in epsilons:
-    validation.check_epsilon(eps, "--epsilons")
-  validation.check_delta(delta, "--delta")
-  validation.check_positive_int(seeds, "--seeds")
-  if not (isinstance(test_fraction, float) and 0.0 < test_fraction < 1.0):
-    raise ValueError(f"--test_fraction={test_fraction!r}: must lie in "
-                     f"(0, 1), e.g. 0.3.")
-  options.parse(vocabulary.Scaling, scaling, "--scaling")
-  dpwss_experiment.parse_classes(classes)
-  for name in datasets:
-    loaders.check_dataset(name, data_dir=data_dir)
-    if not name.startswith(("svmlight:", "arff:")):
-      dpwss_experiment.resolve_scaling(name, scaling,
-                                       loaders.public_bounds(name))
 
 
 def split_indices(n: int, *, test_fraction: float = TEST_FRACTION,
@@ -123,19 +138,6 @@ def split_indices(n: int, *, test_fraction: float = TEST_FRACTION,
   return perm[test:], perm[:test]
 
 
-def _binary(y, classes, name):
-  values = np.unique(y)
-  if len(values) == 2:
-    return np.ones(y.shape, bool), np.where(y == values.max(), 1.0, -1.0)
-  pos, neg = classes
-  missing = [c for c in (pos, neg) if c not in values]
-  if missing:
-    raise ValueError(f"--classes={pos},{neg}: class(es) {missing} do not "
-                     f"occur in {name!r} (labels {values.tolist()}).")
-  keep = (y == pos) | (y == neg)
-  return keep, np.where(y[keep] == pos, 1.0, -1.0)
-
-
 def prepare(name, *, classes=DEFAULT_CLASSES, scaling="auto_minmax",
             test_fraction=TEST_FRACTION, split_seed=SPLIT_SEED,
             data_dir=None) -> dict:
@@ -146,20 +148,22 @@ def prepare(name, *, classes=DEFAULT_CLASSES, scaling="auto_minmax",
     y_all = np.concatenate([ds.y_train, ds.y_test])
   else:
     x_all, y_all = ds.x_train, ds.y_train
-  keep, y = _binary(np.asarray(y_all), classes, name)
+  two = len(np.unique(y_all)) == 2  # a binary set keeps its two classes
+  keep, y = dpwss_experiment.binary_labels(y_all, None if two else classes,
+                                           name)
   x = np.asarray(x_all, np.float64)[keep]
   rule = dpwss_experiment.resolve_scaling(name, scaling, ds.bounds)
   train, test = split_indices(len(y), test_fraction=test_fraction,
                               split_seed=split_seed)
   if len(np.unique(y[train])) < 2 or len(np.unique(y[test])) < 2:
     raise ValueError(f"{name!r}: the fixed split leaves one class out of "
-                     f"a part; use another --split_seed.")
+                     f"a part; use another split_seed.")
   x_train = dpwss_experiment.scale_rows(x[train], ds.bounds, rule,
                                         x[train])
   x_test = dpwss_experiment.scale_rows(x[test], ds.bounds, rule, x[train])
   return {"x_train": x_train, "y_train": y[train], "x_test": x_test,
           "y_test": y[test], "scaling": rule,
-          "classes": list(classes) if len(np.unique(y_all)) > 2 else None}
+          "classes": None if two else list(classes)}
 
 
 # -- the methods ---------------------------------------------------------------
@@ -190,7 +194,8 @@ def _libsvm(data, recipe) -> float:
 
 
 def _rbf(data):
-  return kernels.KernelSpec("rbf").resolve(data["x_train"].shape[1])
+  return kernels.KernelSpec(options.Kernel.RBF).resolve(
+      data["x_train"].shape[1])
 
 
 def _wss2(data, recipe) -> float:
@@ -217,42 +222,40 @@ def run_method(method, data, *, epsilon, delta, seeds, dataset) -> dict:
     _, key = _keys(0, dataset, method)
     plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=recipe["sigma"],
                            delta=delta, selection="paper")
-    run = dpwss.release(key, plan, x, y, kernel=_rbf(data), c=recipe["c"],
-                        eps=recipe["eps"], repeats=seeds)
-    accuracies = [_accuracy(y_test, m.predict(x_test)) for m in run.models]
+    fits = dpwss.release(key, plan, x, y, kernel=_rbf(data), c=recipe["c"],
+                         eps=recipe["eps"], repeats=seeds)
+    accuracies = [_accuracy(y_test, m.predict(x_test)) for m in fits.models]
     return {"accuracy": accuracies, "privacy": plan.report(),
             "neighbouring": None, "model_is_private": False,
-            "iterations": [int(i) for i in run.iterations]}
+            "iterations": [int(i) for i in fits.iterations]}
+  # One plan for every seed (a seed changes the keys, not the public facts).
+  if method == "linear_output_perturbation":
+    plan = output_perturbation.make_plan(epsilon=epsilon, c=recipe["c"])
+  elif method == "rff_dpsgd":
+    plan = random_features.make_dpsgd_plan(
+        x.shape[0], epsilon=epsilon, delta=delta,
+        sampling_rate=recipe["sampling_rate"], epochs=recipe["epochs"],
+        learning_rate=recipe["learning_rate"], clip_norm=recipe["clip_norm"],
+        loss=recipe["loss"], weight_decay=recipe["weight_decay"])
+    extra = {"noise_multiplier": plan.noise_multiplier, "steps": plan.steps}
+  else:
+    plan = random_features.make_output_perturbation_plan(c=recipe["c"],
+                                                         epsilon=epsilon)
   accuracies = []
   for seed in range(seeds):
     feature_key, key = _keys(seed, dataset, method)
     if method == "linear_output_perturbation":
-      rows = dpwss_experiment.release_rows(x)
-      plan = output_perturbation.make_plan(epsilon=epsilon, c=recipe["c"])
-      release = output_perturbation.release(key, plan, rows, y)
+      release = output_perturbation.release(
+          key, plan, dpwss_experiment.release_rows(x), y)
       scores = release.decision_function(
           dpwss_experiment.release_rows(x_test))
       predicted = np.where(scores > 0, 1.0, -1.0)
     else:
       fmap = random_features.make_feature_map(
-          feature_key, input_dim=x.shape[1],
-          num_features=recipe["num_features"])
-      if method == "rff_dpsgd":
-        plan = random_features.make_dpsgd_plan(
-            x.shape[0], epsilon=epsilon, delta=delta,
-            sampling_rate=recipe["sampling_rate"], epochs=recipe["epochs"],
-            learning_rate=recipe["learning_rate"],
-            clip_norm=recipe["clip_norm"], loss=recipe["loss"],
-            weight_decay=recipe["weight_decay"])
-        model = random_features.fit_dpsgd(key, plan, fmap, x, y)
-        extra = {"noise_multiplier": plan.noise_multiplier,
-                 "steps": plan.steps}
-      else:
-        plan = random_features.make_output_perturbation_plan(
-            c=recipe["c"], epsilon=epsilon)
-        model = random_features.release_output_perturbation(key, plan,
-                                                            fmap, x, y)
-      predicted = model.predict(x_test)
+          feature_key, dim=x.shape[1], num_features=recipe["num_features"])
+      learn = (random_features.fit_dpsgd if method == "rff_dpsgd"
+               else random_features.release_output_perturbation)
+      predicted = learn(key, plan, fmap, x, y).predict(x_test)
     accuracies.append(_accuracy(y_test, predicted))
   if method == "linear_output_perturbation":
     plan.record(ledger, label="linear_output_perturbation")
@@ -296,47 +299,45 @@ def run_key(**fields) -> tuple:
   return common.record_key(fields, KEY_FIELDS)
 
 
-def run_all(*, datasets, methods=METHODS, epsilons=EPSILONS, delta=DELTA,
-            seeds=SEEDS, test_fraction=TEST_FRACTION, split_seed=SPLIT_SEED,
-            scaling="auto_minmax", classes=DEFAULT_CLASSES, data_dir=None,
-            out=None, table_md=None, emit=None, progress=common.progress
-            ) -> list[dict]:
+def run(setting: Setting, *, data_dir=None, out=None, table_md=None,
+        emit=None, progress=common.progress) -> list[dict]:
   """Every (data set, method, ε) record; non-private methods once per set.
 
   Records already in ``out`` (same settings) are skipped; ``emit`` (default
   :func:`launch.common.emit_record`) writes each new one.
   """
+  s = setting.check(data_dir)
   emit = emit or common.emit_record
-  classes = dpwss_experiment.parse_classes(classes) or DEFAULT_CLASSES
   done = common.done_keys(out, KEY_FIELDS) if out else set()
   records = []
-  for name in datasets:
+  for name in s.datasets:
     progress(f"{name}: loading")
-    data = prepare(name, classes=classes, scaling=scaling,
-                   test_fraction=test_fraction, split_seed=split_seed,
+    data = prepare(name, classes=s.classes, scaling=s.scaling,
+                   test_fraction=s.test_fraction, split_seed=s.split_seed,
                    data_dir=data_dir)
-    for method in methods:
-      grid = ([None] if method in NON_PRIVATE_METHODS else list(epsilons))
+    for method in s.methods:
+      grid = [None] if method in NON_PRIVATE_METHODS else list(s.epsilons)
       for eps in grid:
         probe = {"dataset": name, "classes": data["classes"],
                  "scaling": data["scaling"], "method": method,
-                 "epsilon": eps, "delta": delta, "seeds": seeds,
-                 "test_fraction": test_fraction, "split_seed": split_seed,
-                 "recipe": RECIPE[method]}
+                 "epsilon": eps, "delta": s.delta, "seeds": s.seeds,
+                 "test_fraction": s.test_fraction,
+                 "split_seed": s.split_seed, "recipe": RECIPE[method]}
         if run_key(**probe) in done:
           progress(f"{name}: skipping 1 finished run ({method}, ε={eps})")
           continue
         progress(f"{name}: {method}" + (f", ε={eps:g}" if eps else ""))
         rec = run_one(dataset=name, data=data, method=method,
-                      epsilon=eps if eps is not None else 0.0, delta=delta,
-                      seeds=seeds, test_fraction=test_fraction,
-                      split_seed=split_seed)
+                      epsilon=eps if eps is not None else 0.0,
+                      delta=s.delta, seeds=s.seeds,
+                      test_fraction=s.test_fraction,
+                      split_seed=s.split_seed)
         emit(rec, out)
         records.append(rec)
   if table_md:
     with open(table_md, "w", encoding="utf-8") as f:
       f.write(markdown_table(common.read_jsonl(out) if out else records,
-                             datasets, epsilons))
+                             s.datasets, s.epsilons))
   return records
 
 
@@ -372,3 +373,11 @@ def markdown_table(records, datasets, epsilons) -> str:
         lines.append(f"| {name} | {LABELS[method]} | " + " | ".join(cells)
                      + " |")
   return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "DATASETS", "DEFAULT_CLASSES", "DELTA", "EPSILONS", "KEY_FIELDS",
+    "LABELS", "METHODS", "NON_PRIVATE_METHODS", "PRIVATE_METHODS", "RECIPE",
+    "SEEDS", "SPLIT_SEED", "Setting", "TEST_FRACTION", "markdown_table",
+    "prepare", "run", "run_key", "run_method", "run_one", "split_indices",
+]

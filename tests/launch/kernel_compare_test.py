@@ -32,13 +32,14 @@ for group, items in cases.items():
 '''
 
 BEFORE_LOAD = {
-    "epsilon_zero": (["--epsilons=0"], "--epsilons must be > 0"),
+    "epsilon_zero": (["--epsilons=0"], "epsilons must be > 0"),
     "epsilon_text": (["--epsilons=1,x"], "--epsilons='1,x'"),
     "method": (["--methods=libsvm,svm_magic"], "choose from libsvm"),
-    "seeds": (["--seeds=0"], "--seeds must be ≥ 1, got 0"),
+    "seeds": (["--seeds=0"], "seeds must be ≥ 1, got 0"),
     "delta": (["--delta=1"],
-              "--delta must lie strictly between 0 and 1, got 1.0"),
-    "test_fraction": (["--test_fraction=1.5"], "--test_fraction=1.5"),
+              "delta must lie strictly between 0 and 1, got 1.0"),
+    "test_fraction": (["--test_fraction=1.5"], "test_fraction=1.5"),
+    "no_dataset": (["--datasets="], "no data set given"),
     "dataset": (["--datasets=nosuch"], "unknown dataset 'nosuch'"),
     "no_public_bounds": (["--datasets=breast_cancer", "--scaling=auto"],
                          "no public feature bounds"),
