@@ -110,8 +110,8 @@ def _loop_functions():
     z = clipping.clip_rows((x @ global_basis).astype(jnp.float64))
     return op.one_vs_rest(
         keys(key, i)[1], z, labels, mask.astype(jnp.float64),
-        num_classes=num_classes, n=n, p=p, theta=theta, lam=static.lam,
-        loss=static.loss, h=static.huber_h, tol=static.tol,
+        num_classes=num_classes, num_examples=n, p=p, theta=theta,
+        lam=static.lam, loss=static.loss, h=static.huber_h, tol=static.tol,
         max_iter=static.max_iter, private=True)
 
   @partial(jax.jit, static_argnames=("topk",))

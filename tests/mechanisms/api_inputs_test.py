@@ -145,7 +145,7 @@ def test_pca(call, error, match):
 
 
 def _fit(key=KEY, x=X, y=Y_PM, *, tol=1e-8, max_iter=500, **kwargs):
-  settings = {"epsilon": 1.0, "lam": 0.1, "n": 20, **kwargs}
+  settings = {"epsilon": 1.0, "lam": 0.1, "num_examples": 20, **kwargs}
   return op.release(key, op.make_plan(**settings), x, y, tol=tol,
                     max_iter=max_iter)
 
@@ -167,8 +167,8 @@ ERM_CASES = [
           "y must be 1-D"),
     _case("fit_empty", lambda: _fit(x=X[:0], y=Y_PM[:0]), ValueError,
           "x must be a non-empty 2-D"),
-    _case("fit_rows_other_than_n", lambda: _fit(n=30), ValueError,
-          "n=30"),
+    _case("fit_rows_other_than_n", lambda: _fit(num_examples=30), ValueError,
+          "num_examples=30"),
     _case("fit_not_a_plan", lambda: op.release(KEY, {"p": 1.0}, X, Y_PM),
           TypeError, "ObjectivePerturbationPlan"),
     _case("fit_class_ids_out_of_range",
@@ -186,15 +186,16 @@ ERM_CASES = [
     _case("fit_huber_width_zero", lambda: _fit(h=0.0), ValueError,
           "h must be > 0"),
     _case("plan_n_zero",
-          lambda: op.make_plan(epsilon=1.0, n=0, lam=0.1),
-          ValueError, "n must be"),
+          lambda: op.make_plan(epsilon=1.0, num_examples=0, lam=0.1),
+          ValueError, "num_examples must be"),
     _case("plan_one_class",
-          lambda: op.make_plan(epsilon=1.0, n=10, lam=0.1, num_classes=1),
+          lambda: op.make_plan(epsilon=1.0, num_examples=10, lam=0.1,
+                               num_classes=1),
           ValueError, "num_classes"),
     _case("curvature_loss_unknown", lambda: op.curvature_bound("x"),
           ValueError, "loss"),
     _case("op_record_count_zero",
-          lambda: op.make_plan(epsilon=1.0, n=10, lam=0.1).record(
+          lambda: op.make_plan(epsilon=1.0, num_examples=10, lam=0.1).record(
               PrivacyLedger(), count=0), ValueError, "count"),
     _case("release_int_key", lambda: _release(key=0), TypeError,
           "key must be"),
@@ -507,7 +508,7 @@ def test_legitimate_edge_inputs_are_accepted():
                                    sigma=1.0),
       X).components.shape == (4, 2)
   # One row, one participant: the smallest perturbation parameters.
-  assert op.make_plan(epsilon=1.0, n=1, lam=0.1, h=1.0).p > 0
+  assert op.make_plan(epsilon=1.0, num_examples=1, lam=0.1, h=1.0).p > 0
   # Labels of any integer or float dtype holding class indices.
   lvq_init.check_init_inputs(KEY, X, Y_CLASS.astype(np.float32), 3)
   lvq_init.check_init_inputs(KEY, X[:1], np.array([2], np.int8), 3)
