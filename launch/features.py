@@ -8,10 +8,26 @@ record per (ε, seed) out (``--out``), the ledger's ε in ``privacy``::
 
 The recipe flags default to the fixed public recipe of docs/features.md
 (Tramèr & Boneh's linear ScatterNet: J = 2, L = 8, group norm G = 27,
-expected batch 8192, 40 epochs, C = 0.1, momentum SGD lr 4).
+expected batch 8192, 40 epochs, C = 0.1, momentum SGD lr 4); ``--recipe``
+starts from one of the named candidates of
+:data:`launch.experiments.features.CANDIDATES` instead (flags given on
+the command line still override it). σ is calibrated so that the
+ledger's ε of the whole run (the data normalisation included) is the
+target.
+
+``--validation=V`` fits on all but the last V training rows and scores
+on them (the test set is not read): how a recipe is chosen. ``--tune``
+chooses among ``--tune_candidates`` privately (``dpcore.tuning``: K
+random trials on the last ``--validation`` training rows, the best one
+released, the whole tuning's ε in the record), once per seed::
+
+  python -m launch.features --dataset=mnist --tune --epsilons=3 --seeds=0 \
+      --validation=10000 --out=results/features_tuned_mnist.jsonl
 """
 
 from __future__ import annotations
+
+import sys
 
 from absl import flags
 
@@ -41,24 +57,85 @@ _MOMENTUM = flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 _CACHE = flags.DEFINE_string("cache_dir", None,
                              "where to keep the features (.npy)")
 _OUT = flags.DEFINE_string("out", None, "JSON lines output")
+_RECIPE = flags.DEFINE_string(
+    "recipe", None, "a named recipe of CANDIDATES (base, epochs80, "
+    "batch4096, data_norm) to start from; explicit flags override it")
+_VALIDATION = flags.DEFINE_integer(
+    "validation", 0, "hold out the last V training rows and score on them "
+    "(the test set is not read); with --tune: the tuning's held-out rows")
+_TUNE = flags.DEFINE_bool("tune", False,
+                          "choose the recipe privately (dpcore.tuning)")
+_TUNE_CANDIDATES = flags.DEFINE_list(
+    "tune_candidates", ["base", "epochs80", "batch4096"],
+    "named recipes the tuning draws from")
+_TUNE_DISTRIBUTION = flags.DEFINE_string(
+    "tune_distribution", "logarithmic", "law of the number of trials K")
+_TUNE_TRIALS = flags.DEFINE_float("tune_expected_trials", 3.0, "E[K]")
+_TUNE_SCORE_EPS = flags.DEFINE_float(
+    "tune_score_epsilon", 0.5, "ε of each trial's noisy validation count")
+
+_RECIPE_FLAGS = {"J": "J", "L": "L", "norm": "norm",
+                 "num_groups": "num_groups",
+                 "norm_noise_multiplier": "norm_noise_multiplier",
+                 "clip_mean": "clip_mean", "clip_square": "clip_square",
+                 "batch_size": "batch_size", "epochs": "epochs",
+                 "clip_norm": "clip_norm", "learning_rate": "learning_rate",
+                 "momentum": "momentum"}
+
+
+def _recipe(features):
+  """The recipe: --recipe's candidate (or the default), flags given win."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  base = features.Recipe()
+  if _RECIPE.value is not None:
+    if _RECIPE.value not in features.CANDIDATES:
+      raise ValueError(f"--recipe={_RECIPE.value!r} is not one of "
+                       f"{sorted(features.CANDIDATES)}.")
+    base = features.CANDIDATES[_RECIPE.value]
+  given = {field: flags.FLAGS[name].value
+           for field, name in _RECIPE_FLAGS.items()
+           if flags.FLAGS[name].present}
+  return dataclasses.replace(base, **given)
 
 
 def main(argv):
   del argv
   common.check_output_path(_OUT.value)
   from launch.experiments import features  # pylint: disable=g-import-not-at-top
-  recipe = features.Recipe(
-      J=_J.value, L=_L.value, norm=_NORM.value, num_groups=_GROUPS.value,
-      norm_noise_multiplier=_NORM_SIGMA.value, clip_mean=_CLIP_MEAN.value,
-      clip_square=_CLIP_SQUARE.value, batch_size=_BATCH.value,
-      epochs=_EPOCHS.value, clip_norm=_CLIP.value,
-      learning_rate=_LR.value, momentum=_MOMENTUM.value)
+  command = "python -m launch.features " + " ".join(sys.argv[1:])
+  epsilons = common.parse_floats(_EPSILONS.value)
+  seeds = common.parse_ints(_SEEDS.value)
+  if _TUNE.value:
+    from dpcore import tuning  # pylint: disable=g-import-not-at-top
+    unknown = [c for c in _TUNE_CANDIDATES.value
+               if c not in features.CANDIDATES]
+    if unknown:
+      raise ValueError(f"--tune_candidates: {unknown} not among "
+                       f"{sorted(features.CANDIDATES)}.")
+    if not _VALIDATION.value:
+      raise ValueError("--tune needs --validation=V held-out training rows "
+                       "(e.g. 10000) to score its trials on.")
+    count = tuning.trial_count(_TUNE_DISTRIBUTION.value, _TUNE_TRIALS.value)
+    for epsilon in epsilons:
+      for seed in seeds:
+        record = features.run_tuned(
+            dataset=_DATASET.value, epsilon=epsilon, delta=_DELTA.value,
+            candidates=[features.CANDIDATES[c]
+                        for c in _TUNE_CANDIDATES.value],
+            count=count, validation=_VALIDATION.value, seed=seed,
+            score_epsilon=_TUNE_SCORE_EPS.value, data_dir=_DATA_DIR.value,
+            cache_dir=_CACHE.value, progress=common.progress)
+        record["tuning"]["candidate_names"] = list(_TUNE_CANDIDATES.value)
+        common.emit_record({**record, "command": command}, _OUT.value)
+    return
+  recipe = _recipe(features)
   for record in features.run(
-      dataset=_DATASET.value, epsilons=common.parse_floats(_EPSILONS.value),
-      seeds=common.parse_ints(_SEEDS.value), delta=_DELTA.value,
-      recipe=recipe, data_dir=_DATA_DIR.value, cache_dir=_CACHE.value,
+      dataset=_DATASET.value, epsilons=epsilons, seeds=seeds,
+      delta=_DELTA.value, recipe=recipe, data_dir=_DATA_DIR.value,
+      cache_dir=_CACHE.value, validation=_VALIDATION.value,
       progress=common.progress):
-    common.emit_record(record, _OUT.value)
+    common.emit_record({**record, "recipe_name": _RECIPE.value,
+                        "command": command}, _OUT.value)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""launch.experiments.features: the ε composition, the recipe's checks."""
+"""launch.experiments.features: σ calibrated on the ledger's ε, the
+validation split, the private tuning's record."""
 
+import numpy as np
 import pytest
 
-from dpcore import accounting
+from dpcore import accounting, trainer, tuning
+from launch.data import loaders
 from launch.experiments import features
 from mechanisms.features import normalization
 
@@ -24,7 +27,118 @@ def test_dpsgd_noise_leaves_room_for_the_data_normalisation():
   assert plan.noise_multiplier > alone.noise_multiplier
 
 
+@pytest.mark.slow  # PLD bisections and small training runs
+@pytest.mark.parametrize("epsilon", [1.0, 3.0])
+def test_sigma_is_calibrated_on_the_ledgers_epsilon(epsilon):
+  n, q = 60000, 8192 / 60000
+  plan = features.calibrated_plan(n, epsilon=epsilon, delta=1e-5,
+                                  sampling_rate=q, clip_norm=0.1,
+                                  epochs=40.0)
+  reported = features.ledger_epsilon([plan], 1e-5)
+  # The ledger's ε (PLD here) meets the target, within the bracket.
+  assert epsilon * 0.995 <= reported <= epsilon
+  # RDP's calibration (make_plan(epsilon=...)) is looser: more noise, and
+  # a reported ε well under the target (0.913 for 1, 2.755 for 3).
+  rdp = trainer.make_plan(n, sampling_rate=q, clip_norm=0.1, epochs=40.0,
+                          epsilon=epsilon, delta=1e-5)
+  assert rdp.noise_multiplier > 1.05 * plan.noise_multiplier
+  assert features.ledger_epsilon([rdp], 1e-5) < 0.95 * epsilon
+  # A σ 1 % smaller would overspend: σ is (nearly) the smallest one.
+  smaller = trainer.make_plan(n, sampling_rate=q, clip_norm=0.1,
+                              epochs=40.0, delta=1e-5,
+                              noise_multiplier=0.99 * plan.noise_multiplier)
+  assert features.ledger_epsilon([smaller], 1e-5) > epsilon
+
+
+def test_calibration_refuses_a_budget_the_normalisation_exhausts():
+  norm = normalization.make_plan(
+      epsilon=None, noise_multiplier=0.5, delta=1e-5, num_examples=6000,
+      channels=81, clip_mean=1.0, clip_square=1.0)
+  with pytest.raises(ValueError, match="norm_noise_multiplier"):
+    features._dpsgd_plan(6000, features.Recipe(norm="data", epochs=1.0,
+                                               batch_size=600),
+                         1.0, 1e-5, norm)
+
+
 def test_recipe_refuses_an_unknown_norm():
   with pytest.raises(ValueError, match="norm must be"):
     features._normalise(None, features.Recipe(norm="batch"), None, None,
                         1e-5)
+
+
+def _tiny(monkeypatch, *, test=True):
+  """MNIST-like 8 × 8 images: class = which half is bright; J=1, L=4."""
+  rng = np.random.default_rng(0)
+
+  def images(n):
+    y = rng.integers(0, 2, n)
+    x = rng.uniform(0, 60, (n, 8, 8))
+    x[y == 0, :4] += 180
+    x[y == 1, 4:] += 180
+    return x.reshape(n, 64).astype(np.float32), y
+
+  x, y = images(2000)
+  xt, yt = images(400) if test else (None, None)
+  data = loaders._make("tiny", x, y, xt, yt, image_shape=(8, 8, 1),
+                       bounds=(0.0, 255.0))
+  monkeypatch.setattr(loaders, "load_dataset", lambda *a, **k: data)
+  return features.Recipe(J=1, L=4, num_groups=5, batch_size=500,
+                         epochs=4.0, learning_rate=2.0)
+
+
+@pytest.mark.slow  # PLD bisections and small training runs
+def test_run_records_ledger_epsilon_and_learns(monkeypatch):
+  recipe = _tiny(monkeypatch)
+  (record,) = features.run(dataset="tiny", epsilons=[3.0], seeds=[0],
+                           delta=1e-5, recipe=recipe)
+  assert record["split"] == "test"
+  assert record["num_examples"] == 2000
+  assert record["accuracy"] > 0.9
+  assert 2.98 <= record["privacy"]["epsilon"] <= 3.0
+
+
+@pytest.mark.slow  # PLD bisections and small training runs
+def test_validation_scores_held_out_training_rows_never_the_test(
+    monkeypatch):
+  recipe = _tiny(monkeypatch, test=False)  # no test set to read at all
+  (record,) = features.run(dataset="tiny", epsilons=[3.0], seeds=[0],
+                           delta=1e-5, recipe=recipe, validation=400)
+  assert record["num_examples"] == 1600
+  assert record["split"].startswith("validation: the last 400")
+  assert record["accuracy"] > 0.9
+  with pytest.raises(ValueError, match="validation=1500"):
+    list(features.run(dataset="tiny", epsilons=[3.0], seeds=[0],
+                      delta=1e-5, recipe=recipe, validation=1500))
+
+
+@pytest.mark.slow  # PLD bisections and small training runs
+def test_tuning_calibration_meets_the_whole_tunings_epsilon():
+  count = tuning.trial_count("logarithmic", 3.0)
+  candidates = [features.Recipe(batch_size=500, epochs=4.0),
+                features.Recipe(batch_size=250, epochs=4.0)]
+  plans, privacy, guarantee, trial_eps = features.calibrate_tuning(
+      5000, candidates, epsilon=3.0, delta=1e-5, count=count)
+  assert 0.98 * 3.0 <= guarantee.epsilon <= 3.0
+  assert trial_eps < 3.0  # each trial gets less than the whole
+  assert [p.num_examples for p in plans] == [5000, 5000]
+  with pytest.raises(ValueError, match="norm='data'"):
+    features.calibrate_tuning(5000, [features.Recipe(norm="data")],
+                              epsilon=3.0, delta=1e-5, count=count)
+
+
+@pytest.mark.slow  # PLD bisections and small training runs
+def test_tuned_run_releases_the_winner_and_one_ledger_entry(monkeypatch):
+  recipe = _tiny(monkeypatch)
+  candidates = [recipe, features.Recipe(**{**recipe.__dict__,
+                                           "learning_rate": 0.5})]
+  record = features.run_tuned(
+      dataset="tiny", epsilon=3.0, delta=1e-5, candidates=candidates,
+      count=tuning.trial_count("logarithmic", 2.0), validation=400)
+  privacy = record["privacy"]
+  assert len(privacy["entries"]) == 1  # the whole tuning, once
+  assert privacy["epsilon"] <= 3.0 + 1e-9
+  t = record["tuning"]
+  assert t["winner"] in (0, 1) and record["accuracy"] > 0.9
+  assert t["fit_rows"] == 1600 and t["validation_rows"] == 400
+  # K and the other trials' scores are not released.
+  assert "trials" not in t and "scores" not in t
