@@ -705,8 +705,9 @@ def budget_table(prepared: Prepared, setting: Setting, *, sizes,
     common.emit_record(records[-1], s.out)
   for recipe in s.fedsgd if s.config.private else ():
     for i, eps in enumerate(s.epsilons):
+      # The distributed mode's grid and shares are static: a program per ε.
       _say(i, len(s.epsilons), f"{LABELS['fedsgd']} ({recipe.trust} noise)",
-           eps, i == 0)
+           eps, i == 0 or recipe.trust == options.Trust.DISTRIBUTED)
       records.append(fedsgd.run(
           prepared, sizes=sizes, seed=s.seed, seeds=s.seeds,
           epsilon=float(eps), delta=s.config.delta, recipe=recipe,
