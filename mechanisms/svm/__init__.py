@@ -2,9 +2,10 @@
 
 ``smo`` is the solver (a ``lax.while_loop``), ``wss`` the working-set
 selection rules, ``smo_train`` the validated entry point for a non-private
-fit, ``dpwss`` the paper's DPWSS runs and their privacy report.
+fit, ``dpwss`` the paper's DPWSS runs and their privacy report, and
+``random_features`` a private RBF-kernel SVM on random Fourier features.
 """
 
-from mechanisms.svm import dpwss, kernels, smo, smo_train, wss
+from mechanisms.svm import dpwss, kernels, random_features, smo, smo_train, wss
 
-__all__ = ["dpwss", "kernels", "smo", "smo_train", "wss"]
+__all__ = ["dpwss", "kernels", "random_features", "smo", "smo_train", "wss"]
