@@ -215,10 +215,12 @@ def main(argv):
     records = experiment.run_table(setting, datasets, out=out,
                                    table_md=_TABLE_MD.value, **where)
   else:
+    setting.check()
     experiment.check_datasets(datasets, data_dir=_DATA_DIR.value,
-                              scaling=setting.check().scaling)
-    if setting.warning():  # said before any work (issue #32)
-      common.progress(setting.warning())
+                              scaling=setting.scaling)
+    warning = setting.warning()
+    if warning:  # said before any work (issue #32)
+      common.progress(warning)
     if experiment.key(setting) in common.done_keys(out,
                                                    experiment.KEY_FIELDS):
       common.progress(f"skipping 1 finished run: this setting is already "

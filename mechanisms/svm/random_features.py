@@ -692,11 +692,10 @@ def make_output_perturbation_plan(
   relation = _check_relation(relation, output_perturbation.RELATION,
                              "output perturbation")
   linear = output_perturbation.make_plan(epsilon=epsilon, c=c)
-  plan = RFFOutputPerturbationPlan(None, epsilon, linear.delta, relation,
-                                   linear, tol, max_epochs)
-  ledger = accounting.PrivacyLedger()
-  plan.record(ledger)
-  return dataclasses.replace(plan, epsilon=ledger.guarantee().epsilon)
+  # Its guarantee is the C-SVC's: record() enters exactly that entry.
+  return RFFOutputPerturbationPlan(linear.epsilon, linear.target_epsilon,
+                                   linear.delta, relation, linear, tol,
+                                   max_epochs)
 
 
 def unit_features(feature_map: FeatureMap, x) -> np.ndarray:
