@@ -231,12 +231,12 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
     raise ValueError(f"the data has d={prepared.x_train.shape[1]}, not {d}.")
   config = feddpdr.Config(mechanism="feddpdr", epsilon=epsilon, delta=delta,
                           k=k, lam=lam, topk=topk,
-                          aggregation=aggregation).check(d=d)
+                          aggregation=aggregation).check(dim=d)
   num_classes = len(prepared.classes)
   key = jax.random.key(seed)
   parts = partition.partition(jax.random.fold_in(key, 0), prepared.x_train,
                               prepared.y_train, sizes=(rows,) * participants)
-  plan = feddpdr.make_plan(parts.sizes, d=d, num_classes=num_classes,
+  plan = feddpdr.make_plan(parts.sizes, dim=d, num_classes=num_classes,
                          config=config)
   feddpdr.check_data(parts, prepared.x_test, prepared.y_test,
                      num_classes=num_classes)
@@ -284,7 +284,7 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
   return {
       "dataset": prepared.name, "d": d, "k": k, "rows": rows,
       "participants": participants, "num_classes": num_classes,
-      "chunk": chunk, "topk": ex.topk_record(config, d=d),
+      "chunk": chunk, "topk": ex.topk_record(config, dim=d),
       "aggregation": aggregation,
       "epsilon": epsilon, "delta": delta, "lam": lam,
       "sigma_pca": float(plan.sigma[0]),

@@ -100,7 +100,7 @@ def test_buckets_hold_the_padded_rows():
 
 
 def _train(layout, config, chunk=None):
-  plan = feddpdr.make_plan(layout.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(layout.sizes, dim=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=config)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), layout, plan,
@@ -159,7 +159,7 @@ def test_bucketed_variants_equal_the_padded_run(mechanism, aggregation,
 def test_buckets_refuse_a_mesh():
   parts, _, _ = _problem()
   config = feddpdr.Config(epsilon=100.0, k=layouts.K)
-  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=config)
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("participants",))
   with pytest.raises(ValueError, match="mesh"):

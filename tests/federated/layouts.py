@@ -105,7 +105,7 @@ def train(parts, mechanism: str, *, seeds: int = 2, mesh=None,
           chunk=None) -> dict:
   """The per-seed outputs of :func:`feddpdr.train`, as NumPy arrays."""
   cfg = config(mechanism)
-  plan = feddpdr.make_plan(parts.sizes, d=D, num_classes=NUM_CLASSES,
+  plan = feddpdr.make_plan(parts.sizes, dim=D, num_classes=NUM_CLASSES,
                          config=cfg)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan,

@@ -107,8 +107,8 @@ def test_the_chosen_chunk_is_the_largest_that_fits():
       None, whole)
   with pytest.raises(memory.MemoryBudgetError,
                      match=r"1000 participants .*[KMG]iB even one at a time.*"
-                     r"--memory_budget"):
-    feddpdr.choose_chunk(1000, 60, 784, budget=one - 1, prefix="--", **kw)
+                     r"memory_budget"):
+    feddpdr.choose_chunk(1000, 60, 784, budget=one - 1, **kw)
   # The estimate grows with the chunk, the seeds and d², not with nothing.
   assert feddpdr.memory_estimate(1000, 60, 784, chunk=10, **kw) < (
       feddpdr.memory_estimate(1000, 60, 784, chunk=20, **kw))
@@ -141,7 +141,7 @@ def test_one_chunk_for_several_runs_fits_them_all():
   # holds: the chunk chosen for both is the smaller of their own choices,
   # and a given chunk is checked against the larger estimate.
   dpml = feddpdr.Config(mechanism="dpml", k=20, epsilon=1.0)
-  kw = dict(sizes=[60] * 1000, d=784, num_classes=10, seeds=3)
+  kw = dict(sizes=[60] * 1000, dim=784, num_classes=10, seeds=3)
   budget = 16 * 2**30  # both need a chunk: 58 and 45 GiB at once
   one = [feddpdr.choose_chunk(1000, 60, 784, config=c, num_classes=10,
                               seeds=3, budget=budget) for c in (CONFIG, dpml)]
@@ -161,5 +161,5 @@ def test_one_chunk_for_several_runs_fits_them_all():
   with pytest.raises(memory.MemoryBudgetError,
                      match=r"^participant_chunk=1000 needs .*GiB"):
     feddpdr.plan_chunk([CONFIG, dpml], budget=budget, chunk=1000, **kw)
-  with pytest.raises(ValueError, match="--participant_chunk"):
-    feddpdr.plan_chunk([CONFIG], budget=budget, chunk=0, prefix="--", **kw)
+  with pytest.raises(ValueError, match="participant_chunk"):
+    feddpdr.plan_chunk([CONFIG], budget=budget, chunk=0, **kw)

@@ -76,7 +76,7 @@ def test_nonpriv_moments_run_is_the_pooled_pca():
   parts, _, _ = layouts.problem(4)
   cfg = feddpdr.Config(mechanism="nonpriv", k=layouts.K,
                        aggregation="moments")
-  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=cfg)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=1)
@@ -111,7 +111,7 @@ def test_chunked_sum_equals_the_whole_sum(chunk):
 def test_chunked_run_equals_unchunked_run():
   parts, _, _ = layouts.problem(6)
   cfg = feddpdr.Config(epsilon=100.0, k=layouts.K, aggregation="moments")
-  plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+  plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                          num_classes=layouts.NUM_CLASSES, config=cfg)
   outs = []
   with jax.enable_x64(True):
@@ -132,7 +132,7 @@ def test_privacy_record_is_that_of_subspace():
   sizes = np.array([60, 60, 80])
   for mech in ("feddpdr", "nonpriv"):
     base = feddpdr.Config(mechanism=mech, epsilon=1.0, k=5)
-    plans = [feddpdr.make_plan(sizes, d=30, num_classes=10,
+    plans = [feddpdr.make_plan(sizes, dim=30, num_classes=10,
                              config=dataclasses.replace(base,
                                                         aggregation=agg))
              for agg in ("subspace", "moments")]
@@ -152,7 +152,7 @@ def test_moments_aggregate_refusals():
   with pytest.raises(ValueError, match="square"):
     aggregation.moments_aggregate(jnp.ones((4, 3)), 2)
   with pytest.raises(ValueError, match="aggregation must be one of"):
-    feddpdr.Config(aggregation="moment").check(d=4)
+    feddpdr.Config(aggregation="moment").check(dim=4)
 
 
 def test_subspace_topk_agrees_with_eigh_on_a_gapped_sum():
@@ -230,7 +230,7 @@ _SHARDED_RUN = """
     from tests.federated import layouts
     parts, _, _ = layouts.problem(6)
     cfg = feddpdr.Config(epsilon=100.0, k=layouts.K, aggregation="moments")
-    plan = feddpdr.make_plan(parts.sizes, d=layouts.D,
+    plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
     mesh = sharding.participant_mesh(6)  # 6 participants on 3 devices
     assert mesh.size == 3, mesh

@@ -80,7 +80,7 @@ def test_the_loop_follows_the_participant_keys():
   config = feddpdr.Config(epsilon=8.0, k=3, lam=0.1)
   parts = partition.partition(jax.random.key(1), prepared.x_train,
                               prepared.y_train, sizes=(20,) * 6)
-  plan = feddpdr.make_plan(parts.sizes, d=16, num_classes=3, config=config)
+  plan = feddpdr.make_plan(parts.sizes, dim=16, num_classes=3, config=config)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=1)
     out = feddpdr.train(*args, config=config, num_classes=3, chunk=4)
