@@ -270,8 +270,12 @@ class DPWSSPlan:
 
   Attributes:
     epsilon: ``"private"``: ε of the transcript's guarantee at ``delta``,
-      the ledger's composition of its 2T draws. ``"paper"``: None (no
+      the ledger's composition of its 2T draws
+      (:func:`dpcore.accounting.plan_epsilon`). ``"paper"``: None (no
       guarantee).
+    target_epsilon: the total budget :func:`make_plan` split over the
+      draws (its ``epsilon=``; ``epsilon`` is at most this); None when ε
+      per draw was given directly. For ``"paper"`` a nominal total.
     delta: δ of that guarantee; None for ``"paper"``.
     relation: :attr:`dpcore.options.Relation.REPLACE_ONE` (l public), the
       relation of the private selection's proof and of the paper's claim.
@@ -291,6 +295,7 @@ class DPWSSPlan:
       composes the paper's per-selection claim; None for ``"private"``.
   """
   epsilon: float | None
+  target_epsilon: float | None
   delta: float | None
   relation: options.Relation
   selection: options.Selection
@@ -473,7 +478,8 @@ def make_plan(*, sigma: float, selection_epsilon: float | None = None,
 
   Returns:
     A :class:`DPWSSPlan`: for ``"private"``, ``epsilon`` is the ledger's
-    composition of the 2T draws at ``delta`` (≤ a total target given);
+    composition of the 2T draws at ``delta`` (≤ a total target given,
+    kept as ``target_epsilon``);
     for ``"paper"``, ``epsilon`` and ``delta`` are None and the paper's
     per-selection figure is ``epsilon_nominal``.
 
@@ -503,19 +509,18 @@ def make_plan(*, sigma: float, selection_epsilon: float | None = None,
   if max_iter is not None:
     max_iter = int(max_iter)
   if epsilon is not None:
+    epsilon = float(epsilon)
     selection_epsilon = epsilon_per_iteration(
         epsilon, max_iter=max_iter, delta=delta, selection=selection)
   selection_epsilon = validation.check_epsilon(selection_epsilon,
                                                "selection_epsilon")
   if selection is options.Selection.PAPER:
-    return DPWSSPlan(None, None, relation, selection, selection_epsilon,
-                     sigma, 1.0 - sigma, max_iter,
+    return DPWSSPlan(None, epsilon, None, relation, selection,
+                     selection_epsilon, sigma, 1.0 - sigma, max_iter,
                      epsilon_nominal=selection_epsilon, delta_nominal=delta)
-  plan = DPWSSPlan(None, delta, relation, selection, selection_epsilon,
-                   sigma, 1.0, max_iter)
-  ledger = accounting.PrivacyLedger()
-  plan.record(ledger)
-  return dataclasses.replace(plan, epsilon=ledger.guarantee(delta).epsilon)
+  plan = DPWSSPlan(None, epsilon, delta, relation, selection,
+                   selection_epsilon, sigma, 1.0, max_iter)
+  return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
 @dataclasses.dataclass(frozen=True)

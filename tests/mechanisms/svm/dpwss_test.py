@@ -293,6 +293,17 @@ def test_per_draw_epsilon_from_a_total_target(selection, draws):
   target = dpwss.make_plan(epsilon=2.0, sigma=0.5, delta=1e-5,
                            selection=selection, max_iter=500)
   assert target.selection_epsilon == eps_each
+  # The budget is kept as target_epsilon; epsilon is the guarantee (None
+  # for the paper's selection), at most the budget.
+  assert target.target_epsilon == 2.0
+  if selection == "private":
+    assert target.epsilon == pytest.approx(2.0, rel=1e-6)
+    assert target.epsilon <= 2.0 * (1 + 1e-9)
+  else:
+    assert target.epsilon is None
+  assert dpwss.make_plan(selection_epsilon=eps_each, sigma=0.5,
+                         selection=selection,
+                         max_iter=500).target_epsilon is None
 
 
 @pytest.mark.parametrize("kwargs,match", [
