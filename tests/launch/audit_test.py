@@ -38,6 +38,9 @@ EXPECTED = {
     "dpcore.trainer_audit": [*_at("trainer_ghost"), "trainer_clip_skipped"],
     "dpcore.tuning_audit": ["tuning_laplace", "tuning_per_trial_epsilon",
                             "tuning_fixed_k", "tuning_k_released"],
+    "federated.ddgsgd_audit": [
+        *_at("fedsgd_distributed"), "fedsgd_distributed_share_over_p",
+        "fedsgd_distributed_unbounded_rounding"],
     "federated.feddpdr_audit": ["feddpdr_participant"],
     "federated.fedsgd_audit": [
         *_at("fedsgd_server", "fedsgd_local", "fedsgd_participant"),
@@ -131,8 +134,8 @@ def test_every_spec_with_units_has_its_canary_first_middle_and_last(
     if spec.position is not None and not spec.broken:
       groups.setdefault(group(spec.name), set()).add(spec.position)
   assert {"dpsgd", "trainer_ghost", "fedsgd_server", "fedsgd_local",
-          "fedsgd_participant", "dp_pca", "features_dpsgd",
-          "features_data_norm", "rff_dpsgd"} <= set(groups)
+          "fedsgd_participant", "fedsgd_distributed", "dp_pca",
+          "features_dpsgd", "features_data_norm", "rff_dpsgd"} <= set(groups)
   for name, positions in groups.items():
     assert positions == set(POSITIONS), name
 
