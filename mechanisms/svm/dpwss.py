@@ -21,7 +21,7 @@ with it (key first, plan second):
   selectable under D and never under a neighbour D′ — an unbounded privacy
   loss), and i is not randomised at all (the largest violator, ties to the
   last index), so it is the changed row itself whenever that row violates
-  most. ``launch.experiments.dpwss_audits`` measures both: one selection
+  most. ``mechanisms.svm.dpwss_audit`` measures both: one selection
   reported by the paper at ε = 0.05 audits far above it.
 * ``"private"`` — this library's variant (:class:`mechanisms.svm.wss.
   PrivateWSS`): i and j both drawn by the exponential mechanism over all l
