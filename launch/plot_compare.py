@@ -112,7 +112,8 @@ def write_figures(records, s: compare.Setting, directory: str) -> list[str]:
   """One PNG per data set of ``s``: accuracy against the ε that holds.
 
   Private rows are drawn at the ε of their privacy record (filled
-  markers, solid lines; a tuned row at the ε of its whole tuning), a
+  markers, solid lines, dash-dotted with squares on scattering features;
+  a tuned row at the ε of its whole tuning), a
   nominal one at its nominal ε (open markers, dashed, "nominal, no DP"),
   a non-private one as a dotted horizontal line ("no DP").
   """
@@ -125,15 +126,15 @@ def write_figures(records, s: compare.Setting, directory: str) -> list[str]:
   paths = []
   for dataset, methods in s.plan.items():
     fig, ax = plt.subplots(figsize=(9.0, 4.2))
-    drawn, reads = False, False
+    drawn, reads = 0, False
     series = [(m, label, variant) for m in methods
               for label, _, variant in rows(s, dataset, m)]
-    for i, (method, label, variant) in enumerate(series):
-      kind, color = compare.METHODS[method].guarantee, f"C{i % 10}"
+    for method, label, variant in series:
       found = [r for r in _found(records, s, dataset, method, variant) if r]
       if not found:
         continue
-      drawn = True
+      kind, color = compare.METHODS[method].guarantee, f"C{drawn % 10}"
+      drawn += 1
       reads = reads or any(r.get("scaling_reads_data") for r in found)
       if kind == "none":
         ax.axhline(found[0]["accuracy_mean"], ls=":", lw=1.2,
@@ -147,7 +148,8 @@ def write_figures(records, s: compare.Setting, directory: str) -> list[str]:
       ax.errorbar(e, m, yerr=sd, ms=4, capsize=2, color=color,
                   label=label + (" (nominal ε, no DP)" if nominal
                                  else " (ε that holds)"),
-                  fmt="o--" if nominal else "o-",
+                  fmt="o--" if nominal else (
+                      "s-." if variant.get("features") else "o-"),
                   mfc="none" if nominal else None)
     if not drawn:
       plt.close(fig)
