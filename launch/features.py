@@ -58,29 +58,27 @@ _CACHE = flags.DEFINE_string("cache_dir", None,
                              "where to keep the features (.npy)")
 _OUT = flags.DEFINE_string("out", None, "JSON lines output")
 _RECIPE = flags.DEFINE_string(
-    "recipe", None, "a named recipe of CANDIDATES (base, epochs80, "
-    "batch4096, data_norm) to start from; explicit flags override it")
+    "recipe", None, "a named recipe of launch.experiments.features."
+    "CANDIDATES (e.g. base, batch4096_lr8, data_norm) to start from; "
+    "explicit flags override it")
 _VALIDATION = flags.DEFINE_integer(
     "validation", 0, "hold out the last V training rows and score on them "
     "(the test set is not read); with --tune: the tuning's held-out rows")
 _TUNE = flags.DEFINE_bool("tune", False,
                           "choose the recipe privately (dpcore.tuning)")
 _TUNE_CANDIDATES = flags.DEFINE_list(
-    "tune_candidates", ["base", "epochs80", "batch4096"],
-    "named recipes the tuning draws from")
+    "tune_candidates", None, "named recipes the tuning draws from "
+    "(default: TUNE_CANDIDATES, every group-norm recipe of 40 epochs)")
 _TUNE_DISTRIBUTION = flags.DEFINE_string(
     "tune_distribution", "logarithmic", "law of the number of trials K")
 _TUNE_TRIALS = flags.DEFINE_float("tune_expected_trials", 3.0, "E[K]")
 _TUNE_SCORE_EPS = flags.DEFINE_float(
     "tune_score_epsilon", 0.5, "ε of each trial's noisy validation count")
 
-_RECIPE_FLAGS = {"J": "J", "L": "L", "norm": "norm",
-                 "num_groups": "num_groups",
-                 "norm_noise_multiplier": "norm_noise_multiplier",
-                 "clip_mean": "clip_mean", "clip_square": "clip_square",
-                 "batch_size": "batch_size", "epochs": "epochs",
-                 "clip_norm": "clip_norm", "learning_rate": "learning_rate",
-                 "momentum": "momentum"}
+_RECIPE_FLAGS = ("J", "L", "norm", "num_groups", "norm_noise_multiplier",
+                 "clip_mean", "clip_square", "batch_size", "epochs",
+                 "clip_norm", "learning_rate", "momentum")
+"""Flags named as the Recipe's fields."""
 
 
 def _recipe(features):
@@ -92,8 +90,7 @@ def _recipe(features):
       raise ValueError(f"--recipe={_RECIPE.value!r} is not one of "
                        f"{sorted(features.CANDIDATES)}.")
     base = features.CANDIDATES[_RECIPE.value]
-  given = {field: flags.FLAGS[name].value
-           for field, name in _RECIPE_FLAGS.items()
+  given = {name: flags.FLAGS[name].value for name in _RECIPE_FLAGS
            if flags.FLAGS[name].present}
   return dataclasses.replace(base, **given)
 
@@ -107,8 +104,8 @@ def main(argv):
   seeds = common.parse_ints(_SEEDS.value)
   if _TUNE.value:
     from dpcore import tuning  # pylint: disable=g-import-not-at-top
-    unknown = [c for c in _TUNE_CANDIDATES.value
-               if c not in features.CANDIDATES]
+    names = list(_TUNE_CANDIDATES.value or features.TUNE_CANDIDATES)
+    unknown = [c for c in names if c not in features.CANDIDATES]
     if unknown:
       raise ValueError(f"--tune_candidates: {unknown} not among "
                        f"{sorted(features.CANDIDATES)}.")
@@ -120,12 +117,11 @@ def main(argv):
       for seed in seeds:
         record = features.run_tuned(
             dataset=_DATASET.value, epsilon=epsilon, delta=_DELTA.value,
-            candidates=[features.CANDIDATES[c]
-                        for c in _TUNE_CANDIDATES.value],
+            candidates=[features.CANDIDATES[c] for c in names],
             count=count, validation=_VALIDATION.value, seed=seed,
             score_epsilon=_TUNE_SCORE_EPS.value, data_dir=_DATA_DIR.value,
             cache_dir=_CACHE.value, progress=common.progress)
-        record["tuning"]["candidate_names"] = list(_TUNE_CANDIDATES.value)
+        record["tuning"]["candidate_names"] = names
         common.emit_record({**record, "command": command}, _OUT.value)
     return
   recipe = _recipe(features)
