@@ -102,6 +102,9 @@ def main(argv):
   command = "python -m launch.features " + " ".join(sys.argv[1:])
   epsilons = common.parse_floats(_EPSILONS.value)
   seeds = common.parse_ints(_SEEDS.value)
+  if _VALIDATION.value < 0:
+    raise ValueError(f"--validation={_VALIDATION.value} must be ≥ 0 (0: "
+                     f"score on the test set).")
   if _TUNE.value:
     from dpcore import tuning  # pylint: disable=g-import-not-at-top
     names = list(_TUNE_CANDIDATES.value or features.TUNE_CANDIDATES)
