@@ -369,7 +369,7 @@ class FedData(NamedTuple):
 
 class LVQData(NamedTuple):
   """Segment in the [−1, 1] box (data min/max, as docs/dplvq.md) and the
-  key of dplvq.run_setting's folds, so every method trains on them."""
+  key of dplvq.run's folds, so every method trains on them."""
   prepared: Any
   split_key: Any
 
@@ -432,7 +432,7 @@ def _load_lvq(dataset: str, s: Setting) -> LVQData:
   from launch.experiments import dplvq  # noqa: PLC0415
   return LVQData(dplvq.prepare(dataset, s.data_dirs[dataset],
                                LVQ_RECIPE["bounds"]),
-                 # dplvq.run_setting's split key for seed 0.
+                 # dplvq.run's split key for seed 0.
                  jax.random.fold_in(jax.random.key(0), 0))
 
 
@@ -653,15 +653,15 @@ def _lvq(data: LVQData, run: Run, s: Setting) -> dict:
 
   from launch.experiments import dplvq  # noqa: PLC0415
   r = LVQ_RECIPE
-  settings = dplvq.Settings(
-      delta=s.delta, q=r["q"], clip=r["clip"], epochs=r["epochs"],
-      lr=r["learning_rate"], folds=r["folds"], repeats=s.seeds,
-      train_on=vocabulary.TrainOn.OTHER_FOLDS)
-  dplvq.check_settings(settings)
-  rec = dplvq.run_setting(
-      jax.random.key(0), data.prepared, settings,
+  setting = dplvq.Setting(
+      dataset=run.dataset, data_dir=s.data_dirs[run.dataset],
+      bounds=r["bounds"],
       model=METHODS[run.method].option, trainer=options.LVQTrainer.DPSGD,
-      epsilon=run.epsilon)
+      epsilon=run.epsilon, delta=s.delta, sampling_rate=r["q"],
+      clip_norm=r["clip"], epochs=r["epochs"],
+      learning_rate=r["learning_rate"], folds=r["folds"], repeats=s.seeds,
+      train_on=vocabulary.TrainOn.OTHER_FOLDS).check()
+  rec = dplvq.run(jax.random.key(0), data.prepared, setting)
   errors = np.asarray(rec["errors"]).reshape(s.seeds, r["folds"])
   details = {k: rec[k] for k in ("dpsgd", "n_train", "n_test", "steps",
                                  "max_batch", "overflow_steps", "scaling")}
