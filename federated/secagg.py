@@ -86,6 +86,27 @@ def pair_masks(setup: jax.Array, step, p, *, count: int, padded: int,
   return signed & mask
 
 
+def _pair_sum(setup, step, p, partners, *, count, padded, bits):
+  """Σ_j partners[j]·(p's signed pair mask with j), modulo 2^b, one
+  partner at a time: O(D) memory (:func:`pair_masks` holds all P rows,
+  and under ``vmap`` over participants P²·D words).
+
+  ``partners`` is a (P,) bool; a partner left out costs no draw where
+  the loop is not batched (a ``lax.cond``).
+  """
+  mask = _modulus(bits)
+
+  def body(j, acc):
+    def draw():
+      raw = _prg(_pair_key(setup, step, p, j), padded, bits)
+      return jnp.where(j > p, raw, _U32(0) - raw)
+    term = jax.lax.cond(partners[j] & (j != p), draw,
+                        lambda: jnp.zeros((padded,), _U32))
+    return (acc + term) & mask
+
+  return jax.lax.fori_loop(0, count, body, jnp.zeros((padded,), _U32))
+
+
 def mask_message(setup: jax.Array, step, p, message: jax.Array, *,
                  count: int, bits: int) -> jax.Array:
   """y_p: participant p's message, masked (participant side).
@@ -100,10 +121,10 @@ def mask_message(setup: jax.Array, step, p, message: jax.Array, *,
   """
   message = jnp.asarray(message, _U32)
   padded = message.shape[-1]
-  masks = pair_masks(setup, step, p, count=count, padded=padded, bits=bits)
+  pairs = _pair_sum(setup, step, p, jnp.ones((count,), bool), count=count,
+                    padded=padded, bits=bits)
   own = _prg(_self_key(setup, step, p, count), padded, bits)
-  return (message + jnp.sum(masks, axis=0, dtype=_U32) + own) & _modulus(
-      bits)
+  return (message + pairs + own) & _modulus(bits)
 
 
 def unmasking(setup: jax.Array, step, alive: jax.Array, *, count: int,
@@ -118,15 +139,15 @@ def unmasking(setup: jax.Array, step, alive: jax.Array, *, count: int,
   alive = jnp.asarray(alive).astype(bool)
   mask = _modulus(bits)
 
-  def of(v):
-    own = _prg(_self_key(setup, step, v, count), padded, bits)
-    pairs = pair_masks(setup, step, v, count=count, padded=padded, bits=bits)
-    dropped = jnp.where(~alive[:, None], pairs, _U32(0))
-    part = own + jnp.sum(dropped, axis=0, dtype=_U32)
-    return jnp.where(alive[v], part, _U32(0))
+  def body(v, acc):
+    def part():
+      own = _prg(_self_key(setup, step, v, count), padded, bits)
+      return own + _pair_sum(setup, step, v, ~alive, count=count,
+                             padded=padded, bits=bits)
+    return (acc + jax.lax.cond(alive[v], part,
+                               lambda: jnp.zeros((padded,), _U32))) & mask
 
-  parts = jax.vmap(of)(jnp.arange(count))
-  return jnp.sum(parts, axis=0, dtype=_U32) & mask
+  return jax.lax.fori_loop(0, count, body, jnp.zeros((padded,), _U32))
 
 
 def server_sum(masked: jax.Array, alive: jax.Array, correction: jax.Array,
