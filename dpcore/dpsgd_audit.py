@@ -26,16 +26,19 @@ _DPSGD = {"examples": 8, "sampling_rate": 0.5, "steps": 3,
           "noise_multiplier": 1.0, "clip_norm": 1.0, "dim": 2}
 
 
-def _dpsgd_release(key, grads, *, variant: str):
+def dpsgd_release(key, grads, *, variant: str = "library",
+                  settings=None):
   """T DP-SGD updates of fixed per-example gradients, all released.
 
   ``variant``: ``"library"`` (:func:`dpcore.dpsgd.dp_aggregate` with the
   batch mask), ``"mask_dropped"`` (a hand-written aggregate that sums every
   padded slot) or ``"clip_skipped"`` (unclipped masked sum, noise added by
-  ``dp_aggregate(presummed=True)``).
+  ``dp_aggregate(presummed=True)``). ``settings``: the audit's (the
+  default) or a variant of them (the law test reads the batches back at
+  σ = 0).
   """
   n, _ = grads.shape
-  cfg = _DPSGD
+  cfg = _DPSGD if settings is None else settings
   expected = cfg["sampling_rate"] * cfg["examples"]
   max_batch = dpsgd.max_batch_size(n, sampling_rate=cfg["sampling_rate"],
                                    steps=cfg["steps"])
@@ -111,7 +114,7 @@ def dpsgd_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
   expected = q * n
 
   def mechanism(key, grads):
-    return _dpsgd_release(key, grads, variant=variant)
+    return dpsgd_release(key, grads, variant=variant)
 
   def statistic(updates):
     z = updates @ direction * expected / clip  # N(0, σ²) without canary
@@ -139,4 +142,4 @@ def specs() -> list[AuditSpec]:
           dpsgd_spec(broken="clip_skipped")]
 
 
-__all__ = ["dpsgd_spec", "specs"]
+__all__ = ["dpsgd_release", "dpsgd_spec", "specs"]

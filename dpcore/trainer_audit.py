@@ -42,6 +42,17 @@ def canary_loss(layers, example):
   return -layers.dense("w", example)[0]
 
 
+def release(key, plan, x, *, learning_rate: float, clipped_sum=None):
+  """The audited run: :func:`dpcore.trainer.train` of :func:`canary_loss`
+  by SGD from w = 0 on rows ``x``, the weight released (its T updates
+  summed). ``clipped_sum``: the trainer's argument (a broken variant).
+  """
+  params = {"w": {"w": jnp.zeros((x.shape[-1], 1), jnp.float32)}}
+  return trainer.train(key, plan, ghost.layered(canary_loss), params, x,
+                       optax.sgd(learning_rate),
+                       clipped_sum=clipped_sum).params["w"]["w"][:, 0]
+
+
 def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
                  position: str = "first") -> AuditSpec:
   """A whole :func:`dpcore.trainer.train` run on its fast paths.
@@ -76,7 +87,6 @@ def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
   if broken == "clip_skipped":
     def clipped_sum(params, batch, mask, clip_norm):
       return loss.clipped_sum(params, batch, mask, 1e6 * clip_norm)
-  params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
   if broken is not None:
     position = "first"
@@ -86,9 +96,8 @@ def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
   expected = q * n
 
   def mechanism(key, x):
-    return trainer.train(key, plan, loss, params, x,
-                         optax.sgd(cfg["learning_rate"]),
-                         clipped_sum=clipped_sum).params["w"]["w"][:, 0]
+    return release(key, plan, x, learning_rate=cfg["learning_rate"],
+                   clipped_sum=clipped_sum)
 
   def statistic(w):
     # Σₜ of the canary-axis updates in units of C/qN: Binomial + N(0, Tσ²).
@@ -115,4 +124,4 @@ def specs() -> list[AuditSpec]:
           trainer_spec(broken="clip_skipped")]
 
 
-__all__ = ["SETTINGS", "canary_loss", "specs", "trainer_spec"]
+__all__ = ["SETTINGS", "canary_loss", "release", "specs", "trainer_spec"]

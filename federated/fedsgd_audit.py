@@ -54,6 +54,27 @@ def _compacted_inclusion():
     dpsgd.poisson_inclusion = correct
 
 
+def release(key, plan, x, *, learning_rate: float,
+            broken: str | None = None):
+  """The audited run: :func:`federated.fedsgd.release` of the trainer
+  audit's linear loss by SGD from w = 0 on participants' rows ``x``
+  (P, rows, d), every row real, the weight released.
+  ``broken="compacted_mask"`` chooses participants by a compacted batch's
+  slot mask (the fixed bug).
+  """
+  participants, rows, dim = x.shape
+  loss = ghost.layered(lambda layers, example: trainer_audit.canary_loss(
+      layers, example[0]))
+  params = {"w": {"w": jnp.zeros((dim, 1), jnp.float32)}}
+  labels = jnp.zeros((participants, rows), jnp.int32)
+  mask = jnp.ones((participants, rows), jnp.float32)
+  with (_compacted_inclusion() if broken == "compacted_mask"
+        else contextlib.nullcontext()):
+    out = fedsgd.release(key, plan, loss, params, x, labels, mask,
+                         optax.sgd(learning_rate))
+  return out.params["w"]["w"][:, 0]
+
+
 def fedsgd_spec(*, trust: str = "server", position: str = "first",
                 broken: str | None = None,
                 audit_delta: float = 1e-2) -> AuditSpec:
@@ -102,9 +123,6 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
                           delta=audit_delta)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
-  loss = ghost.layered(lambda layers, example: trainer_audit.canary_loss(
-      layers, example[0]))
-  params = {"w": {"w": jnp.zeros((cfg["dim"], 1), jnp.float32)}}
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
   canary = cfg["canary_scale"] * clip * direction
   x_0 = jnp.zeros((participants, rows, cfg["dim"]), jnp.float32)
@@ -114,19 +132,10 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
   else:
     unit = canary_index(participants * rows, position)
     x_1 = x_0.at[unit // rows, unit % rows].set(canary)
-  labels = jnp.zeros((participants, rows), jnp.int32)
-  mask = jnp.ones((participants, rows), jnp.float32)
-
-  def release(key, x):
-    out = fedsgd.release(key, plan, loss, params, x, labels, mask,
-                         optax.sgd(cfg["learning_rate"]))
-    return out.params["w"]["w"][:, 0]
 
   def mechanism(key, x):
-    if broken is None:
-      return release(key, x)
-    with _compacted_inclusion():
-      return release(key, x)
+    return release(key, plan, x, learning_rate=cfg["learning_rate"],
+                   broken=broken)
 
   def statistic(w):
     return w @ direction * plan.divisor / (cfg["learning_rate"] * clip)
@@ -152,4 +161,4 @@ def specs() -> list[AuditSpec]:
           fedsgd_spec(trust="participant", broken="compacted_mask")]
 
 
-__all__ = ["TRUST_MODELS", "fedsgd_spec", "specs"]
+__all__ = ["TRUST_MODELS", "fedsgd_spec", "release", "specs"]

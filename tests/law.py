@@ -44,7 +44,10 @@ ALPHA = 1e-6
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SITES = {
+    "dpcore/dpsgd_audit.py": "tests/dpcore/dpsgd_audit_test.py",
     "dpcore/trainer.py": "tests/dpcore/trainer_law_test.py",
+    "dpcore/trainer_audit.py": "tests/dpcore/trainer_audit_test.py",
+    "federated/fedsgd_audit.py": "tests/federated/fedsgd_audit_test.py",
     "federated/fedsgd.py": "tests/federated/fedsgd_law_test.py",
     "federated/ddgsgd.py": "tests/federated/fedsgd_law_test.py",
     "mechanisms/lvq/train.py": "tests/mechanisms/lvq/train_law_test.py",

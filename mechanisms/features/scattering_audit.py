@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dpcore import accounting, ghost, trainer, trainer_audit
 from dpcore.audit_spec import (
@@ -121,13 +120,11 @@ def features_dpsgd_spec(*, position: str = "first",
     raise AssertionError("a blank image's normalised features are not "
                          "exactly zero: data_0 would not remove the canary.")
   direction = jnp.asarray(phi / phi_norm, jnp.float32)
-  params = {"w": {"w": jnp.zeros((phi.shape[0], 1), jnp.float32)}}
   expected = q * n
 
   def mechanism(key, images):
-    x = _features(images)
-    return trainer.train(key, plan, loss, params, x, optax.sgd(lr),
-                         clipped_sum=clipped_sum).params["w"]["w"][:, 0]
+    return trainer_audit.release(key, plan, _features(images),
+                                 learning_rate=lr, clipped_sum=clipped_sum)
 
   def statistic(w):
     # Σₜ of the canary-direction updates in units of C/qN.

@@ -2,10 +2,12 @@
 canary position; the dropped mask and the skipped clip are caught."""
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from dpcore import audit_spec, dpsgd_audit
 from dpcore.audit_spec import POSITIONS
+from tests import law
 
 SMALL = {f"dpsgd@{p}": 20_000 for p in POSITIONS}
 BROKEN = {"dpsgd_mask_dropped": 5_000, "dpsgd_clip_skipped": 5_000}
@@ -45,3 +47,34 @@ def test_broken_variant_is_caught(specs, name):
   spec = specs[name]
   result = audit_spec.run(jax.random.key(12), spec, trials=BROKEN[name])
   assert result.epsilon_lower > spec.reported_epsilon
+
+
+# Law tests (tests/law.py): the audited release itself, read back at σ = 0
+# on one-hot gradients (each row's norm is C, so the clip never binds):
+# step t's update times qN is 1 on the rows its batch used.
+LAW_RUNS = 4000
+
+
+def _rows_used(variant):
+  settings = {**dpsgd_audit._DPSGD, "noise_multiplier": 0.0}
+  n, q = settings["examples"], settings["sampling_rate"]
+  grads = jnp.eye(n, dtype=jnp.float32)
+  keys = jax.random.split(jax.random.key(3), LAW_RUNS)
+  updates = jax.jit(jax.vmap(lambda k: dpsgd_audit.dpsgd_release(
+      k, grads, variant=variant, settings=settings)))(keys)
+  return law.counts(updates * q * n, 1.0)  # (runs, T, n)
+
+
+def test_release_uses_each_row_at_rate_q_every_step():
+  used = _rows_used("library")
+  q, steps = dpsgd_audit._DPSGD["sampling_rate"], dpsgd_audit._DPSGD["steps"]
+  for t in range(steps):
+    law.assert_law(used[:, t], q)
+  law.assert_law(used.sum(axis=1), q, steps=steps)
+
+
+def test_law_rejects_the_mask_dropped_release():
+  # Padding slots repeat row 0: summed, row 0 is over-counted.
+  used = _rows_used("mask_dropped")
+  found = law.failures(used[:, 0], dpsgd_audit._DPSGD["sampling_rate"])
+  assert found, "the law test did not catch the summed padding"

@@ -5,8 +5,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from dpcore import audit_spec, ghost, trainer_audit
+from dpcore import audit_spec, ghost, trainer, trainer_audit
 from dpcore.audit_spec import POSITIONS
+from tests import law
 
 SMALL = {f"trainer_ghost@{p}": 20_000 for p in POSITIONS}
 BROKEN = {"trainer_clip_skipped": 5_000}
@@ -54,3 +55,22 @@ def test_broken_variant_is_caught(specs, name):
   spec = specs[name]
   result = audit_spec.run(jax.random.key(12), spec, trials=BROKEN[name])
   assert result.epsilon_lower > spec.reported_epsilon
+
+
+def test_release_uses_each_row_at_rate_q():
+  # Law test (tests/law.py) of the audited run, read back at σ = 0 on
+  # one-hot rows (norm C: the clip never binds): w·qN/lr counts the steps
+  # that used each row.
+  cfg = trainer_audit.SETTINGS
+  n, q, steps = cfg["examples"], cfg["sampling_rate"], cfg["steps"]
+  plan = trainer.make_plan(n, sampling_rate=q, steps=steps,
+                           clip_norm=cfg["clip_norm"], noise_multiplier=0.0,
+                           sampler="gaps")
+  x = jnp.eye(n, dtype=jnp.float32)
+  keys = jax.random.split(jax.random.key(4), 4000)
+  w = jax.jit(jax.vmap(lambda k: trainer_audit.release(
+      k, plan, x, learning_rate=2.0)))(keys)
+  used = law.counts(w * q * n / 2.0, 1.0)
+  law.assert_law(used, q, steps=steps)
+  with pytest.raises(AssertionError):  # the read-back tells q from 0.8q
+    law.assert_law(used, 0.8 * q, steps=steps)

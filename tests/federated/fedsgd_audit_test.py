@@ -3,11 +3,14 @@ audit at every canary position; the compacted mask is caught at the
 first participant (and only there)."""
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from dpcore import audit_spec
+from dpcore import audit_spec, trainer_audit
 from dpcore.audit_spec import POSITIONS
-from federated import fedsgd_audit
+from federated import fedsgd, fedsgd_audit
+from tests import law
 
 SMALL = {f"fedsgd_{t}@{p}": 20_000 for t in fedsgd_audit.TRUST_MODELS
          for p in POSITIONS}
@@ -61,3 +64,38 @@ def test_the_compacted_mask_is_caught_first_and_not_last(specs):
                                   broken="compacted_mask", position="last")
   result = audit_spec.run(jax.random.key(12), last, trials=20_000)
   assert result.epsilon_lower < spec.reported_epsilon
+
+
+# Law tests (tests/law.py) of the audited release, read back at σ = 0 on
+# one-hot rows (norm ≤ C: the clip never binds): the weight times the
+# plan's divisor counts each unit's uses over the T steps.
+def _units_used(trust, broken=None, *, participants=4, rows=2):
+  cfg = trainer_audit.SETTINGS
+  q, steps = cfg["sampling_rate"], cfg["steps"]
+  plan = fedsgd.make_plan([rows] * participants, trust=trust,
+                          sampling_rate=q, steps=steps,
+                          clip_norm=cfg["clip_norm"], noise_multiplier=0.0,
+                          delta=1e-2)
+  x = jnp.eye(participants * rows, dtype=jnp.float32).reshape(
+      participants, rows, -1)
+  keys = jax.random.split(jax.random.key(5), 4000)
+  w = jax.jit(jax.vmap(lambda k: fedsgd_audit.release(
+      k, plan, x, learning_rate=1.0, broken=broken)))(keys)
+  w = np.asarray(w) * plan.divisor
+  if trust == "participant":  # each row enters as 1/rows of the mean
+    w = w.reshape(len(w), participants, rows).sum(axis=-1)
+  return law.counts(w, 1.0)
+
+
+@pytest.mark.parametrize("trust", fedsgd_audit.TRUST_MODELS)
+def test_release_uses_each_unit_at_rate_q(trust):
+  cfg = trainer_audit.SETTINGS
+  law.assert_law(_units_used(trust), cfg["sampling_rate"],
+                 steps=cfg["steps"])
+
+
+def test_law_rejects_the_compacted_mask():
+  cfg = trainer_audit.SETTINGS
+  found = law.failures(_units_used("participant", "compacted_mask"),
+                       cfg["sampling_rate"], steps=cfg["steps"])
+  assert any("inclusion rate" in f for f in found), found
