@@ -120,8 +120,11 @@ class Setting:
     return dpsgd.num_steps(epochs=self.epochs,
                            sampling_rate=self.sampling_rate)
 
-  def check(self) -> Setting:
+  def check(self, *, files: bool = True) -> Setting:
     """Refuses a bad setting before any data is read.
+
+    ``files=False`` skips looking for the dataset's files (for a caller
+    that brings its own rows).
 
     The model's and the plan's fields are checked by the library
     (:meth:`lvq_train.TrainConfig.validate`,
@@ -150,7 +153,8 @@ class Setting:
       validation.check_positive_int(getattr(self, field), field)
     if self.memory_budget not in (None, memory.AUTO):
       validation.check_positive_int(self.memory_budget, "memory_budget")
-    data.check_dataset(self.dataset, data_dir=self.data_dir)
+    if files:
+      data.check_dataset(self.dataset, data_dir=self.data_dir)
     check_bounds(self.dataset, self.bounds)
     if self.steps > self.max_steps:
       raise ValueError(

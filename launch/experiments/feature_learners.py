@@ -239,7 +239,8 @@ class Setting:
     if self.projection_dim is not None:
       positive("projection_dim", self.projection_dim, integer=True)
     positive("feature_bound", self.feature_bound)
-    self.lvq_setting().check()
+    # The LVQ run is given the feature rows: its files are not needed.
+    self.lvq_setting().check(files=False)
     return self
 
   def lvq_setting(self):
@@ -508,7 +509,7 @@ def run_dplvq(setting: Setting, images: Images, progress=None):
   prepared, details = lvq_inputs(images, s, say)
   start, cpu = time.perf_counter(), time.process_time()
   record = dplvq.run(jax.random.key(int(s.seeds[0])), prepared,
-                     s.lvq_setting().check(), progress=say)
+                     s.lvq_setting().check(files=False), progress=say)
   total_s = time.perf_counter() - start
   total_cpu_s = time.process_time() - cpu
   say(f"DP-LVQ on {s.inputs}: error {record['error_mean']:.4f} "

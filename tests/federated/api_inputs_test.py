@@ -39,8 +39,8 @@ def _run(key=KEY, participants=PARTICIPANTS, x_test=X, y_test=Y, **kwargs):
   return feddpdr.run(key, participants, x_test, y_test, **kwargs)
 
 
-def _prepare(sizes=(10, 10), d=4, num_classes=3, config=CONFIG):
-  return feddpdr.make_plan(list(sizes), d=d, num_classes=num_classes,
+def _prepare(sizes=(10, 10), dim=4, num_classes=3, config=CONFIG):
+  return feddpdr.make_plan(list(sizes), dim=dim, num_classes=num_classes,
                          config=config)
 
 
@@ -153,7 +153,7 @@ FEDDPDR_CASES = [
           ValueError, "participant 1 has no rows"),
     _case("prepare_no_participants", lambda: _prepare(sizes=()),
           ValueError, "sizes must be a non-empty"),
-    _case("prepare_k_above_d", lambda: _prepare(d=1), ValueError,
+    _case("prepare_k_above_d", lambda: _prepare(dim=1), ValueError,
           "exceeds the data dimension"),
     _case("prepare_one_class", lambda: _prepare(num_classes=1), ValueError,
           "num_classes"),
@@ -207,6 +207,6 @@ def test_legitimate_edge_inputs_are_accepted():
   # One participant, one row each side of a two-participant split, k = d.
   one = partition.partition(KEY, X, Y, sizes=[1])
   assert one.x.shape == (1, 1, 4) and one.sizes.tolist() == [1]
-  plan = _prepare(sizes=(1, 19), d=2, config=feddpdr.Config(k=2))
+  plan = _prepare(sizes=(1, 19), dim=2, config=feddpdr.Config(k=2))
   assert plan.num_fits == 3 and plan.n.tolist() == [1.0, 19.0]
   assert partition.even_sizes(10, 2, 5) == (5, 5)

@@ -95,7 +95,7 @@ class VariantsTest(chex.TestCase):
     beta = rng.normal(size=4).astype(np.float32)
     b = rng.normal(size=4).astype(np.float32)
     fun = self.variant(functools.partial(
-        op.objective, n=27, lam=0.01, theta=0.02, loss="huber"))
+        op.objective, num_examples=27, lam=0.01, theta=0.02, loss="huber"))
     value = fun(beta, x, y, mask, b=b)
     chex.assert_shape(value, ())
     chex.assert_type(value, jnp.float32)
@@ -108,7 +108,7 @@ class VariantsTest(chex.TestCase):
     self.assertAlmostEqual(float(value), float(expected), places=5)
     # And its gradient is finite, of β's shape.
     grad = self.variant(jax.grad(functools.partial(
-        op.objective, n=27, lam=0.01, theta=0.02, loss="huber")))(
+        op.objective, num_examples=27, lam=0.01, theta=0.02, loss="huber")))(
             beta, x, y, mask, b=b)
     chex.assert_equal_shape([grad, beta])
     chex.assert_tree_all_finite(grad)
