@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from dpcore import ddg, ddg_accounting, dpsgd, validation
+from dpcore import accounting, ddg, ddg_accounting, dpsgd, options, validation
 from federated import secagg
 
 __all__ = ["calibrate", "central_rdp", "own_rdp", "step_sum"]
@@ -56,30 +56,42 @@ def own_rdp(params: ddg.DDGParams, *, sampling_rate: float,
 
 
 def _epsilon(z, *, dim, clip_norm, bits, count, survivors, rows,
-             sampling_rate, steps, delta, beta):
+             sampling_rate, steps, delta, beta, departure):
+  """The ε a ledger reports for multiplier z: the central curve and the
+  departure events composed at ``delta``, as the plan records them."""
   params = ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,
                              noise_multiplier=z, shares=count, rows=rows,
                              steps=steps, beta=beta)
   rdp = central_rdp(params, shares=survivors, sampling_rate=sampling_rate,
                     steps=steps)
-  return ddg_accounting.rdp_epsilon(rdp, delta), params
+  ledger = accounting.PrivacyLedger()
+  ledger.record_rdp_curve(orders=ddg_accounting.ORDERS, rdp=rdp, delta=delta,
+                          label="ddgsgd", relation=options.Relation.ADD_REMOVE)
+  if departure > 0:
+    ledger.record_truncation(departure, label="ddgsgd_departure")
+  return ledger.guarantee(delta).epsilon, params
 
 
 def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
               delta: float, dim: int, clip_norm: float, bits: int,
               count: int, survivors: int, rows: int, sampling_rate: float,
-              steps: int, beta: float = math.exp(-0.5)
-              ) -> tuple[float, ddg.DDGParams]:
+              steps: int, beta: float = math.exp(-0.5),
+              departure: float = 0.0) -> tuple[float, ddg.DDGParams]:
   """(z, params): z given, or the smallest z (to 0.1 %) meeting ``epsilon``.
 
   z is the central noise multiplier (σ = z·C in gradient units, z·c on
-  the grid); every candidate's ε is the full :func:`central_rdp`
-  (rounded sensitivity, rational shares, P_min shares) at ``delta``, and
-  the z returned meets the target.
+  the grid); every candidate's ε is what the run's ledger reports at
+  ``delta``: the full :func:`central_rdp` (rounded sensitivity, rational
+  shares, P_min shares) composed with ``departure``, the probability of
+  the events the run departs from the accounted mechanism on (padded
+  batches overflowing, the sampler's inexactness), which costs
+  (1 + e^ε)·P of δ. The z returned meets the target.
   """
+  departure = validation.check_in_range(departure, "departure", 0.0, 1.0,
+                                        low_inclusive=True)
   kw = dict(dim=dim, clip_norm=clip_norm, bits=bits, count=count,
             survivors=survivors, rows=rows, sampling_rate=sampling_rate,
-            steps=steps, delta=delta, beta=beta)
+            steps=steps, delta=delta, beta=beta, departure=departure)
   if noise_multiplier is not None:
     z = validation.check_non_negative(noise_multiplier, "noise_multiplier")
     return z, ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,

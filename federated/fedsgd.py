@@ -427,7 +427,8 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
         epsilon=epsilon, noise_multiplier=sigma, delta=delta,
         dim=model_size, clip_norm=clip_norm, bits=bits, count=count,
         survivors=survivors, rows=count * row_plan.max_batch,
-        sampling_rate=q, steps=steps)
+        sampling_rate=q, steps=steps,
+        departure=min(1.0, truncation + departure))
   plan = FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
                     row_plan, truncation, departure, None, epsilon, delta,
                     server_batch=server_batch, ddg_params=ddg_params,

@@ -129,6 +129,20 @@ def test_calibrated_plan_meets_its_target_and_a_smaller_sigma_does_not():
   assert 0.9 * g.epsilon < ledger.guarantee(1e-5).epsilon < g.epsilon
 
 
+def test_calibration_counts_the_padding_events_at_a_large_epsilon():
+  # At ε = 8 the padding events' δ, (1 + e^ε)·P, is a tenth of δ: a
+  # calibration on the curve alone gave a ledger of 8.08 for a target 8.
+  plan = fedsgd.make_plan([600, 600], trust="distributed", epsilon=8.0,
+                          sampling_rate=0.05, clip_norm=1.0, steps=300,
+                          delta=1e-5, model_size=650)
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  g = ledger.guarantee(1e-5)
+  assert g.truncation_probability > 0
+  assert 7.9 < g.epsilon <= 8.0
+  assert plan.epsilon == accounted(g.epsilon)
+
+
 def test_settings_report_bits_and_each_participants_own_guarantee():
   plan = fedsgd.make_plan([600, 600], trust="distributed",
                           sampling_rate=0.05, clip_norm=1.0, steps=300,
