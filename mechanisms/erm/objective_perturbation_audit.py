@@ -4,6 +4,10 @@
 ``objective_perturbation_huber`` and ``objective_perturbation_logistic``:
 a one-row, one-dimensional fit whose label flips between the neighbours
 (replace-one), with the ε the plan's own ledger claims.
+
+The broken variant, reported with the unbroken Huber plan's ε, must be
+caught: ``objective_perturbation_huber_clip_skipped`` (the row enters the
+loss without being clipped to norm ≤ 1, and it is x = 10).
 """
 
 from __future__ import annotations
@@ -14,9 +18,29 @@ from dpcore import accounting
 from dpcore.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.erm import objective_perturbation as op
 
+BROKEN = ("clip_skipped",)
+CANARY_SCALE = 10.0
+"""The norm of the broken variant's row (the unbroken one's is 1)."""
+
+
+def unclipped_release(key, plan: op.ObjectivePerturbationPlan, x, y,
+                      mask) -> op.FitResult:
+  """``op.release`` with the row clip left out (the broken variant).
+
+  Draws b with the plan's p and minimises J on the rows as given: p is
+  calibrated for |ℓ′|·‖x‖ ≤ 1, which nothing here enforces, so a row of
+  norm r moves the gradient of J by up to 2r/n between the neighbours
+  instead of 2/n.
+  """
+  b = op.perturbation_noise(key, x.shape[-1], p=plan.p, dtype=x.dtype)
+  return op.minimise(x, y, mask, num_examples=plan.num_examples,
+                     lam=plan.lam, theta=plan.theta, b=b, loss=plan.loss,
+                     h=plan.h)
+
 
 def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
-                                lam: float = 100.0) -> AuditSpec:
+                                lam: float = 100.0,
+                                broken: str | None = None) -> AuditSpec:
   """One-row, one-dimensional objective perturbation (replace-one).
 
   The only row x = 1 has label +1 in ``data_0`` and −1 in ``data_1``. With
@@ -25,32 +49,51 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   proof; the logistic loss's derivative is ½ there, so its audit can show
   only about half of ε. Statistic: −β (label −1 pushes β down). Fits run
   in float64 to the library's tolerance.
+
+  ``broken``: None, or ``"clip_skipped"`` (:data:`BROKEN`): the row is not
+  clipped to norm ≤ 1 before the fit (:func:`unclipped_release`) and is
+  x = :data:`CANARY_SCALE`, a row a caller forgot to normalise. Near
+  β = 0 the two labels then need noise values 2·10 apart where the noise
+  is calibrated for 2: a privacy loss up to (p/2)·20 ≈ 9.8 instead of
+  (p/2)·2. Reported with the plan's ε, the audit must find a bound above
+  it.
   """
+  if broken not in (None, *BROKEN):
+    raise ValueError(f"broken must be None or one of {BROKEN}, got "
+                     f"{broken!r}.")
   plan = op.make_plan(epsilon=epsilon, num_examples=1, lam=lam, loss=loss)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
-  x = jnp.ones((1, 1))
+  row_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
+  x = jnp.full((1, 1), row_norm)
   mask = jnp.ones((1,))
+  release = unclipped_release if broken == "clip_skipped" else op.release
 
   def mechanism(key, y):
-    return op.release(key, plan, x.astype(jnp.float64), y,
-                      mask.astype(jnp.float64)).beta
+    return release(key, plan, x.astype(jnp.float64), y,
+                   mask.astype(jnp.float64)).beta
 
+  name = f"objective_perturbation_{loss}"
   return AuditSpec(
-      name=f"objective_perturbation_{loss}", relation="replace_one",
+      name=name if broken is None else f"{name}_{broken}",
+      relation="replace_one",
       settings={"loss": loss, "epsilon": epsilon, "lam": lam, "n": 1,
-                "p": plan.p, "theta": plan.theta},
+                "p": plan.p, "theta": plan.theta, "row_norm": row_norm,
+                "variant": broken or "library"},
       mechanism=mechanism, data_0=jnp.ones((1,)), data_1=-jnp.ones((1,)),
       statistic=lambda beta: -beta[0], delta=0.0,
       reported_epsilon=claimed_epsilon(ledger, "replace_one"),
-      default_trials=200_000,
-      x64=True)
+      default_trials=200_000 if broken is None else 20_000,
+      x64=True, broken=broken is not None)
 
 
 def specs() -> list[AuditSpec]:
-  """Objective perturbation with the Huber and the logistic loss."""
+  """Objective perturbation with the Huber and the logistic loss, then
+  the Huber fit's broken variant."""
   return [objective_perturbation_spec(loss="huber"),
-          objective_perturbation_spec(loss="logistic")]
+          objective_perturbation_spec(loss="logistic"),
+          objective_perturbation_spec(broken="clip_skipped")]
 
 
-__all__ = ["objective_perturbation_spec", "specs"]
+__all__ = ["BROKEN", "CANARY_SCALE", "objective_perturbation_spec", "specs",
+           "unclipped_release"]

@@ -4,6 +4,10 @@
 released for a canary row e₁ at each position among the d rows, against
 the same padded rows with the canary masked out (add/remove), with the
 ε the plan's own ledger claims.
+
+The broken variant, reported with the unbroken plan's ε, must be caught:
+``dp_pca_clip_skipped`` (the rows enter XᵀX without being clipped to
+norm ≤ 1, and the canary, first, is 10·e₁).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dpcore import accounting
+from dpcore import noise as dp_noise
 from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
@@ -20,10 +25,31 @@ from dpcore.audit_spec import (
 )
 from mechanisms.pca import dp_pca
 
+BROKEN = ("clip_skipped",)
+CANARY_SCALE = 10.0
+"""The norm of the broken variant's canary row (the unbroken one's is 1)."""
+
+
+def unclipped_release(key, plan: dp_pca.PcaPlan, x, mask) -> dp_pca.PcaResult:
+  """``dp_pca.release`` with the row clip left out (the broken variant).
+
+  XᵀX of the unmasked rows as given, plus the plan's symmetric noise drawn
+  as :func:`dp_pca.second_moment_and_noise` draws it: the σ is calibrated
+  for rows of norm ≤ 1, which nothing here enforces, so a row of norm r
+  moves XᵀX by r² instead of at most 1.
+  """
+  m = dp_pca.second_moment(x, mask)
+  d = m.shape[0]
+  z = dp_noise.gaussian_noise(key, (d * (d + 1) // 2,), stddev=plan.sigma,
+                              dtype=m.dtype)
+  return dp_pca.top_k_eigenvectors(
+      m + dp_noise.symmetric_from_upper(z, d), plan.k)
+
 
 def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
                 audit_delta: float = 1e-2, dim: int = 3,
-                position: str = "first") -> AuditSpec:
+                position: str = "first", broken: str | None = None
+                ) -> AuditSpec:
   """Analyze-Gauss DP-PCA (add/remove), a canary row e₁ vs without.
 
   Both data sets have the same padded shape; the canary's slot (at
@@ -31,38 +57,64 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   is the full eigendecomposition (k = d), from which the statistic
   rebuilds e₁ᵀ(noisy M)e₁ = Σⱼ λⱼ (vⱼ·e₁)²: the noisy diagonal entry the
   canary adds 1 to.
+
+  ``broken``: None, or ``"clip_skipped"`` (:data:`BROKEN`): the rows are
+  not clipped to norm ≤ 1 before XᵀX (:func:`unclipped_release`) and the
+  canary, at the first row, is :data:`CANARY_SCALE`·e₁, a row a caller
+  forgot to normalise. It adds 100 to the diagonal entry where the noise
+  is calibrated for 1; reported with the plan's ε, the audit must find a
+  bound above it.
   """
+  if broken not in (None, *BROKEN):
+    raise ValueError(f"broken must be None or one of {BROKEN}, got "
+                     f"{broken!r}.")
+  if broken is not None:
+    position = "first"
   plan = dp_pca.make_plan(epsilon=epsilon, delta=delta, k=dim, dim=dim,
                           relation="add_remove")
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   at = canary_index(dim, position)
-  # The canary e₁ in row ``at``, the other rows e₂ … e_d.
+  canary_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
+  # The canary e₁ (scaled for the broken variant) in row ``at``, the other
+  # rows e₂ … e_d.
   rows = jnp.roll(jnp.eye(dim, dtype=jnp.float32), at, axis=0)
+  rows = rows.at[at].multiply(canary_norm)
   mask_1 = jnp.ones((dim,), jnp.float32)
   mask_0 = mask_1.at[at].set(0.0)
+  release = unclipped_release if broken == "clip_skipped" else dp_pca.release
 
   def mechanism(key, data):
     x, mask = data
-    return dp_pca.release(key, plan, x, mask)
+    return release(key, plan, x, mask)
 
   def statistic(result):
     return jnp.sum(result.eigenvalues * result.components[0] ** 2)
 
+  positioned = position if broken is None else None
   return AuditSpec(
-      name=spec_name("dp_pca", position), relation="add_remove",
+      name=spec_name("dp_pca" if broken is None else f"dp_pca_{broken}",
+                     positioned),
+      relation="add_remove",
       settings={"epsilon": epsilon, "delta": delta, "sigma": plan.sigma,
-                "d": dim, "k": dim, "calibration": plan.calibration},
-      position=position,
+                "d": dim, "k": dim, "calibration": plan.calibration,
+                "variant": broken or "library", "canary_row": at,
+                "canary_norm": canary_norm},
+      position=positioned,
       mechanism=mechanism, data_0=(rows, mask_0), data_1=(rows, mask_1),
       statistic=statistic, delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
-      nominal_epsilon=epsilon, default_trials=300_000)
+      nominal_epsilon=epsilon,
+      default_trials=300_000 if broken is None else 20_000,
+      broken=broken is not None)
 
 
 def specs() -> list[AuditSpec]:
-  """DP-PCA with its canary first, in the middle and last."""
-  return [dp_pca_spec(position=p) for p in POSITIONS]
+  """DP-PCA with its canary first, in the middle and last, then its
+  broken variant."""
+  return [*(dp_pca_spec(position=p) for p in POSITIONS),
+          dp_pca_spec(broken="clip_skipped")]
 
 
-__all__ = ["dp_pca_spec", "specs"]
+__all__ = ["BROKEN", "CANARY_SCALE", "dp_pca_spec", "specs",
+           "unclipped_release"]

@@ -27,6 +27,14 @@ D′ (replace-one, l public):
   canaries, T iterations, ``reported_epsilon`` from the ledger's
   composition of the 2T draws (the plan's ``record``); the audit must come
   out below it.
+* Its broken variant ``dpwss_private_transcript_i_support_masked``
+  (:class:`SupportMaskedWSS`): the private selection with the rows
+  outside I_up (for i) and I_low (for j) masked out of the exponential
+  mechanism instead of floored at score 0, reported with the private
+  plan's ε. The last-row canary, labelled −1 in D′, is then never the
+  first i there, and is with probability ¼ in D; the audit must find a
+  bound above the claim. (Here a canary's row says which draw it probes,
+  i or j, not a padding slot: the masked I_up shows at the first i.)
 
 Mechanisms run the library's solver (:func:`mechanisms.svm.smo.solve`) in
 float32, vmapped over keys by :func:`dpcore.auditing.audit`.
@@ -34,15 +42,20 @@ float32, vmapped over keys by :func:`dpcore.auditing.audit`.
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpcore import exponential
 from dpcore.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.svm import dpwss, kernels, smo, wss
 
 DELTA = 1e-5
 GAMMA = 0.5
 C = 10.0  # above every α these separable problems reach (tested)
+BROKEN = ("support_masked",)
 
 
 def canary_data(position: str):
@@ -71,17 +84,63 @@ def canary_data(position: str):
   return x, y_0, y_1, canary
 
 
+@dataclasses.dataclass(frozen=True)
+class SupportMaskedWSS(wss.PrivateWSS):
+  """:class:`wss.PrivateWSS` with a data-dependent support (broken).
+
+  The same scores, ε and Δ = 1, but the invalid rows — outside I_up for
+  i, outside I_low or already paired with i for j — are masked out of the
+  exponential mechanism, as the paper's rule masks its candidates,
+  instead of keeping the floor score 0. The proof's step 3 (the support is
+  all l indices for every D) fails: a row whose label moves it out of
+  I_up can never be drawn as i under one neighbour and can under the
+  other, an unbounded privacy loss.
+  """
+  name = "private_dpwss_support_masked"
+
+  def select(self, *, alpha, grad, y, qd, c, eps, tau, active, row_fn,
+             memory, key, params):
+    del qd, eps, tau, active, row_fn
+    key_i, key_j = jax.random.split(key)
+    yg = y * grad
+    everyone = jnp.ones(y.shape, jnp.bool_)
+    in_up, in_low = wss.violation_sets(alpha, y, c, everyone)
+    first = wss.private_first_scores(yg=yg, in_up=in_up, in_low=in_low,
+                                     sigma=params.sigma)
+    i, _ = exponential.exponential_mechanism(
+        key_i, first, epsilon=params.epsilon, sensitivity=1.0, mask=in_up)
+    seen = wss.seen_with(memory, i, y.shape[0], ordered=self.ordered_pairs)
+    second = wss.private_second_scores(yg=yg, in_low=in_low, i=i,
+                                       seen=seen, sigma=params.sigma)
+    j, _ = exponential.exponential_mechanism(
+        key_j, second, epsilon=params.epsilon, sensitivity=1.0,
+        mask=in_low & ~seen)
+    return wss.Selection(i, j, jnp.asarray(wss.RUNNING, jnp.int32), None)
+
+
 def transcript_mechanism(*, selection: str, epsilon: float, sigma: float,
-                         max_iter: int):
+                         max_iter: int, broken: str | None = None):
   """``(key, (x, y)) -> pairs``: one DPWSS run's (max_iter', 2) record.
 
   Unused rows of the record are −1. ``selection`` is ``"paper"`` or
-  ``"private"``.
+  ``"private"``. ``broken``: None, or ``"support_masked"``
+  (:data:`BROKEN`; private selection only): the rule is
+  :class:`SupportMaskedWSS`.
   """
   dpwss.check_selection(selection)
+  if broken not in (None, *BROKEN):
+    raise ValueError(f"broken must be None or one of {BROKEN}, got "
+                     f"{broken!r}.")
+  if broken is not None and selection != "private":
+    raise ValueError(f"broken={broken!r} breaks the private selection; "
+                     f"the paper's selection ({selection!r}) makes no "
+                     f"claim to break.")
   spec = kernels.KernelSpec("rbf", gamma=GAMMA).resolve(2)
   config = smo.SolverConfig(kernel=spec)
-  rule_class = wss.PrivateWSS if selection == "private" else wss.DPWSS
+  if broken == "support_masked":
+    rule_class = SupportMaskedWSS
+  else:
+    rule_class = wss.PrivateWSS if selection == "private" else wss.DPWSS
   rule = rule_class(buffer_rows=max_iter, pair_flags="bits")
 
   def mechanism(key, data):
@@ -111,10 +170,13 @@ def first_i_is(canary: int):
 
 
 def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
-          trials, nominal=None):
+          trials, nominal=None, broken=None):
+  mechanism = transcript_mechanism(selection=selection, epsilon=epsilon,
+                                   sigma=sigma, max_iter=max_iter,
+                                   broken=broken)
   x, y_0, y_1, canary = canary_data(position)
   reported = None
-  if selection == "private":
+  if selection == "private":  # the correct private plan's claim
     plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=sigma,
                            delta=DELTA, selection="private",
                            max_iter=max_iter)
@@ -126,17 +188,19 @@ def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
                 "canary": canary, "canary_label_D": float(y_1[canary]),
                 "canary_label_D_prime": float(y_0[canary]), "c": C,
                 "gamma": GAMMA,
-                "statistic": statistic.__name__},
-      mechanism=transcript_mechanism(selection=selection, epsilon=epsilon,
-                                     sigma=sigma, max_iter=max_iter),
+                "statistic": statistic.__name__,
+                "variant": broken or "library"},
+      mechanism=mechanism,
       data_0=(jnp.asarray(x), jnp.asarray(y_0)),
       data_1=(jnp.asarray(x), jnp.asarray(y_1)),
       statistic=statistic(canary), delta=DELTA, reported_epsilon=reported,
-      nominal_epsilon=nominal, default_trials=trials)
+      nominal_epsilon=nominal, default_trials=trials,
+      broken=broken is not None)
 
 
 def specs() -> list[AuditSpec]:
-  """The DPWSS audits (paper's selection: no claim; private: the ledger)."""
+  """The DPWSS audits (paper's selection: no claim; private: the ledger),
+  then the private selection's broken variant."""
   paper_max_iter = 200  # the 8-row runs exit in far fewer iterations
   return [
       _spec("dpwss_paper_one_selection_j", selection="paper",
@@ -157,8 +221,14 @@ def specs() -> list[AuditSpec]:
       _spec("dpwss_private_transcript_i", selection="private",
             position="last", statistic=first_i_is, epsilon=1.0, sigma=0.5,
             max_iter=5, trials=100_000),
+      # Never the first i under D′: the bound is limited by the trials
+      # alone, log(¼·trials/2 / 3.7) ≈ 9.5 > 8.08 at 400,000.
+      _spec("dpwss_private_transcript_i_support_masked",
+            selection="private", position="last", statistic=first_i_is,
+            epsilon=1.0, sigma=0.5, max_iter=5, trials=400_000,
+            broken="support_masked"),
   ]
 
 
-__all__ = ["canary_data", "ever_selected", "first_i_is", "specs",
-           "transcript_mechanism"]
+__all__ = ["BROKEN", "SupportMaskedWSS", "canary_data", "ever_selected",
+           "first_i_is", "specs", "transcript_mechanism"]

@@ -1,5 +1,6 @@
 """mechanisms.erm.output_perturbation_audit: the sensitivity is attained
-and the claim survives a small audit."""
+and the claim survives a small audit; noise calibrated for the add/remove
+sensitivity is caught."""
 
 import jax
 import pytest
@@ -7,14 +8,44 @@ import pytest
 from dpcore import audit_spec
 from mechanisms.erm import output_perturbation_audit as audit
 
+BROKEN = {"output_perturbation_add_remove_sensitivity": 20_000}
 
-def test_the_sensitivity_is_attained_and_the_claim_holds():
-  (spec,) = audit.specs()
-  assert spec.name == "output_perturbation"
-  assert spec.relation == "replace_one"
+
+@pytest.fixture(scope="module")
+def specs():
+  return {s.name: s for s in audit.specs()}
+
+
+def test_the_sensitivity_is_attained_and_the_claim_holds(specs):
+  assert list(specs) == ["output_perturbation", *BROKEN]
+  spec = specs["output_perturbation"]
+  assert spec.relation == "replace_one" and not spec.broken
   # The two exact minimisers are exactly the sensitivity apart.
   assert spec.settings["minimiser_distance"] == pytest.approx(
       spec.settings["sensitivity"], rel=1e-5)
+  assert spec.settings["noise_sensitivity"] == spec.settings["sensitivity"]
   result = audit_spec.run(jax.random.key(11), spec, trials=100_000)
   assert result.epsilon_lower <= spec.reported_epsilon
   assert result.epsilon_lower > 0.6 * spec.reported_epsilon
+
+
+def test_broken_variant_reports_the_unbroken_claim(specs):
+  spec = specs["output_perturbation_add_remove_sensitivity"]
+  unbroken = specs["output_perturbation"]
+  assert spec.broken and spec.position is None
+  assert spec.relation == "replace_one"
+  assert spec.reported_epsilon == unbroken.reported_epsilon
+  # The same minimisers, noise for Δ₂ = C instead of 2C.
+  assert spec.settings["minimiser_distance"] == (
+      unbroken.settings["minimiser_distance"])
+  assert spec.settings["noise_sensitivity"] == pytest.approx(
+      spec.settings["sensitivity"] / 2)
+  with pytest.raises(ValueError, match="broken must be None or one of"):
+    audit.output_perturbation_spec(broken="noise_dropped")
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_variant_is_caught(specs, name):
+  spec = specs[name]
+  result = audit_spec.run(jax.random.key(12), spec, trials=BROKEN[name])
+  assert result.epsilon_lower > spec.reported_epsilon

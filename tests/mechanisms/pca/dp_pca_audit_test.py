@@ -1,5 +1,5 @@
 """mechanisms.pca.dp_pca_audit: DP-PCA's claim survives a small audit with
-its canary at each position."""
+its canary at each position; the skipped row clip is caught."""
 
 import jax
 import numpy as np
@@ -9,6 +9,8 @@ from dpcore import audit_spec
 from dpcore.audit_spec import POSITIONS
 from mechanisms.pca import dp_pca, dp_pca_audit
 
+BROKEN = {"dp_pca_clip_skipped": 2_000}
+
 
 @pytest.fixture(scope="module")
 def specs():
@@ -16,10 +18,11 @@ def specs():
 
 
 def test_names_positions_and_neighbours(specs):
-  assert list(specs) == [f"dp_pca@{p}" for p in POSITIONS]
+  assert list(specs) == [*(f"dp_pca@{p}" for p in POSITIONS), *BROKEN]
   for p in POSITIONS:
     spec = specs[f"dp_pca@{p}"]
     assert spec.position == p and spec.relation == "add_remove"
+    assert not spec.broken
     (rows, mask_0), (rows_1, mask_1) = spec.data_0, spec.data_1
     np.testing.assert_array_equal(rows, rows_1)
     at = audit_spec.canary_index(3, p)
@@ -32,8 +35,44 @@ def test_names_positions_and_neighbours(specs):
   assert specs["dp_pca@first"].settings["sigma"] == plan.sigma
 
 
+def test_broken_variant_reports_the_unbroken_claim(specs):
+  spec = specs["dp_pca_clip_skipped"]
+  assert spec.broken and spec.position is None
+  assert spec.relation == "add_remove"
+  assert spec.reported_epsilon == specs["dp_pca@first"].reported_epsilon
+  assert spec.settings["sigma"] == specs["dp_pca@first"].settings["sigma"]
+  # The canary, first, is a row of norm 10 the release does not clip.
+  (rows, mask_0), (_, mask_1) = spec.data_0, spec.data_1
+  np.testing.assert_array_equal(np.flatnonzero(mask_1 != mask_0), [0])
+  np.testing.assert_array_equal(rows[0], [10.0, 0.0, 0.0])
+  assert spec.settings["canary_row"] == 0
+  with pytest.raises(ValueError, match="broken must be None or one of"):
+    dp_pca_audit.dp_pca_spec(broken="noise_dropped")
+
+
+def test_unclipped_release_differs_from_the_release_by_the_clip_alone():
+  # On rows of norm ≤ 1 (the clip a no-op) the two draw the same noise.
+  plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=3, dim=3)
+  x = np.array([[0.6, 0.8, 0.0], [0.0, 0.0, 1.0], [0.3, 0.0, 0.4]],
+               np.float32)
+  mask = np.array([1.0, 1.0, 0.0], np.float32)
+  key = jax.random.key(5)
+  want, got = jax.jit(lambda k: (
+      dp_pca.release(k, plan, x, mask),
+      dp_pca_audit.unclipped_release(k, plan, x, mask)))(key)
+  np.testing.assert_allclose(got.eigenvalues, want.eigenvalues, rtol=1e-6)
+  np.testing.assert_allclose(got.components, want.components, atol=1e-6)
+
+
 def test_small_audit_stays_below_the_claim(specs):
   spec = specs["dp_pca@middle"]
   result = audit_spec.run(jax.random.key(11), spec, trials=20_000)
   assert result.epsilon_lower <= spec.reported_epsilon
   assert result.epsilon_lower > 0.5 * spec.reported_epsilon
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_variant_is_caught(specs, name):
+  spec = specs[name]
+  result = audit_spec.run(jax.random.key(12), spec, trials=BROKEN[name])
+  assert result.epsilon_lower > spec.reported_epsilon

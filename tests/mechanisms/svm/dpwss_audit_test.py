@@ -1,5 +1,6 @@
 """mechanisms.svm.dpwss_audit: the paper's selection audits far above its
-nominal ε (no claim); the private selection stays below its claim."""
+nominal ε (no claim); the private selection stays below its claim, and
+with its support masked it is caught."""
 
 import jax
 import numpy as np
@@ -7,6 +8,8 @@ import pytest
 
 from dpcore import audit_spec
 from mechanisms.svm import dpwss_audit
+
+BROKEN = {"dpwss_private_transcript_i_support_masked": 200_000}
 
 
 @pytest.fixture(scope="module")
@@ -17,11 +20,33 @@ def specs():
 def test_dpwss_audit_specs(specs):
   for name, spec in specs.items():
     assert spec.relation == "replace_one"
+    assert spec.broken == (name in BROKEN)
     if "paper" in name:
       assert spec.reported_epsilon is None and spec.nominal_epsilon
     else:
       assert spec.reported_epsilon > 0 and spec.nominal_epsilon is None
-  assert len(specs) == 6
+  assert list(specs) == [
+      "dpwss_paper_one_selection_j", "dpwss_paper_one_selection_i",
+      "dpwss_paper_transcript_j", "dpwss_paper_transcript_i",
+      "dpwss_private_transcript_j", "dpwss_private_transcript_i", *BROKEN]
+
+
+def test_broken_variant_reports_the_unbroken_claim(specs):
+  spec = specs["dpwss_private_transcript_i_support_masked"]
+  unbroken = specs["dpwss_private_transcript_i"]
+  assert spec.broken and spec.position is None
+  assert spec.reported_epsilon == unbroken.reported_epsilon
+  # The same run, canary and statistic; only the rule differs.
+  assert {**spec.settings, "variant": "library"} == unbroken.settings
+  assert spec.settings["variant"] == "support_masked"
+  with pytest.raises(ValueError, match="broken must be None or one of"):
+    dpwss_audit.transcript_mechanism(selection="private", epsilon=1.0,
+                                     sigma=0.5, max_iter=1,
+                                     broken="noise_dropped")
+  with pytest.raises(ValueError, match="no claim to break"):
+    dpwss_audit.transcript_mechanism(selection="paper", epsilon=1.0,
+                                     sigma=0.5, max_iter=1,
+                                     broken="support_masked")
 
 
 def test_canaries_differ_in_one_label_only():
@@ -36,6 +61,16 @@ def test_canaries_differ_in_one_label_only():
 def _audit(specs, name, trials):
   spec = specs[name]
   return spec, audit_spec.run(jax.random.key(0), spec, trials=trials)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_variant_is_caught(specs, name):
+  # Under D′ the canary is masked out of the first i (no false positive);
+  # the bound is limited by the trials, log(¼·100,000/3.7) ≈ 8.8.
+  spec = specs[name]
+  result = audit_spec.run(jax.random.key(12), spec, trials=BROKEN[name])
+  assert result.false_positive == 0.0
+  assert result.epsilon_lower > spec.reported_epsilon
 
 
 def test_paper_transcript_audits_far_above_its_nominal_epsilon(specs):
