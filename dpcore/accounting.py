@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 
@@ -186,8 +187,32 @@ def _accountant_epsilon(accountant, events, delta) -> float | None:
     return float(accountant.get_epsilon(delta))
 
 
+_ACCOUNTANTS = {"rdp": dp_rdp.RdpAccountant, "pld": dp_pld.PLDAccountant}
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_epsilon(kind: str, events: tuple, delta) -> float | None:
+  return _accountant_epsilon(_ACCOUNTANTS[kind](), events, delta)
+
+
+def _epsilon_of(kind: str, events, delta) -> float | None:
+  """ε at δ of ``events`` by a fresh accountant of ``kind``, remembered.
+
+  A pure function of the events (frozen, compared by value) and δ, so a
+  ledger that records the same steps again (the positions of one audit,
+  a plan's ``epsilon`` and its run's record) is not recomposed: a PLD
+  composition takes seconds.
+  """
+  events = tuple(events)
+  try:
+    hash(events)
+  except TypeError:  # an event holding a list: composed afresh
+    return _accountant_epsilon(_ACCOUNTANTS[kind](), events, delta)
+  return _cached_epsilon(kind, events, delta)
+
+
 def _rdp_epsilon(events, delta) -> float | None:
-  return _accountant_epsilon(dp_rdp.RdpAccountant(), events, delta)
+  return _epsilon_of("rdp", events, delta)
 
 
 def _curve_epsilon(curves, delta) -> float:
@@ -204,7 +229,7 @@ def _curve_epsilon(curves, delta) -> float:
 
 
 def _pld_epsilon(events, delta) -> float | None:
-  return _accountant_epsilon(dp_pld.PLDAccountant(), events, delta)
+  return _epsilon_of("pld", events, delta)
 
 
 def zcdp_event(rho: float, count: int = 1) -> dp_accounting.DpEvent:
@@ -851,6 +876,13 @@ def calibrate_dpsgd_noise(*, epsilon: float, delta: float,
       sampling_rate, "sampling_rate", 0.0, 1.0, high_inclusive=True)
   steps = dpsgd_steps(sampling_rate=sampling_rate, steps=steps,
                       epochs=epochs)
+  return _calibrated_sigma(epsilon, delta, sampling_rate, steps)
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrated_sigma(epsilon, delta, sampling_rate, steps) -> float:
+  """The bisection of :func:`calibrate_dpsgd_noise`, remembered (a pure
+  function of its checked arguments; one takes about a second)."""
   with _quiet_accountant():
     return float(dp_accounting.calibrate_dp_mechanism(
         dp_rdp.RdpAccountant,
