@@ -167,6 +167,10 @@ def calibrated_plan(n: int, *, epsilon: float, delta: float,
   def total(sigma):
     return ledger_epsilon([*before, plan(sigma)], delta)
 
+  refusal = (f"ε={epsilon} is below what the releases before DP-SGD cost "
+             f"alone; give them less (e.g. raise norm_noise_multiplier).")
+  if before and ledger_epsilon(list(before), delta) >= epsilon:
+    raise ValueError(refusal)  # before any bisection
   # RDP's σ for DP-SGD alone: the ledger (tighter) gives it at most ε.
   hi = trainer.make_plan(n, epsilon=epsilon, **base).noise_multiplier
   f_hi = total(hi)
@@ -176,9 +180,7 @@ def calibrated_plan(n: int, *, epsilon: float, delta: float,
     hi *= 1.5
     f_hi = total(hi)
   else:
-    raise ValueError(f"ε={epsilon} is below what the releases before "
-                     f"DP-SGD cost alone; give them less (e.g. raise "
-                     f"norm_noise_multiplier).")
+    raise ValueError(refusal)
   lo = hi / 1.25
   f_lo = total(lo)
   while f_lo <= epsilon:
