@@ -29,17 +29,17 @@ refused: round it *up* with :func:`round_up` (more noise, never less).
 =====================  ========================  =================  =========
 sampler                returns                   exact for          draws/s
 =====================  ========================  =================  =========
-``bernoulli_exp``      bool, P(1) = exp(−n/d)    0 ≤ n < 2⁶³,       0.8–1.6 M
+``bernoulli_exp``      bool, P(1) = exp(−n/d)    0 ≤ n < 2⁶³,       3.3–3.4 M
                                                  1 ≤ d < 2³¹        (n/d=3/2)
-``discrete_laplace``   int32, ∝ e^(−|z|/t)       t = a/b, a, b ≤    0.25–0.6M
+``discrete_laplace``   int32, ∝ e^(−|z|/t)       t = a/b, a, b ≤    0.8–1.0 M
                                                  2³⁰, t ≤ 2²³       (t = 2)
-``discrete_gaussian``  int32, ∝ e^(−z²/2σ²)      σ = p/q, σ² = n/d  45–120 k
+``discrete_gaussian``  int32, ∝ e^(−z²/2σ²)      σ = p/q, σ² = n/d  410–430 k
                                                  n < 2³¹, (⌊σ⌋+1)d  (σ = 3),
-                                                 < 2³⁰, cut-off ok  44–70 k
+                                                 < 2³⁰, cut-off ok  360–370 k
                                                  (p ≤ ~17 000)      (σ=1049)
 =====================  ========================  =================  =========
 
-(float ``dpcore.noise.gaussian_noise``: 11–14 M draws/s on the same CPU.)
+(float ``dpcore.noise.gaussian_noise``: 42–48 M draws/s on the same CPU.)
 
 Cut-off. Integers live in 32-bit words, so a candidate whose magnitude
 would leave the word is *rejected* (the rejection loop draws again). A
@@ -52,11 +52,19 @@ order as the float samplers' 2⁻¹²³ of :mod:`dpcore.noise`); a parameter
 for which it is not is refused. Nothing else is approximate.
 
 Cost: draws/s above are for 10⁵ draws per call, jit-compiled, second call
-timed, on the 2-core development CPU under load from other jobs (ranges
-over three runs of ``python -m launch.bench.discrete``). Each sampler is one
-``lax.while_loop`` stepping every element through CKS's algorithm, so a
-batch costs as many steps as its slowest element: 20–30× (Laplace) and
-100–300× (Gaussian) slower than the float samplers.
+timed, on the 2-core development CPU under a load of ~6 from other jobs
+(ranges over two runs of ``python -m launch.bench.discrete``; earlier
+figures, under other loads, were 3–4× lower throughout). Each sampler is
+one ``lax.while_loop`` stepping elements through CKS's algorithm.
+``bernoulli_exp`` and ``discrete_laplace`` step every element until the
+slowest is done: 15–50× slower than the float sampler. The Gaussian
+sampler runs size/16 lanes (at least 1,024) that each take the next
+element when theirs is accepted, with words drawn two per Threefry hash
+(:func:`random_words`; :func:`_gaussian_batch`), so a batch costs about
+its total number of steps rather than size × its slowest element's:
+~100× slower than the float sampler. In the same runs the one-lane-per-
+element loop it replaced drew 190–260 k/s at 10⁵ draws; at 40,960 draws
+of σ ≈ 307 (the DDG benchmark's shares) the lanes are 4–5× faster.
 
 References:
   Canonne, Kamath & Steinke, The Discrete Gaussian for Differential
@@ -72,6 +80,7 @@ from fractions import Fraction
 from typing import NamedTuple
 
 import jax
+import jax.extend.random as jax_random_ext
 import jax.numpy as jnp
 from jax import lax
 
@@ -209,7 +218,8 @@ def cutoff_mass(*, sigma=None, scale=None) -> float:
 
 # -- exact samplers as flat state machines ----------------------------------
 #
-# Each sampler is one ``lax.while_loop`` over the whole batch. Every step
+# Each sampler is one ``lax.while_loop`` over the whole batch (the
+# Gaussian's over refilled lanes, :func:`_gaussian_batch`). Every step
 # draws fresh words for every element (``fold_in(key, step)``) and moves each
 # unfinished element one step through CKS's algorithm; a uniform draw that
 # is rejected (masked bits ≥ the bound) makes its element redo the step with
@@ -220,6 +230,24 @@ def cutoff_mass(*, sigma=None, scale=None) -> float:
 
 def _words(key, step, n, num):
   return jax.random.bits(jax.random.fold_in(key, step), (num, n), U32)
+
+
+def random_words(key: jax.Array, shape) -> jax.Array:
+  """I.i.d. uniform uint32 words from ``key``, two per Threefry hash.
+
+  For a Threefry key these are the words threefry2x32(key, 0 … n − 1)
+  (what ``jax.random.bits`` returned before ``jax_threefry_partitionable``
+  became the default; the partitionable form spends a whole hash per
+  word): the same law, i.i.d. uniform 32-bit words, at about a quarter of
+  the cost on CPU. Other key implementations use ``jax.random.bits``.
+  """
+  shape, size = _flat_size(shape)
+  if (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+      and str(jax.random.key_impl(key)) == "threefry2x32" and size > 0):
+    words = jax_random_ext.threefry_2x32(jax.random.key_data(key),
+                                         lax.iota(U32, size))
+    return words.reshape(shape)
+  return jax.random.bits(key, shape, U32)
 
 
 def _below(word, bound):
@@ -337,7 +365,7 @@ class _Step(NamedTuple):
   grow: jax.Array       # a 1/K trial hit: K grows by one
 
 
-def _proposal_step(key, s, n: int, t) -> _Step:
+def _proposal_step(key, s, n: int, t, words=_words) -> _Step:
   """Phases 0–2 (CKS Algorithm 2) of a sampler state ``s``, one step.
 
   Shared by :func:`_laplace_batch` and :func:`_gaussian_batch`, whose states
@@ -345,7 +373,7 @@ def _proposal_step(key, s, n: int, t) -> _Step:
   words per element and reads from them uniform candidates below t and
   below ``s.k`` (each valid where ``_below`` says so) and the sign.
   """
-  w = _words(key, s.step, n, 3)
+  w = words(key, s.step, n, 3)
   c_t, ok_t = _below(w[0], t)
   c_k, ok_k = _below(w[1], s.k)
   negative = (w[2] >> 31) == 1
@@ -463,6 +491,27 @@ def _exponent_table(p: GaussianParams):
   return size, table
 
 
+def _gaussian_words(key, step, n, num):
+  return random_words(jax.random.fold_in(key, step), (num, n))
+
+
+_REFILL_MIN = 1024
+_REFILL_DIV = 16
+
+
+def _lanes(size: int) -> int:
+  """Lanes of the Gaussian machine: size/16, at least 1,024, at most size."""
+  return min(size, max(_REFILL_MIN, size // _REFILL_DIV))
+
+
+def _fresh_state(width: int) -> _GaussState:
+  zero = jnp.zeros((width,), U32)
+  return _GaussState(jnp.uint32(0), jnp.zeros((width,), jnp.int32), zero,
+                     jnp.ones((width,), U32), zero, zero,
+                     jnp.zeros((width,), jnp.int32), zero, zero, zero, zero,
+                     zero, zero)
+
+
 def _gaussian_batch(key, size: int, p: GaussianParams):
   """Discrete Gaussian N_Z(0, n/d) (CKS Algorithm 3), as one flat machine.
 
@@ -473,20 +522,32 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
   host-side table of exact divisions for |y| up to 64·t + 64 and from the
   word-level long division beyond (a ``lax.cond`` that essentially never
   runs).
+
+  Lanes: the machine has W = :func:`_lanes` (size) lanes (size/16, at
+  least 1,024), each running one element; a lane whose element is
+  accepted writes the value out and takes the next element not yet
+  started, from a fresh state. A draw takes ~18 steps on average at
+  σ ≈ 307 but the slowest of 40,960 ~160, so one full-width lane per
+  element would spend ~90 % of its steps waiting for the slowest; with
+  refills the lanes stay busy until the last W elements. Every step
+  draws fresh words for every lane (:func:`random_words` of
+  ``fold_in(key, step)``), so each element meets i.i.d. uniform words
+  at every step of its own run, whichever lane runs it and from which
+  step: the law is exactly that of one lane per element; only the words
+  an element meets differ.
   """
-  n = size
   t = u32(p.t)
   mh, ml = split64(p.m)
   n_word = u32(p.n)
   td = u32(p.td)
   table_size, table = _exponent_table(p)
-  zero = jnp.zeros((n,), U32)
-  one = jnp.ones((n,), U32)
+  one = u32(1)
   m1h, m1l = sub64(mh, ml, u32(0), u32(1))
   mask_h = smear(m1h)
   mask_l = jnp.where(m1h > 0, u32(ALL_ONES), smear(m1l))
 
   def exponent(a, wanted):
+    n = a.shape[0]
     small = a < table_size
     row = table[jnp.where(small, a, 0)]
 
@@ -502,13 +563,11 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
                    lambda: jnp.zeros((n, 4), U32))
     return jnp.where(small[:, None], row, big)
 
-  def cond(s):
-    return jnp.any(s.phase < 4)
-
   def body(s):
+    n = s.phase.shape[0]
     # Laplace proposal (CKS Algorithm 2 with s = 1: Y = U + t·V).
     w, c_t, negative, take_u, keep, drop1, more, stop, grow = (
-        _proposal_step(key, s, n, t))
+        _proposal_step(key, s, n, t, _gaussian_words))
     p3 = s.phase == 3
     y_more = s.y + t
     too_big = more & (y_more > p.limit)
@@ -556,10 +615,28 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
         jnp.where(proposed, e[:, 2], s.fh),
         jnp.where(proposed, e[:, 3], s.fl))
 
-  init = _GaussState(jnp.uint32(0), jnp.zeros((n,), jnp.int32), zero, one,
-                     zero, zero, jnp.zeros((n,), jnp.int32), zero, zero,
-                     zero, zero, zero, zero)
-  return lax.while_loop(cond, body, init).value
+  width = _lanes(size)
+  fresh = _fresh_state(width)
+
+  def cond(c):
+    return jnp.any(c[0].phase < 4)
+
+  def refill_body(c):
+    s, lanes, following, values = c
+    s = body(s)
+    done = (s.phase == 4) & (lanes < size)  # accepted this step
+    values = values.at[jnp.where(done, lanes, size)].set(s.value,
+                                                         mode="drop")
+    new = following + jnp.cumsum(done.astype(jnp.int32)) - 1
+    take = done & (new < size)
+    lanes = jnp.where(take, new, jnp.where(done, size, lanes))
+    s = jax.tree.map(lambda a, f: a if a.ndim == 0 else jnp.where(take, f, a),
+                     s, fresh)
+    return s, lanes, following + jnp.sum(done.astype(jnp.int32)), values
+
+  init = (fresh, jnp.arange(width, dtype=jnp.int32), jnp.int32(width),
+          jnp.zeros((size,), jnp.int32))
+  return lax.while_loop(cond, refill_body, init)[3]
 
 
 def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:

@@ -97,6 +97,50 @@ def test_discrete_gaussian_long_division_path(monkeypatch):
   assert _chi2_pvalue(draws, _gaussian_pmf(3.3, support), support) < 1e-9
 
 
+def test_discrete_gaussian_at_the_ddg_share_scale_and_in_refilled_lanes():
+  # σ = 4911/16 ≈ 307 (the MNIST benchmark's noise share), 40,960 draws:
+  # the machine runs 2,560 lanes, so all but the first 2,560 elements are
+  # run by lanes refilled after an earlier element was accepted. The whole
+  # batch and the refilled elements alone fit the pmf, and a σ 5 % off is
+  # rejected.
+  sigma = Fraction(4911, 16)
+  n = 40_960
+  assert discrete._lanes(n) == 2_560
+  draws = np.asarray(discrete.discrete_gaussian(jax.random.key(13), (n,),
+                                                sigma=sigma))
+  support = np.arange(-3000, 3001)
+  bins = np.arange(-100, 101)  # bins of 30 integers, ±3000 → ±100
+
+  def binned_pvalue(part, scale):
+    pmf = np.bincount(support // 30 + 100, _gaussian_pmf(scale, support))
+    return _chi2_pvalue(part // 30, pmf[:bins.size], bins)
+
+  s = float(sigma)
+  for part in (draws, draws[discrete._lanes(n):]):
+    assert binned_pvalue(part, s) > 1e-3
+  for wrong in (0.95 * s, 1.05 * s):
+    assert binned_pvalue(draws, wrong) < 1e-9
+
+
+def test_random_words_are_jax_threefry_words_two_per_hash():
+  # The Gaussian sampler's words: for a Threefry key, exactly what
+  # jax.random.bits returns without jax_threefry_partitionable; other
+  # key implementations fall back to jax.random.bits.
+  key = jax.random.key(14)
+  with jax.threefry_partitionable(False):
+    want = jax.random.bits(key, (7, 5), jnp.uint32)
+  got = discrete.random_words(key, (7, 5))
+  assert got.dtype == jnp.uint32
+  np.testing.assert_array_equal(got, want)
+  rbg = jax.random.key(14, impl="rbg")
+  np.testing.assert_array_equal(discrete.random_words(rbg, (6,)),
+                                jax.random.bits(rbg, (6,), jnp.uint32))
+  # Uniform bytes over 2^16 words (chi-squared over 256 bins).
+  w = np.asarray(discrete.random_words(key, (1 << 16,)))
+  counts = np.bincount((w >> 24).astype(np.int64), minlength=256)
+  assert stats.chisquare(counts).pvalue > 1e-3
+
+
 @pytest.mark.parametrize("num,den", [
     (1, 2), (7, 3), (3, 1)])
 def test_bernoulli_exp_frequency(num, den):
