@@ -1,14 +1,16 @@
 """dpcore.ddg: conditional rounding, the encoder and the decoder."""
 
 import doctest
+import itertools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import stats
 
-from dpcore import ddg, ddg_accounting
+from dpcore import ddg, ddg_accounting, discrete, rotation
 
 
 def test_docstring_examples():
@@ -54,6 +56,95 @@ def test_conditional_round_always_meets_the_bound():
   low = np.floor(np.asarray(x))
   diff = np.asarray(z) - low
   assert np.all(np.isin(diff[inside], [0, 1]))
+
+
+def _first_accepted(key, x, bound, max_tries=64):
+  """The specification, one row and one candidate at a time (NumPy)."""
+  out = np.zeros(x.shape, np.int64)
+  tries = []
+  for i, row in enumerate(np.asarray(x, np.float32)):
+    low = np.floor(row)
+    for t in range(max_tries):
+      coins = ddg._unit_floats(discrete.random_words(
+          jax.random.fold_in(jax.random.fold_in(key, i), t), (x.shape[1],)))
+      z = (low + (np.asarray(coins) < row - low)).astype(np.int64)
+      if np.sum(z * z) <= bound:
+        out[i] = z
+        tries.append(t + 1)
+        break
+    else:
+      z = np.trunc(row).astype(np.int64)
+      out[i] = z if np.sum(z * z) <= bound else 0
+      tries.append(max_tries)
+  return out, np.array(tries)
+
+
+def test_conditional_round_is_each_rows_first_accepted_candidate():
+  # Row i's t-th candidate uses fold_in(fold_in(key, i), t); only rejected
+  # rows draw again. Rows well inside the ball, rows that need retries,
+  # rows past the ball (the fallback), an integer row and a zero row.
+  c, d = 6.0, 16
+  bound = ddg_accounting.rounded_norm_bound_sq(c, d, math.exp(-0.5))
+  x = jax.random.normal(jax.random.key(20), (40, d))
+  x = x / jnp.linalg.norm(x, axis=1, keepdims=True)
+  x = x * jnp.linspace(0.5 * c, 1.6 * c, 40)[:, None]
+  x = x.at[3].set(jnp.round(x[3])).at[4].set(0.0)
+  key = jax.random.key(21)
+  got = np.asarray(ddg.conditional_round(key, x, bound_sq=bound))
+  want, tries = _first_accepted(key, x, bound)
+  np.testing.assert_array_equal(got, want)
+  assert np.sum((tries > 1) & (tries < 64)) >= 3  # retries were exercised
+  assert np.sum(tries == 64) >= 3                 # and the fallback
+  # A small block (rows interleaved across many loop iterations) gives
+  # the same outputs: a row's result depends on its key and x alone.
+  small = ddg._round_rows(
+      lambda i: jax.vmap(lambda j: jax.random.fold_in(key, j))(i),
+      lambda i: x[i], jnp.any(x != jnp.floor(x), axis=1), dim=d,
+      bound_sq=bound, max_tries=64, block=3)
+  fractional = np.asarray(jnp.any(x != jnp.floor(x), axis=1))
+  np.testing.assert_array_equal(np.asarray(small)[fractional],
+                                want[fractional])
+
+
+def _rounding_law(x, bound, *, conditioned=True):
+  """Exact law of the conditional rounding of one short row (enumerated)."""
+  x = np.asarray(x, np.float64)
+  low, frac = np.floor(x), x - np.floor(x)
+  patterns = np.array(list(itertools.product([0, 1], repeat=x.size)))
+  z = low + patterns
+  p = np.prod(np.where(patterns == 1, frac, 1 - frac), axis=1)
+  if conditioned:
+    p = p * (np.sum(z * z, axis=1) <= bound)
+  return z.astype(np.int64), p / p.sum()
+
+
+def test_conditional_round_has_the_law_of_the_first_accepted_draw():
+  # A row of 4 coordinates whose plain rounding is rejected ~60 % of the
+  # time: 20,000 independent rows (one call) fit the exact conditional law
+  # (all 16 roundings enumerated), and the test rejects the unconditioned
+  # rounding and a rounding biased by +0.05 per coordinate.
+  x = np.array([0.3, 0.5, -0.6, 1.7], np.float32)
+  bound = 4
+  z, law = _rounding_law(x, bound)
+  assert 0.5 < 1 - _rounding_law(x, bound, conditioned=False)[1][
+      np.sum(z * z, axis=1) <= bound].sum() < 0.7
+  n = 20_000
+  draws = np.asarray(ddg.conditional_round(
+      jax.random.key(22), np.tile(x, (n, 1)), bound_sq=bound))
+  assert np.all(_norm_sq(draws) <= bound)
+  index = {tuple(row): k for k, row in enumerate(z)}
+  counts = np.bincount([index[tuple(row)] for row in draws],
+                       minlength=len(z))
+
+  def pvalue(p):
+    keep = p > 0
+    if np.any(counts[~keep]):
+      return 0.0
+    return stats.chisquare(counts[keep], n * p[keep]).pvalue
+
+  assert pvalue(law) > 1e-3
+  assert pvalue(_rounding_law(x, bound, conditioned=False)[1]) < 1e-9
+  assert pvalue(_rounding_law(x + 0.05, bound)[1]) < 1e-9
 
 
 def test_single_draw_acceptance_is_at_least_one_minus_beta():
@@ -147,6 +238,27 @@ def test_round_trip_without_noise_is_within_the_rounding_error():
   assert err < p.gamma * 12 * math.sqrt(p.padded)
   # And the error is the rounding's, not a lost row.
   assert err < 0.01 * float(jnp.linalg.norm(rows[0, 0]))
+
+
+def test_encode_is_the_sum_of_the_rotated_rows_conditional_roundings():
+  # encode rotates and rounds only the rows of weight > 0, a block at a
+  # time; the message is exactly Σᵢ conditional_round(round key, R·xᵢ/γ)
+  # over all rows (rows of weight 0 round to 0) modulo 2^b.
+  p = _params()
+  rows = jax.random.normal(jax.random.key(23), (9, 50)) * 0.3
+  rows = rows / jnp.maximum(1.0, jnp.linalg.norm(rows, axis=1,
+                                                 keepdims=True))
+  weights = jnp.array([1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 1.0, 0.25, 1.0])
+  key, rot = jax.random.key(24), jax.random.key(25)
+  msg = ddg.encode(key, rot, rows, weights, params=p)
+  round_key = jax.random.split(key)[0]
+  ints = ddg.conditional_round(
+      round_key, rotation.rotate(rot, rows * weights[:, None] / p.gamma),
+      bound_sq=p.bound_sq)
+  want = jnp.sum(jax.lax.bitcast_convert_type(ints, jnp.uint32), axis=0,
+                 dtype=jnp.uint32) & p.modulus_mask
+  np.testing.assert_array_equal(msg, want)
+  assert np.all(np.asarray(ints)[np.asarray(weights) == 0] == 0)
 
 
 def test_weights_drop_rows_and_rows_are_clipped():
