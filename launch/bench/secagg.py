@@ -21,9 +21,10 @@ of ``--participants`` (rows per participant: ``--rows``). Paths:
 Each path runs ``--steps_per_call`` steps (one ``lax.scan`` for the two
 whole steps) and is timed after a first, compiling call; the record has
 the median seconds per step over ``--repeats`` calls, the ratio to
-``server``, and the bits each participant sends per step beside 32-bit
-floats. One JSON line per (participants, path) to ``--out``. Nothing is
-released (the records say so)::
+``server``, the bits each participant sends per step beside 32-bit
+floats, and the 1/5/15-minute load averages after the timed calls. One
+JSON line per (participants, path) to ``--out``. Nothing is released
+(the records say so)::
 
   python -m launch.bench.secagg
   python -m launch.bench.secagg --participants=5 --rows=10000
@@ -31,6 +32,7 @@ released (the records say so)::
 
 from __future__ import annotations
 
+import os
 import time
 
 from absl import flags
@@ -183,6 +185,7 @@ def bench(key, *, count, rows, bits, steps, repeats) -> list[dict]:
       t0 = time.perf_counter()
       common.block(fn(jax.random.fold_in(key, r)))
       times[name].append((time.perf_counter() - t0) / steps)
+  load = list(os.getloadavg())  # other jobs share the CPU: read beside
   base = float(np.median(times["server"]))
   p = dist.ddg_params
   settings = dist.settings()
@@ -207,7 +210,7 @@ def bench(key, *, count, rows, bits, steps, repeats) -> list[dict]:
             settings["float32_bits_per_participant_step"],
         "platform": jax.default_backend(),
         "device": str(jax.devices()[0]), "jax_version": jax.__version__,
-        "seed": _SEED.value,
+        "seed": _SEED.value, "load_average_1_5_15": load,
         "privacy": accounting.no_guarantee_record(TIMING_ONLY)})
   return out
 

@@ -34,6 +34,7 @@ def test_a_tiny_benchmark_times_every_path(tmp_path):
     assert r["float32_bits_per_participant_step"] == 32 * 27
     assert tuple(r["privacy"]) == accounting.PRIVACY_FIELDS
     assert r["privacy"]["epsilon"] is None
+    assert len(r["load_average_1_5_15"]) == 3
   assert records[0]["ratio_to_server"] == 1.0
 
 
