@@ -226,7 +226,7 @@ def check_row_norms(x, name: str = "x", *, max_norm: float = 1.0,
 
 
 def check_labels(y, name: str = "y", *, classes: Sequence | None = None,
-                 binary_pm1: bool = False, n_rows: int | None = None
+                 binary_pm1: bool = False, num_examples: int | None = None
                  ) -> np.ndarray:
   """Validates a label vector.
 
@@ -235,7 +235,7 @@ def check_labels(y, name: str = "y", *, classes: Sequence | None = None,
     name: argument name for messages.
     classes: if given, every label must be one of these.
     binary_pm1: labels must be exactly the two values −1 and +1 (both present).
-    n_rows: if given, ``len(y)`` must equal it.
+    num_examples: if given, ``len(y)`` must equal it.
 
   Returns:
     ``y`` as a NumPy array.
@@ -243,9 +243,10 @@ def check_labels(y, name: str = "y", *, classes: Sequence | None = None,
   arr = np.asarray(y)
   if arr.ndim != 1:
     raise ValueError(f"{name} must be 1-D, got shape {arr.shape}.")
-  if n_rows is not None and arr.shape[0] != n_rows:
+  if num_examples is not None and arr.shape[0] != num_examples:
     raise ValueError(
-        f"{name} has {arr.shape[0]} labels but the data has {n_rows} rows.")
+        f"{name} has {arr.shape[0]} labels but the data has "
+        f"{num_examples} rows.")
   if arr.size == 0:
     raise ValueError(f"{name} is empty; at least one labelled row needed.")
   if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):

@@ -60,7 +60,7 @@ def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
   b = op.perturbation_noise(fit_keys[0], static.k, p=traced.p[0], num=1,
                             dtype=z.dtype)
   y = jnp.where(labels == 1, 1.0, -1.0).astype(z.dtype)
-  fit = op.minimise(z, y, mask.astype(z.dtype), num_examples=traced.n[0],
+  fit = op.minimise(z, y, mask.astype(z.dtype), num_examples=traced.sizes[0],
                     lam=static.lam, theta=traced.theta[0], b=b[0],
                     loss=static.loss, h=static.huber_h, tol=static.tol,
                     max_iter=static.max_iter)
@@ -97,7 +97,7 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   x = jnp.zeros((1, 1, 2), jnp.float32).at[0, 0, 0].set(row_norm)
   mask = jnp.ones((1, 1), jnp.float32)
   arrays = tuple(jnp.asarray(a) for a in
-                 (plan.sigma.astype("float32"), plan.n, plan.p, plan.theta))
+                 (plan.sigma.astype("float32"), plan.sizes, plan.p, plan.theta))
 
   def mechanism(key, labels):
     sigma, n, p, theta = (a.astype(jnp.float64) if i else a

@@ -36,7 +36,7 @@ class Calibration(Protocol):
   :class:`federated.feddpdr.FedDPDRPlan`): every participant's σ, size, p
   and θ (host arrays, in participant order), the experiment and K."""
   sigma: np.ndarray
-  n: np.ndarray
+  sizes: np.ndarray
   p: np.ndarray
   theta: np.ndarray
   config: Config
@@ -64,12 +64,12 @@ def check_data(participants: Participants | Buckets, x_test, y_test, *,
         f"x_test has {x_test.shape[1]} features, the participants' rows "
         f"{np.shape(groups[0].x)[-1]}; use the same features.")
   validation.check_labels(y_test, "y_test", classes=range(num_classes),
-                          n_rows=np.asarray(x_test).shape[0])
+                          num_examples=np.asarray(x_test).shape[0])
 
 
 def _traced(plan: Calibration, which=slice(None)) -> tuple:
   """The plan's numbers of participants ``which``, with their dtypes."""
-  return ((plan.sigma[which], jnp.float32), (plan.n[which], jnp.float64),
+  return ((plan.sigma[which], jnp.float32), (plan.sizes[which], jnp.float64),
           (plan.p[which], jnp.float64), (plan.theta[which], jnp.float64))
 
 
@@ -153,16 +153,16 @@ def global_train_arguments(key: jax.Array, local: Participants,
     ``(keys, rows, traced)``.
   """
   seeds = validation.check_positive_int(seeds, "seeds")
-  count = len(plan.n)
+  count = len(plan.sizes)
   start, stop = distributed.local_block(mesh, count)
   sizes = np.asarray(local.sizes)
-  if not np.array_equal(sizes, plan.n[start:stop]):
+  if not np.array_equal(sizes, plan.sizes[start:stop]):
     raise ValueError(
         f"local participants have sizes {sizes.tolist()}, but the plan's "
         f"participants {start}..{stop - 1} have sizes "
-        f"{plan.n[start:stop].astype(int).tolist()}; give this process "
+        f"{plan.sizes[start:stop].astype(int).tolist()}; give this process "
         f"the block local_block() names.")
-  n_max = int(np.max(plan.n))
+  n_max = int(np.max(plan.sizes))
 
   def place(pairs):
     return (distributed.place_local(np.asarray(a, t), mesh, count)

@@ -54,12 +54,12 @@ class Traced(NamedTuple):
 
   Attributes:
     sigma: (N,) float32 DP-PCA noise σ.
-    n: (N,) float64 true sizes.
+    sizes: (N,) float64 true sizes.
     p: (N,) float64 objective-perturbation p (∞: no noise).
     theta: (N,) float64 objective-perturbation θ.
   """
   sigma: jax.Array
-  n: jax.Array
+  sizes: jax.Array
   p: jax.Array
   theta: jax.Array
 

@@ -131,7 +131,7 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
   if memory_budget is not None:
     processes = (len({dev.process_index for dev in mesh.devices.flat})
                  if several else 1)
-    chunk, _ = plan_chunk([config], sizes=plan.n.astype(int), dim=dim,
+    chunk, _ = plan_chunk([config], sizes=plan.sizes.astype(int), dim=dim,
                           num_classes=num_classes, seeds=seeds,
                           budget=memory_budget, chunk=chunk,
                           processes=processes)

@@ -61,7 +61,7 @@ class FedDPDRPlan:
       program :func:`release` runs).
     num_classes: K.
     sigma: (N,) DP-PCA noise σ (0 where there is no private PCA).
-    n: (N,) true sizes, float.
+    sizes: (N,) true sizes, float.
     p: (N,) objective-perturbation p of each fit (∞ for ``nonpriv``:
       the noise b, of density ∝ exp(−(p/2)‖b‖), is then exactly 0).
     theta: (N,) θ of each fit.
@@ -87,7 +87,7 @@ class FedDPDRPlan:
   config: Config
   num_classes: int
   sigma: np.ndarray
-  n: np.ndarray
+  sizes: np.ndarray
   p: np.ndarray
   theta: np.ndarray
   epsilon_pca: float | None
@@ -193,7 +193,7 @@ def make_plan(sizes, *, dim: int, num_classes: int,
     return FedDPDRPlan(
         epsilon=None, delta=None, relation=RELATION, config=config,
         num_classes=num_classes, sigma=np.zeros(count),
-        n=sizes.astype(np.float64), p=np.full(count, np.inf),
+        sizes=sizes.astype(np.float64), p=np.full(count, np.inf),
         theta=np.zeros(count), epsilon_pca=None, epsilon_fit=None,
         num_fits=num_fits,
         privacy=accounting.no_guarantee_record(accounting.NON_PRIVATE))
@@ -223,7 +223,7 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   return FedDPDRPlan(
       epsilon=privacy["epsilon"], delta=config.delta, relation=RELATION,
       config=config, num_classes=num_classes, sigma=np.full(count, sigma),
-      n=sizes.astype(np.float64),
+      sizes=sizes.astype(np.float64),
       p=np.asarray([q.p for q in fits])[which],
       theta=np.asarray([q.theta for q in fits])[which], epsilon_pca=eps_pca,
       epsilon_fit=eps_fit, num_fits=num_fits, privacy=privacy, pca=pca_plan,

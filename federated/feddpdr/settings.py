@@ -4,7 +4,7 @@
 mechanism, k, λ, loss, aggregations, top-k, tol, max_iter) plus the budget
 (ε, δ, calibration, split, the relation σ is calibrated for), which
 reaches the program only
-through the traced per-participant numbers σ, n, p and θ of the plan
+through the traced per-participant numbers σ, sizes, p and θ of the plan
 (:class:`federated.feddpdr.Traced`). :func:`program` is the
 :class:`Static` that selects the compiled program: ``nonpriv`` runs the
 ``feddpdr`` one with the noise off, so a sweep over ε or δ and the

@@ -169,7 +169,7 @@ def _fits(step: Step, local_fit, *own):
   return step.layout.in_order(_per_bucket(
       step, lambda rows, *a: local_fit(a[0], rows.x, rows.y, rows.mask,
                                        *a[1:]),
-      step.fit_keys, t.n, t.p, t.theta, *own))
+      step.fit_keys, t.sizes, t.p, t.theta, *own))
 
 
 def _fit_raw(step: Step, bases, global_basis):

@@ -47,7 +47,7 @@ def _train_one(key, data: Rows | Bucketed, traced: Traced, *,
   count = traced.sigma.shape[0]
   layout = Layout.of(data, count)
   pca_keys, fit_keys = participant_keys(key, count)
-  weights = aggregation.size_weights(traced.n)
+  weights = aggregation.size_weights(traced.sizes)
   step = Step(key, layout,
               traced._replace(sigma=traced.sigma.astype(layout.dtype)),
               pca_keys, fit_keys, weights, static, num_classes, mesh, chunk)
@@ -76,7 +76,7 @@ def train(keys: jax.Array, data: Rows | Bucketed, traced: Traced, *,
     data: every participant's padded rows, or the same in buckets
       (:func:`federated.feddpdr.train_arguments` gives both). The outputs
       are in the original participant order either way.
-    traced: the plan's σ, n, p and θ (traced).
+    traced: the plan's σ, sizes, p and θ (traced).
     config: the experiment, or its :class:`Static` part (static).
     num_classes: K (static).
     mesh: optional participant mesh (static; :mod:`federated.sharding`).

@@ -424,10 +424,10 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
     validation.check_row_norms(x, "x")
   if validation.is_concrete(y):
     if plan.num_classes is None:
-      validation.check_labels(y, "y", binary_pm1=True, n_rows=rows)
+      validation.check_labels(y, "y", binary_pm1=True, num_examples=rows)
     else:
       validation.check_labels(y, "y", classes=range(plan.num_classes),
-                              n_rows=rows)
+                              num_examples=rows)
   if mask is None:
     mask = jnp.ones(rows, jnp.result_type(x))
     if validation.is_concrete(plan.num_examples) and (
@@ -571,7 +571,7 @@ def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
   tol = validation.check_positive(tol, "tol")
   max_iter = validation.check_positive_int(max_iter, "max_iter")
   x = validation.check_row_norms(x, "x")
-  y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
+  y = validation.check_labels(y, "y", binary_pm1=True, num_examples=x.shape[0])
   lam = validation.check_positive(lam, "lam")
   n = x.shape[0]
   with jax.enable_x64(True):

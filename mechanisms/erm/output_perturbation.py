@@ -257,7 +257,7 @@ def _check_fit_inputs(x, y, *, c, tol, max_epochs):
   both classes itself.
   """
   x = validation.check_matrix(x, "x")
-  y = validation.check_labels(y, "y", classes=(-1, 1), n_rows=x.shape[0])
+  y = validation.check_labels(y, "y", classes=(-1, 1), num_examples=x.shape[0])
   validation.check_positive(c, "c")
   validation.check_positive(tol, "tol")
   validation.check_positive_int(max_epochs, "max_epochs")
@@ -317,7 +317,7 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
   keys = validation.check_key(key)[None] if single else key
   check_linear_kernel(kernel)
   x = validation.check_row_norms(x, "x")
-  y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
+  y = validation.check_labels(y, "y", binary_pm1=True, num_examples=x.shape[0])
   w_aug, epochs, gap = fit_linear(x, y, c=plan.c, tol=tol,
                                   max_epochs=max_epochs)
   releases = []

@@ -287,10 +287,10 @@ def _check_data(feature_map, x, y, *, loss, num_classes, rows=None,
         f"num_examples={rows}; make the plan for this data's size.")
   if loss in _BINARY:
     y = validation.check_labels(y, "y", binary_pm1=both_classes,
-                                classes=(-1, 1), n_rows=x.shape[0])
+                                classes=(-1, 1), num_examples=x.shape[0])
   else:
     y = validation.check_labels(y, "y", classes=range(num_classes),
-                                n_rows=x.shape[0])
+                                num_examples=x.shape[0])
     if not np.issubdtype(y.dtype, np.integer) and not np.all(
         y == np.round(y)):
       raise ValueError("y must hold integer class indices 0..K−1 for the "

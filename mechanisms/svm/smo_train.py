@@ -60,7 +60,7 @@ RBF = kernels.KernelSpec(options.Kernel.RBF)  # LIBSVM's default, γ = 1/d
 def check_svm_inputs(x, y, *, c, eps) -> tuple[np.ndarray, np.ndarray]:
   """Validates training data and C-SVC parameters (before any tracing)."""
   x = validation.check_matrix(x, "x")
-  y = validation.check_labels(y, "y", binary_pm1=True, n_rows=x.shape[0])
+  y = validation.check_labels(y, "y", binary_pm1=True, num_examples=x.shape[0])
   check_solver_settings(c=c, eps=eps)
   return x, y
 

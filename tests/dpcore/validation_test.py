@@ -99,7 +99,7 @@ def test_check_row_norms():
     (np.ones((2, 2)), {}, "1-D"),
     (np.array([]), {}, "empty"),
     (np.array([1.0, np.nan]), {}, "NaN"),
-    (np.array([1, 2, 3]), dict(n_rows=4), "4 rows"),
+    (np.array([1, 2, 3]), dict(num_examples=4), "4 rows"),
     (np.array([0, 1, 5]), dict(classes=[0, 1, 2]), "outside the class set"),
     (np.array([0, 1, 1]), dict(binary_pm1=True), "-1 and +1"),
     (np.array([-1, 1, 2]), dict(binary_pm1=True), "-1 and +1"),
@@ -113,7 +113,7 @@ def test_check_labels_rejects(bad, kwargs, why):
 
 
 def test_check_labels_accepts():
-  y = v.check_labels([-1, 1, 1, -1], "y", binary_pm1=True, n_rows=4)
+  y = v.check_labels([-1, 1, 1, -1], "y", binary_pm1=True, num_examples=4)
   np.testing.assert_array_equal(y, [-1, 1, 1, -1])
   v.check_labels(np.array([-1.0, 1.0]), "y", binary_pm1=True)
   v.check_labels(np.array([3, 7, 3]), "y", classes=[3, 7, 9])

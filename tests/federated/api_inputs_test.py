@@ -208,5 +208,5 @@ def test_legitimate_edge_inputs_are_accepted():
   one = partition.partition(KEY, X, Y, sizes=[1])
   assert one.x.shape == (1, 1, 4) and one.sizes.tolist() == [1]
   plan = _prepare(sizes=(1, 19), dim=2, config=feddpdr.Config(k=2))
-  assert plan.num_fits == 3 and plan.n.tolist() == [1.0, 19.0]
+  assert plan.num_fits == 3 and plan.sizes.tolist() == [1.0, 19.0]
   assert partition.even_sizes(10, 2, 5) == (5, 5)

@@ -16,7 +16,7 @@ def test_rows_and_traced_are_pytrees_of_their_arrays():
   assert len(jax.tree.leaves(traced)) == 4
   doubled = jax.tree.map(lambda a: 2 * a, traced)
   assert isinstance(doubled, feddpdr.Traced)
-  np.testing.assert_array_equal(doubled.n, [6.0, 6.0])
+  np.testing.assert_array_equal(doubled.sizes, [6.0, 6.0])
 
 
 def test_layout_puts_buckets_back_in_the_original_order():

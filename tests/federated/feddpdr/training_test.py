@@ -41,7 +41,7 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
         kk, feddpdr.Rows(jnp.asarray(xp), jnp.asarray(yp),
                          jnp.asarray(mask)),
         feddpdr.Traced(jnp.asarray(plan.sigma, jnp.float32),
-                       jnp.asarray(plan.n), jnp.asarray(plan.p),
+                       jnp.asarray(plan.sizes), jnp.asarray(plan.p),
                        jnp.asarray(plan.theta)), config=config,
         num_classes=classes))(key)
     # The same computation, one participant at a time, unpadded.
@@ -62,7 +62,7 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
     betas = []
     for i in range(3):
       z = clipping.clip_rows((jnp.asarray(xs[i]) @ basis).astype(jnp.float64))
-      res = fit(fit_keys[i], z, jnp.asarray(ys[i]), plan.n[i], plan.p[i],
+      res = fit(fit_keys[i], z, jnp.asarray(ys[i]), plan.sizes[i], plan.p[i],
                 plan.theta[i])
       assert bool(jnp.all(res.converged))
       betas.append(res.beta)
