@@ -68,8 +68,8 @@ from dpcore import ddg_accounting, discrete, rotation, validation
 
 __all__ = [
     "DDGParams", "MAX_BITS", "MAX_PADDED_DIM", "choose_params",
-    "conditional_round", "decode", "encode", "noise_shares", "share_sigma",
-    "wrap_probability",
+    "conditional_round", "decode", "encode", "encode_many", "noise_shares",
+    "share_sigma", "wrap_probability",
 ]
 
 MAX_BITS = 24
@@ -292,13 +292,14 @@ def _unit_floats(words: jax.Array) -> jax.Array:
 
 
 def _block_rows(rows: int, dim: int) -> int:
-  """Rows drawn per loop iteration: about 2¹⁶ coins, at least one row."""
-  return max(1, min(rows, (1 << 16) // max(dim, 1)))
+  """Rows drawn per loop iteration: about 2¹⁸ coins, at least one row."""
+  return max(1, min(rows, (1 << 18) // max(dim, 1)))
 
 
 def _round_rows(row_key, get_x, pending, *, dim: int, bound_sq: int,
                 max_tries: int, block: int | None = None,
-                summed: bool = False) -> jax.Array:
+                group: jax.Array | None = None,
+                groups: int = 1) -> jax.Array:
   """Conditional rounding of the ``pending`` rows, a block at a time.
 
   Row i's t-th candidate is the randomised rounding of ``get_x(i)`` with
@@ -320,16 +321,21 @@ def _round_rows(row_key, get_x, pending, *, dim: int, bound_sq: int,
     dim: D.
     bound_sq, max_tries: as :func:`conditional_round`.
     block: rows per iteration (default :func:`_block_rows`).
-    summed: return the outputs' sum, not the outputs. The loop then
-      carries (D,) words instead of (rows, D): under ``vmap`` (a batched
-      ``while_loop`` selects its whole carry every iteration) that is
-      the difference between a few and a hundred milliseconds.
+    group: (rows,) int32 in [0, ``groups``): return each group's sum of
+      outputs, not the outputs. The loop then carries (groups, D) words
+      instead of (rows, D): under ``vmap`` (a batched ``while_loop``
+      selects its whole carry every iteration) that is the difference
+      between a few and a hundred milliseconds.
+    groups: the number of groups.
 
   Returns:
-    int32 (rows, D), 0 on rows not pending; or, ``summed``, uint32 (D,):
-    their sum modulo 2³².
+    int32 (rows, D), 0 on rows not pending; or, with ``group``, uint32
+    (groups, D): each group's sum modulo 2³².
   """
   rows = pending.shape[0]
+  if rows == 0:
+    return (jnp.zeros((groups, dim), _U32) if group is not None
+            else jnp.zeros((0, dim), jnp.int32))
   block = _block_rows(rows, dim) if block is None else block
   if max_tries < 1:  # no draws: the fallback alone
     pending = jnp.zeros_like(pending)
@@ -353,9 +359,9 @@ def _round_rows(row_key, get_x, pending, *, dim: int, bound_sq: int,
     finish = valid & (ok | (tries + 1 >= max_tries))
     result = jnp.where(ok[:, None], z, _fallback(x, bound_sq))
     at = jnp.where(finish, idx, rows)
-    if summed:
-      out = s.out + jnp.sum(jnp.where(finish[:, None], _as_words(result),
-                                      _U32(0)), axis=0, dtype=_U32)
+    if group is not None:
+      out = s.out.at[jnp.where(finish, group[safe], groups)].add(
+          _as_words(result), mode="drop")
     else:
       out = s.out.at[at].set(result, mode="drop")
     return _RoundState(
@@ -363,7 +369,7 @@ def _round_rows(row_key, get_x, pending, *, dim: int, bound_sq: int,
         s.tries.at[jnp.where(valid, idx, rows)].add(1, mode="drop"), out)
 
   init = _RoundState(pending, jnp.zeros((rows,), jnp.int32),
-                     jnp.zeros((dim,), _U32) if summed
+                     jnp.zeros((groups, dim), _U32) if group is not None
                      else jnp.zeros((rows, dim), jnp.int32))
   return lax.while_loop(cond, body, init).out
 
@@ -433,6 +439,76 @@ def noise_shares(key: jax.Array, count: int, *,
                                     sigma=params.sigma_share)
 
 
+def _row_sums(round_keys, rotation_key, rows, weights, params):
+  """Σᵢ x̃ᵢ per participant, uint32 (P, D): the rows (P, n, d) clipped,
+  weighted, scaled, rotated and conditionally rounded, row (p, i) with
+  key ``fold_in(round_keys[p], i)``.
+
+  Rows of weight 0 are 0 and round to 0: only the others are rotated and
+  rounded, a block at a time, in one loop over all participants' rows
+  (the same outputs as :func:`conditional_round` of each participant's
+  whole rotated batch).
+  """
+  count, n, _ = rows.shape
+  rows = rows.reshape(count * n, params.dim)
+  weights = weights.reshape(count * n)
+  weights = jnp.clip(jnp.where(jnp.isnan(weights), 0.0, weights), 0.0, 1.0)
+  norms = jnp.sqrt(jnp.sum(jnp.square(rows), axis=1))
+  finite = jnp.isfinite(norms)
+  scale = jnp.where(finite, jnp.minimum(
+      1.0, params.clip_norm / jnp.maximum(norms, 1e-30)), 0.0)
+  rows = jnp.where(finite[:, None], rows, 0.0) * (scale * weights)[:, None]
+  signs = rotation.signs(rotation_key, params.padded)
+  pad = params.padded - params.dim
+
+  def get_x(i):
+    r = jnp.pad(rows[i] / params.gamma, ((0, 0), (0, pad)))
+    return _clean(rotation.walsh_hadamard(r * signs))
+
+  def row_key(i):
+    return jax.vmap(jax.random.fold_in)(round_keys[i // n], i % n)
+
+  return _round_rows(  # exact modulo 2³²
+      row_key, get_x, weights > 0, dim=params.padded,
+      bound_sq=params.bound_sq, max_tries=params.max_tries,
+      group=jnp.arange(count * n, dtype=jnp.int32) // n, groups=count)
+
+
+def encode_many(keys: jax.Array, rotation_key: jax.Array, rows: jax.Array,
+                weights: jax.Array, *, params: DDGParams,
+                shares: jax.Array | None = None) -> jax.Array:
+  """:func:`encode` of P participants at once: uint32 (P, D).
+
+  Exactly ``vmap(encode)`` over (``keys``, ``rows``, ``weights``,
+  ``shares``), bitwise: a row's rounding depends only on its
+  participant's key and the row. The simulation's shortcut: one loop
+  draws all participants' rows a block at a time, where a ``vmap``-ped
+  loop would run as long as the participant with the most rows, every
+  participant drawing a block each iteration.
+
+  Args:
+    keys: (P,) the participants' keys.
+    rotation_key: the step's public rotation key.
+    rows: (P, n, d).
+    weights: (P, n).
+    params: from :func:`choose_params`.
+    shares: int32 (P, D) noise shares (:func:`noise_shares`), or None to
+      draw each participant's from its key as :func:`encode` does.
+  """
+  rows = jnp.asarray(rows, jnp.float32)
+  if rows.ndim != 3 or rows.shape[2] != params.dim or keys.shape != (
+      rows.shape[0],):
+    raise ValueError(f"rows must be (P, n, {params.dim}) with P = "
+                     f"{keys.shape} keys, got {rows.shape}.")
+  split = jax.vmap(jax.random.split)(keys)
+  totals = _row_sums(split[:, 0], rotation_key, rows, jnp.asarray(weights),
+                     params)
+  if shares is None and params.sigma_share is None:
+    return totals & _U32(params.modulus_mask)
+  return jax.vmap(lambda k, t, s: _add_share(k, t, s, params))(
+      split[:, 1], totals, shares)
+
+
 def encode(key: jax.Array, rotation_key: jax.Array, rows: jax.Array,
            weights: jax.Array, *, params: DDGParams,
            share: jax.Array | None = None) -> jax.Array:
@@ -467,27 +543,14 @@ def encode(key: jax.Array, rotation_key: jax.Array, rows: jax.Array,
   rows = jnp.asarray(rows, jnp.float32)
   if rows.ndim != 2 or rows.shape[1] != params.dim:
     raise ValueError(f"rows must be (n, {params.dim}), got {rows.shape}.")
-  weights = jnp.clip(jnp.where(jnp.isnan(weights), 0.0, weights), 0.0, 1.0)
-  norms = jnp.sqrt(jnp.sum(jnp.square(rows), axis=1))
-  finite = jnp.isfinite(norms)
-  scale = jnp.where(finite, jnp.minimum(
-      1.0, params.clip_norm / jnp.maximum(norms, 1e-30)), 0.0)
-  rows = jnp.where(finite[:, None], rows, 0.0) * (scale * weights)[:, None]
   round_key, noise_key = jax.random.split(key)
-  # Rows of weight 0 are 0 and round to 0: only the others are rotated and
-  # rounded, a block at a time (the same outputs as conditional_round of
-  # the whole rotated batch).
-  signs = rotation.signs(rotation_key, params.padded)
-  pad = params.padded - params.dim
+  total = _row_sums(round_key[None], rotation_key, rows[None],
+                    jnp.asarray(weights)[None], params)[0]
+  return _add_share(noise_key, total, share, params)
 
-  def get_x(i):
-    r = jnp.pad(rows[i] / params.gamma, ((0, 0), (0, pad)))
-    return _clean(rotation.walsh_hadamard(r * signs))
 
-  total = _round_rows(  # Σᵢ x̃ᵢ, exact modulo 2³²
-      lambda i: jax.vmap(lambda j: jax.random.fold_in(round_key, j))(i),
-      get_x, weights > 0, dim=params.padded, bound_sq=params.bound_sq,
-      max_tries=params.max_tries, summed=True)
+def _add_share(noise_key, total, share, params):
+  """The row sum plus the noise share (given, or drawn), modulo 2^b."""
   if share is not None:
     if params.sigma_share is None:
       raise ValueError("a share was given but params has no noise.")

@@ -124,8 +124,10 @@ def step_sum(key: jax.Array, t, params_model, loss, x, y, mask, alive, *,
   share (row p of :func:`dpcore.ddg.noise_shares`, drawn for all
   participants in one call: the same law, twice as fast),
   :func:`federated.secagg.mask_message`; only the masked message leaves
-  it. Server side: the
-  masked messages, ``alive`` and the survivors' unmasking go to
+  it. Without ``chunk`` the participants' encodings run as one
+  :func:`dpcore.ddg.encode_many` (bitwise the ``vmap`` of ``encode``,
+  without a loop that waits for the participant with the most rows).
+  Server side: the masked messages, ``alive`` and the survivors' unmasking go to
   :func:`federated.secagg.server_sum`, then :func:`dpcore.ddg.decode`.
 
   Returns ``(sum, overflowed batches, ok)``: ``ok`` False when fewer
@@ -144,7 +146,7 @@ def step_sum(key: jax.Array, t, params_model, loss, x, y, mask, alive, *,
   shares = (None if p_ddg.sigma_share is None else ddg.noise_shares(
       jax.random.fold_in(share_root, t), count, params=p_ddg))
 
-  def participant(p, xp, yp, mp, share):
+  def rows_of(p, xp, yp, mp):
     batch = dpsgd.poisson_batch(
         jax.random.fold_in(jax.random.fold_in(sampling, p), t), plan.rows,
         sampling_rate=plan.sampling_rate, max_batch=plan.row_plan.max_batch,
@@ -154,19 +156,33 @@ def step_sum(key: jax.Array, t, params_model, loss, x, y, mask, alive, *,
     grads = jax.vmap(jax.grad(loss), in_axes=(None, 0))(params_model,
                                                         (xb, yb))
     flat = jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
-    message = ddg.encode(
-        jax.random.fold_in(jax.random.fold_in(noise_key, p), t),
-        rotation_key, flat, weight, params=p_ddg,
-        share=None if shares is None else share)
-    masked = secagg.mask_message(setup, t, p, message, count=count,
-                                 bits=p_ddg.bits)
-    return masked, batch.size > plan.row_plan.max_batch
+    return flat, weight, batch.size > plan.row_plan.max_batch
 
-  args = (jnp.arange(count), x, y, mask,
-          jnp.zeros((count, 0), jnp.int32) if shares is None else shares)
+  def round_key(p):
+    return jax.random.fold_in(jax.random.fold_in(noise_key, p), t)
+
+  def masked_message(p, message):
+    return secagg.mask_message(setup, t, p, message, count=count,
+                               bits=p_ddg.bits)
+
+  def participant(p, xp, yp, mp, share):
+    flat, weight, over = rows_of(p, xp, yp, mp)
+    message = ddg.encode(round_key(p), rotation_key, flat, weight,
+                         params=p_ddg,
+                         share=None if shares is None else share)
+    return masked_message(p, message), over
+
+  ids = jnp.arange(count)
   if chunk is None:
-    masked, over = jax.vmap(participant)(*args)
+    # All participants' rows at once: ddg.encode_many is vmap(encode)
+    # bitwise, in one rounding loop over every participant's rows.
+    flat, weight, over = jax.vmap(rows_of)(ids, x, y, mask)
+    messages = ddg.encode_many(jax.vmap(round_key)(ids), rotation_key, flat,
+                               weight, params=p_ddg, shares=shares)
+    masked = jax.vmap(masked_message)(ids, messages)
   else:
+    args = (ids, x, y, mask,
+            jnp.zeros((count, 0), jnp.int32) if shares is None else shares)
     masked, over = jax.lax.map(lambda a: participant(*a), args,
                                batch_size=chunk)
   # Server side: masked messages, who arrived, the revealed unmasking.

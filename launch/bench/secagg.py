@@ -9,14 +9,15 @@ of ``--participants`` (rows per participant: ``--rows``). Paths:
   gathered, clipped per row, summed; one float Gaussian noise);
 * ``distributed``: the distributed discrete Gaussian step: per
   participant, per-example gradients, then :func:`dpcore.ddg.encode`
-  (clip, scale, rotate, conditional rounding of every row, the noise
+  (clip, scale, rotate, conditional rounding of every real row, the noise
   share of D exact discrete Gaussian draws, mod 2^b) and
   :func:`federated.secagg.mask_message`; server side the unmasking,
   :func:`federated.secagg.server_sum` and :func:`dpcore.ddg.decode`;
-* its parts, each alone: ``encode_no_noise`` (gradients and encode
-  without the share), ``noise_only`` (the P·D share draws),
-  ``masks_only`` (masking every message, the unmasking vector and the
-  server's sum), ``decode_only``.
+* its parts, each alone: ``encode_no_noise`` (gradients and
+  :func:`dpcore.ddg.encode_many` without the shares, as the step runs
+  it), ``noise_only`` (the P·D share draws), ``masks_only`` (masking
+  every message, the unmasking vector and the server's sum),
+  ``decode_only``.
 
 Each path runs ``--steps_per_call`` steps (one ``lax.scan`` for the two
 whole steps) and is timed after a first, compiling call; the record has
@@ -128,9 +129,11 @@ def make_paths(key, *, count, rows, bits, steps, dim, classes, batch,
         g = jax.vmap(jax.grad(fedsgd.softmax_loss), in_axes=(None, 0))(
             params, (xp[b.indices], yp[b.indices]))
         flat = jax.vmap(lambda v: ravel_pytree(v)[0])(g)
-        return ddg.encode(jax.random.fold_in(k, i), kr, flat,
-                          b.slot_mask * mp[b.indices], params=quiet)
-      return jnp.sum(jax.vmap(participant)(jnp.arange(count), x, y, mask),
+        return flat, b.slot_mask * mp[b.indices]
+      ids = jnp.arange(count)
+      flat, weight = jax.vmap(participant)(ids, x, y, mask)
+      keys = jax.vmap(lambda i: jax.random.fold_in(k, i))(ids)
+      return jnp.sum(ddg.encode_many(keys, kr, flat, weight, params=quiet),
                      axis=0, dtype=jnp.uint32)
     return jax.lax.map(lambda t: one(t, k), jnp.arange(steps))
 

@@ -261,6 +261,30 @@ def test_encode_is_the_sum_of_the_rotated_rows_conditional_roundings():
   assert np.all(np.asarray(ints)[np.asarray(weights) == 0] == 0)
 
 
+def test_encode_many_is_vmap_of_encode_bitwise():
+  # One rounding loop over all participants' rows, with and without given
+  # shares; rows of weight 0 anywhere.
+  p = _params(noise_multiplier=1.0)
+  rows = jax.random.normal(jax.random.key(26), (3, 7, 50)) * 0.3
+  weights = (jax.random.uniform(jax.random.key(27), (3, 7)) > 0.4).astype(
+      jnp.float32)
+  keys = jax.random.split(jax.random.key(28), 3)
+  rot = jax.random.key(29)
+  shares = ddg.noise_shares(jax.random.key(30), 3, params=p)
+  many = ddg.encode_many(keys, rot, rows, weights, params=p, shares=shares)
+  each = jax.vmap(lambda k, r, w, s: ddg.encode(k, rot, r, w, params=p,
+                                                share=s))(
+      keys, rows, weights, shares)
+  np.testing.assert_array_equal(many, each)
+  drawn = ddg.encode_many(keys, rot, rows, weights, params=p)
+  np.testing.assert_array_equal(drawn, jax.vmap(
+      lambda k, r, w: ddg.encode(k, rot, r, w, params=p))(keys, rows,
+                                                           weights))
+  assert not np.array_equal(drawn, many)
+  with pytest.raises(ValueError, match="rows must be"):
+    ddg.encode_many(keys[:2], rot, rows, weights, params=p)
+
+
 def test_weights_drop_rows_and_rows_are_clipped():
   p = _params()
   rot, key = jax.random.key(1), jax.random.key(2)
