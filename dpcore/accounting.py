@@ -63,6 +63,7 @@ __all__ = [
     "dpsgd_steps",
     "gaussian_epsilon",
     "no_guarantee_record",
+    "composed_epsilon",
     "plan_epsilon",
     "privacy_record",
     "zcdp_epsilon",
@@ -679,6 +680,19 @@ def plan_epsilon(plan, *, delta: float | None = None) -> float:
   ledger = PrivacyLedger()
   plan.record(ledger)
   return ledger.guarantee(delta or None).epsilon
+
+
+def composed_epsilon(plans, delta: float) -> float:
+  """The ε at ``delta`` of a fresh ledger once every plan has recorded.
+
+  Several releases of one run (e.g. a data normalisation, then DP-SGD),
+  composed as a run's ledger composes them; :func:`plan_epsilon` is the
+  one-plan case.
+  """
+  ledger = PrivacyLedger()
+  for plan in plans:
+    plan.record(ledger)
+  return ledger.guarantee(delta).epsilon
 
 
 def _truncation_delta(epsilon: float, probability: float) -> float:

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import time
 
 import numpy as np
 
 __all__ = ["CANDIDATES", "TUNE_CANDIDATES", "TUNE_SCORE_EPSILON", "Recipe",
-           "calibrate_tuning", "calibrated_plan", "features",
-           "ledger_epsilon", "run", "run_tuned", "summary", "train_head",
+           "calibrate_tuning", "features",
+           "run", "run_tuned", "summary", "train_head",
            "tuning_trial_privacy"]
 
 
@@ -116,97 +115,11 @@ def _normalise(key, recipe: Recipe, train, test, delta):
   return flat(train), flat(test), plan
 
 
-def ledger_epsilon(plans, delta: float) -> float:
-  """The ε at δ of a fresh ledger holding ``plans`` (each ``record``-ed)."""
-  from dpcore import accounting  # pylint: disable=g-import-not-at-top
-  ledger = accounting.PrivacyLedger()
-  for plan in plans:
-    plan.record(ledger)
-  return ledger.guarantee(delta).epsilon
-
-
-def calibrated_plan(n: int, *, epsilon: float, delta: float,
-                    sampling_rate: float, clip_norm: float, epochs: float,
-                    before=(), tolerance: float = 1e-3, **kwargs):
-  """The DP-SGD plan whose σ makes the LEDGER's ε at δ meet ``epsilon``.
-
-  The ledger reports the tightest of its compositions (PLD for Gaussian
-  steps), while :func:`dpcore.accounting.calibrate_dpsgd_noise` (what
-  ``trainer.make_plan(epsilon=…)`` uses) calibrates by RDP alone, so a
-  plan made that way is reported at an ε below its target (0.913 for 1,
-  2.755 for 3 at this recipe): σ larger than needed. Here σ is found by
-  bisection on the ledger's own ε of the whole run — the releases in
-  ``before`` (e.g. the data normalisation's plan) and the DP-SGD plan —
-  so the reported ε is at most ``epsilon`` and σ within a factor
-  ``1 + tolerance`` of the smallest σ that gives it.
-
-  Args:
-    n: N, the training rows.
-    epsilon: the target ε of the whole run (the ledger's, at ``delta``).
-    delta: δ.
-    sampling_rate: q.
-    clip_norm: C.
-    epochs: E (T = E/q steps).
-    before: plans recorded in the same ledger before DP-SGD's.
-    tolerance: relative width of the final σ bracket.
-    **kwargs: passed to :func:`dpcore.trainer.make_plan`.
-
-  Returns:
-    A :class:`dpcore.trainer.DPSGDPlan` made with ``noise_multiplier=``.
-
-  Raises:
-    ValueError: ``before`` alone costs ``epsilon`` or more.
-  """
-  from dpcore import trainer  # pylint: disable=g-import-not-at-top
-  base = dict(sampling_rate=sampling_rate, clip_norm=clip_norm,
-              epochs=epochs, delta=delta, **kwargs)
-
-  def plan(sigma):
-    return trainer.make_plan(n, noise_multiplier=sigma, **base)
-
-  def total(sigma):
-    return ledger_epsilon([*before, plan(sigma)], delta)
-
-  refusal = (f"ε={epsilon} is below what the releases before DP-SGD cost "
-             f"alone; give them less (e.g. raise norm_noise_multiplier).")
-  if before and ledger_epsilon(list(before), delta) >= epsilon:
-    raise ValueError(refusal)  # before any bisection
-  # RDP's σ for DP-SGD alone: the ledger (tighter) gives it at most ε.
-  hi = trainer.make_plan(n, epsilon=epsilon, **base).noise_multiplier
-  f_hi = total(hi)
-  for _ in range(40):
-    if f_hi <= epsilon:
-      break
-    hi *= 1.5
-    f_hi = total(hi)
-  else:
-    raise ValueError(refusal)
-  lo = hi / 1.25
-  f_lo = total(lo)
-  while f_lo <= epsilon:
-    hi, f_hi, lo = lo, f_lo, lo / 1.25
-    f_lo = total(lo)
-  # Illinois regula falsi on log σ ↦ log ε (smooth and decreasing), the
-  # bracket kept: total(lo) > ε ≥ total(hi).
-  target, side = math.log(epsilon), 0
-  g_lo, g_hi = math.log(f_lo) - target, math.log(f_hi) - target
-  while hi / lo > 1.0 + tolerance:
-    a, b = math.log(lo), math.log(hi)
-    mid = math.exp(b - g_hi * (b - a) / (g_hi - g_lo))
-    mid = min(max(mid, lo * (1.0 + tolerance / 4)), hi / (1.0 + tolerance / 4))
-    g_mid = math.log(total(mid)) - target
-    if g_mid > 0.0:
-      lo, g_lo = mid, g_mid
-      g_hi, side = (g_hi / 2.0 if side == -1 else g_hi), -1
-    else:
-      hi, g_hi = mid, g_mid
-      g_lo, side = (g_lo / 2.0 if side == 1 else g_lo), 1
-  return plan(hi)
-
-
 def _dpsgd_plan(n, recipe: Recipe, epsilon, delta, norm_plan):
-  """The recipe's DP-SGD plan, σ calibrated on the ledger's total ε."""
-  return calibrated_plan(
+  """The recipe's DP-SGD plan, σ calibrated on the ledger's total ε
+  (:func:`dpcore.trainer.make_ledger_plan`)."""
+  from dpcore import trainer  # pylint: disable=g-import-not-at-top
+  return trainer.make_ledger_plan(
       n, epsilon=epsilon, delta=delta,
       sampling_rate=recipe.batch_size / n, clip_norm=recipe.clip_norm,
       epochs=recipe.epochs, before=() if norm_plan is None else (norm_plan,))

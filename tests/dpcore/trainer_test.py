@@ -447,3 +447,58 @@ def test_dp_logistic_regression_on_digits():
   baseline = linear_model.LogisticRegression(
       C=1e4, fit_intercept=False, max_iter=5000).fit(x[train], y[train])
   assert baseline.score(x[test], y[test]) >= accuracy.max()
+
+
+# make_ledger_plan: σ calibrated on the ledger's ε of the whole run.
+LEDGER_KW = dict(sampling_rate=0.1, clip_norm=1.0, steps=50)
+
+
+def test_ledger_plan_meets_the_ledgers_epsilon_with_the_smallest_sigma():
+  before = trainer.make_plan(1000, noise_multiplier=4.0, delta=1e-5,
+                             **LEDGER_KW)
+  plan = trainer.make_ledger_plan(1000, epsilon=2.0, delta=1e-5,
+                                  before=(before,), **LEDGER_KW)
+  total = accounting.composed_epsilon([before, plan], 1e-5)
+  assert 2.0 * 0.995 <= total <= 2.0
+  smaller = trainer.make_plan(
+      1000, noise_multiplier=0.99 * plan.noise_multiplier, delta=1e-5,
+      **LEDGER_KW)
+  assert accounting.composed_epsilon([before, smaller], 1e-5) > 2.0
+  # What was released before costs something: alone, less noise.
+  alone = trainer.make_ledger_plan(1000, epsilon=2.0, delta=1e-5,
+                                   **LEDGER_KW)
+  assert plan.noise_multiplier > alone.noise_multiplier
+
+
+def test_ledger_plan_refuses_a_spent_budget_and_a_given_sigma():
+  before = trainer.make_plan(1000, noise_multiplier=0.3, delta=1e-5,
+                             **LEDGER_KW)
+  with pytest.raises(ValueError, match="below what the releases before"):
+    trainer.make_ledger_plan(1000, epsilon=1.0, delta=1e-5,
+                             before=(before,), **LEDGER_KW)
+  with pytest.raises(ValueError, match="drop noise_multiplier"):
+    trainer.make_ledger_plan(1000, epsilon=1.0, delta=1e-5,
+                             noise_multiplier=1.0, **LEDGER_KW)
+
+
+@pytest.mark.slow  # PLD bisections at T = 293 (the scattering recipe)
+@pytest.mark.parametrize("epsilon", [1.0, 3.0])
+def test_sigma_is_calibrated_on_the_ledgers_epsilon(epsilon):
+  n, q = 60000, 8192 / 60000
+  plan = trainer.make_ledger_plan(n, epsilon=epsilon, delta=1e-5,
+                                  sampling_rate=q, clip_norm=0.1,
+                                  epochs=40.0)
+  reported = accounting.composed_epsilon([plan], 1e-5)
+  # The ledger's ε (PLD here) meets the target, within the bracket.
+  assert epsilon * 0.995 <= reported <= epsilon
+  # RDP's calibration (make_plan(epsilon=...)) is looser: more noise, and
+  # a reported ε well under the target (0.913 for 1, 2.755 for 3).
+  rdp = trainer.make_plan(n, sampling_rate=q, clip_norm=0.1, epochs=40.0,
+                          epsilon=epsilon, delta=1e-5)
+  assert rdp.noise_multiplier > 1.05 * plan.noise_multiplier
+  assert accounting.composed_epsilon([rdp], 1e-5) < 0.95 * epsilon
+  # A σ 1 % smaller would overspend: σ is (nearly) the smallest one.
+  smaller = trainer.make_plan(n, sampling_rate=q, clip_norm=0.1,
+                              epochs=40.0, delta=1e-5,
+                              noise_multiplier=0.99 * plan.noise_multiplier)
+  assert accounting.composed_epsilon([smaller], 1e-5) > epsilon

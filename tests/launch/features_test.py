@@ -4,7 +4,7 @@ validation split, the private tuning's record."""
 import numpy as np
 import pytest
 
-from dpcore import accounting, trainer, tuning
+from dpcore import accounting, tuning
 from launch.data import loaders
 from launch.experiments import features
 from mechanisms.features import normalization
@@ -27,34 +27,11 @@ def test_dpsgd_noise_leaves_room_for_the_data_normalisation():
   assert plan.noise_multiplier > alone.noise_multiplier
 
 
-@pytest.mark.slow  # PLD bisections and small training runs
-@pytest.mark.parametrize("epsilon", [1.0, 3.0])
-def test_sigma_is_calibrated_on_the_ledgers_epsilon(epsilon):
-  n, q = 60000, 8192 / 60000
-  plan = features.calibrated_plan(n, epsilon=epsilon, delta=1e-5,
-                                  sampling_rate=q, clip_norm=0.1,
-                                  epochs=40.0)
-  reported = features.ledger_epsilon([plan], 1e-5)
-  # The ledger's ε (PLD here) meets the target, within the bracket.
-  assert epsilon * 0.995 <= reported <= epsilon
-  # RDP's calibration (make_plan(epsilon=...)) is looser: more noise, and
-  # a reported ε well under the target (0.913 for 1, 2.755 for 3).
-  rdp = trainer.make_plan(n, sampling_rate=q, clip_norm=0.1, epochs=40.0,
-                          epsilon=epsilon, delta=1e-5)
-  assert rdp.noise_multiplier > 1.05 * plan.noise_multiplier
-  assert features.ledger_epsilon([rdp], 1e-5) < 0.95 * epsilon
-  # A σ 1 % smaller would overspend: σ is (nearly) the smallest one.
-  smaller = trainer.make_plan(n, sampling_rate=q, clip_norm=0.1,
-                              epochs=40.0, delta=1e-5,
-                              noise_multiplier=0.99 * plan.noise_multiplier)
-  assert features.ledger_epsilon([smaller], 1e-5) > epsilon
-
-
 def test_calibration_refuses_a_budget_the_normalisation_exhausts():
   norm = normalization.make_plan(
       epsilon=None, noise_multiplier=0.5, delta=1e-5, num_examples=6000,
       channels=81, clip_mean=1.0, clip_square=1.0)
-  with pytest.raises(ValueError, match="norm_noise_multiplier"):
+  with pytest.raises(ValueError, match="below what the releases before"):
     features._dpsgd_plan(6000, features.Recipe(norm="data", epochs=1.0,
                                                batch_size=600),
                          1.0, 1e-5, norm)
