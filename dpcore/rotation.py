@@ -60,11 +60,21 @@ def walsh_hadamard(x: jax.Array) -> jax.Array:
                      f"{d}; pad it (padded_dim).")
   lead = x.shape[:-1]
   y, half = x, 1
-  while half < d:  # one butterfly stage per bit: (a, b) -> (a + b, a − b)
-    y = y.reshape(lead + (d // (2 * half), 2, half))
-    a, b = y[..., 0, :], y[..., 1, :]
-    y = jnp.stack([a + b, a - b], axis=-2)
-    half *= 2
+  while half < d:
+    # One butterfly stage per bit, (a, b) -> (a + b, a − b); two stages a
+    # pass where two remain (the same additions in the same order, so the
+    # same floats, with half the passes over memory).
+    if 4 * half <= d:
+      y = y.reshape(lead + (d // (4 * half), 4, half))
+      q = [y[..., j, :] for j in range(4)]
+      s0, s1, s2, s3 = q[0] + q[1], q[0] - q[1], q[2] + q[3], q[2] - q[3]
+      y = jnp.stack([s0 + s2, s1 + s3, s0 - s2, s1 - s3], axis=-2)
+      half *= 4
+    else:
+      y = y.reshape(lead + (d // (2 * half), 2, half))
+      a, b = y[..., 0, :], y[..., 1, :]
+      y = jnp.stack([a + b, a - b], axis=-2)
+      half *= 2
   return y.reshape(lead + (d,)) * (1.0 / math.sqrt(d))
 
 

@@ -33,6 +33,21 @@ def test_walsh_hadamard_is_the_normalised_sylvester_matrix():
   np.testing.assert_allclose(h, linalg.hadamard(16) / 4.0, atol=1e-6)
 
 
+@pytest.mark.parametrize("d", [1, 2, 8, 32, 8192])
+def test_walsh_hadamard_is_the_radix_2_butterfly_bitwise(d):
+  # Two stages a pass do the same float32 additions in the same order as
+  # one stage a pass: the same floats, bit for bit.
+  x = np.asarray(jax.random.normal(jax.random.key(d), (3, d)), np.float32)
+  y, half = x.copy(), 1
+  while half < d:
+    y = y.reshape(3, d // (2 * half), 2, half)
+    y = np.stack([y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]], axis=2)
+    half *= 2
+  want = y.reshape(3, d) * np.float32(1.0 / np.sqrt(d))
+  np.testing.assert_array_equal(np.asarray(rotation.walsh_hadamard(x)),
+                                want)
+
+
 @pytest.mark.parametrize("dim", [5, 16, 100])
 def test_rotation_is_orthonormal(dim):
   key = jax.random.key(3)
