@@ -57,19 +57,19 @@ def own_rdp(params: ddg.DDGParams, *, sampling_rate: float,
 
 def _epsilon(z, *, dim, clip_norm, bits, count, survivors, rows,
              sampling_rate, steps, delta, beta, departure):
-  """The ε a ledger reports for multiplier z: the central curve and the
+  """The ε reported for multiplier z: the central curve and the
   departure events composed at ``delta``, as the plan records them."""
   params = ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,
                              noise_multiplier=z, shares=count, rows=rows,
                              steps=steps, beta=beta)
   rdp = central_rdp(params, shares=survivors, sampling_rate=sampling_rate,
                     steps=steps)
-  ledger = accounting.PrivacyLedger()
-  ledger.record_rdp_curve(orders=ddg_accounting.ORDERS, rdp=rdp, delta=delta,
-                          label="ddgsgd", relation=options.Relation.ADD_REMOVE)
+  book = accounting.PrivacyLedger()
+  book.record_rdp_curve(orders=ddg_accounting.ORDERS, rdp=rdp, delta=delta,
+                        label="ddgsgd", relation=options.Relation.ADD_REMOVE)
   if departure > 0:
-    ledger.record_truncation(departure, label="ddgsgd_departure")
-  return ledger.guarantee(delta).epsilon, params
+    book.record_truncation(departure, label="ddgsgd_departure")
+  return book.guarantee(delta).epsilon, params
 
 
 def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
@@ -80,7 +80,7 @@ def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
   """(z, params): z given, or the smallest z (to 0.1 %) meeting ``epsilon``.
 
   z is the central noise multiplier (σ = z·C in gradient units, z·c on
-  the grid); every candidate's ε is what the run's ledger reports at
+  the grid); every candidate's ε is what the run's record composes to at
   ``delta``: the full :func:`central_rdp` (rounded sensitivity, rational
   shares, P_min shares) composed with ``departure``, the probability of
   the events the run departs from the accounted mechanism on (padded
