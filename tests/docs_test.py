@@ -108,3 +108,33 @@ def test_relative_links_resolve(page):
     assert os.path.exists(linked), f"{page}: {target} does not exist"
     if anchor:
       assert anchor in _anchors(linked), f"{page}: no heading for {target}"
+
+
+_PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]{3,}$")
+
+
+def _prose_lines(text: str):
+  """The lines outside fenced code blocks."""
+  fenced = False
+  for line in text.splitlines():
+    if line.startswith("```"):
+      fenced = not fenced
+    elif not fenced:
+      yield line.strip()
+
+
+def test_placeholder_detection():
+  text = "Intro.\n\nTABLE_FED\n\n```bash\nDATA_DIR\n```\n"
+  assert [line for line in _prose_lines(text)
+          if _PLACEHOLDER.match(line)] == ["TABLE_FED"]
+
+
+@pytest.mark.parametrize(
+    "page", ["README.md", "CONTRIBUTING.md"]
+    + [os.path.relpath(p, ROOT) for p in _pages()])
+def test_no_placeholder_stands_for_a_table(page):
+  # A line that is one upper-case word (e.g. TABLE_FED) was meant to be
+  # replaced by measured figures before the page landed.
+  text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+  left = [line for line in _prose_lines(text) if _PLACEHOLDER.match(line)]
+  assert not left, f"{page}: placeholders left: {left}"
