@@ -51,7 +51,7 @@ import numpy as np
 
 __all__ = [
     "INPUTS", "LEARNERS", "TRUSTS", "Images", "Setting", "feature_rows",
-    "load_images", "lvq_inputs", "projection", "run", "run_dplvq",
+    "load_images", "lvq_inputs", "run", "run_dplvq",
     "run_fedsgd", "summary",
 ]
 
@@ -347,22 +347,6 @@ def _features(images: Images, setting: Setting, progress):
   return rows[0], rows[1], seconds
 
 
-def projection(dim: int, out_dim: int, *, seed: int) -> np.ndarray:
-  """A (dim, out_dim) matrix with orthonormal columns, from a public key.
-
-  The Q factor of a Gaussian matrix drawn from ``jax.random.key(seed)``
-  (signs fixed by R's diagonal, so Q is Haar-distributed): data-free.
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  if not 1 <= out_dim <= dim:
-    raise ValueError(f"projection_dim={out_dim} must be in [1, {dim}] (the "
-                     f"features' dimension).")
-  g = jax.random.normal(jax.random.key(seed), (dim, out_dim), jnp.float32)
-  q, r = jnp.linalg.qr(g)
-  return np.asarray(q * jnp.where(jnp.diag(r) < 0, -1.0, 1.0)[None, :])
-
-
 def lvq_inputs(images: Images, setting: Setting, progress=None):
   """The pooled (train then test) rows in [−1, 1]^d of DP-LVQ's protocol.
 
@@ -374,6 +358,9 @@ def lvq_inputs(images: Images, setting: Setting, progress=None):
 
   from dpcore import clipping  # pylint: disable=g-import-not-at-top
   from launch.experiments import dplvq  # pylint: disable=g-import-not-at-top
+  from mechanisms.features import (  # pylint: disable=g-import-not-at-top
+      projection,
+  )
   say = progress or (lambda _: None)
   y = np.concatenate([images.y_train, images.y_test]).astype(np.int32)
   if setting.inputs == "pixels":
@@ -391,8 +378,12 @@ def lvq_inputs(images: Images, setting: Setting, progress=None):
                "feature_seconds": seconds}
     if setting.projection_dim is not None:
       start = time.perf_counter()
-      q = projection(dim, setting.projection_dim,
-                     seed=setting.projection_seed)
+      if setting.projection_dim > dim:
+        raise ValueError(f"projection_dim={setting.projection_dim} must be "
+                         f"at most the features' dimension {dim}.")
+      q = projection.random_orthonormal(
+          jax.random.key(setting.projection_seed), dim,
+          setting.projection_dim)
       x = np.asarray(jax.jit(lambda a, b: a @ b)(x, q))
       details["projection_seconds"] = time.perf_counter() - start
     c = float(setting.feature_bound)

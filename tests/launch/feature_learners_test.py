@@ -2,10 +2,12 @@
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
 from launch.experiments import feature_learners as fl
+from mechanisms.features import projection
 
 
 def _images(n_train=240, n_test=80, side=8, seed=0):
@@ -124,10 +126,16 @@ def test_lvq_rows_lie_in_the_box_and_the_projection_is_public(images):
   # The train rows come first, then the test rows, as in launch.dplvq.
   np.testing.assert_array_equal(
       prepared.y, np.concatenate([images.y_train, images.y_test]))
-  q = fl.projection(80, 24, seed=0)
-  np.testing.assert_allclose(q.T @ q, np.eye(24), atol=1e-5)
-  np.testing.assert_array_equal(q, fl.projection(80, 24, seed=0))
-  assert not np.allclose(q, fl.projection(80, 24, seed=1))
+  # The projection is the public one of key projection_seed (0): with a
+  # box too wide to clip, the rows are the features times it, over the
+  # bound.
+  wide, _ = fl.lvq_inputs(images, dataclasses.replace(
+      setting, feature_bound=100.0))
+  feats = fl.feature_rows(np.concatenate([images.train, images.test]),
+                          J=1, L=4, num_groups=5)
+  q = projection.random_orthonormal(jax.random.key(0), feats.shape[1], 24)
+  np.testing.assert_allclose(wide.x * 100.0, feats @ np.asarray(q),
+                             atol=2e-3)
 
 
 def test_group_normalised_rows_are_bounded_per_group(images):
