@@ -682,5 +682,6 @@ def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
 __all__ = [
     "GaussianParams", "LaplaceParams", "MAX_CUTOFF_MASS", "MAX_MAGNITUDE",
     "as_fraction", "bernoulli_exp", "cutoff_mass", "discrete_gaussian",
-    "discrete_laplace", "gaussian_params", "laplace_params", "round_up",
+    "discrete_laplace", "gaussian_params", "laplace_params", "random_words",
+    "round_up",
 ]
