@@ -450,23 +450,25 @@ def test_dp_logistic_regression_on_digits():
 
 
 # make_ledger_plan: σ calibrated on the ledger's ε of the whole run.
-LEDGER_KW = dict(sampling_rate=0.1, clip_norm=1.0, steps=50)
+LEDGER_KW = dict(sampling_rate=0.1, clip_norm=1.0, steps=10)
 
 
 def test_ledger_plan_meets_the_ledgers_epsilon_with_the_smallest_sigma():
   before = trainer.make_plan(1000, noise_multiplier=4.0, delta=1e-5,
                              **LEDGER_KW)
+  # A 1 % bracket: σ·0.99 lies below its lower end, so it overspends.
   plan = trainer.make_ledger_plan(1000, epsilon=2.0, delta=1e-5,
-                                  before=(before,), **LEDGER_KW)
+                                  before=(before,), tolerance=1e-2,
+                                  **LEDGER_KW)
   total = accounting.composed_epsilon([before, plan], 1e-5)
-  assert 2.0 * 0.995 <= total <= 2.0
+  assert 2.0 * 0.98 <= total <= 2.0
   smaller = trainer.make_plan(
       1000, noise_multiplier=0.99 * plan.noise_multiplier, delta=1e-5,
       **LEDGER_KW)
   assert accounting.composed_epsilon([before, smaller], 1e-5) > 2.0
   # What was released before costs something: alone, less noise.
   alone = trainer.make_ledger_plan(1000, epsilon=2.0, delta=1e-5,
-                                   **LEDGER_KW)
+                                   tolerance=1e-2, **LEDGER_KW)
   assert plan.noise_multiplier > alone.noise_multiplier
 
 

@@ -4,10 +4,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dpcore import accounting
 from tests.launch.cli import REPO
 
 
+@pytest.mark.slow  # a subprocess that compiles every path (~16 s)
 def test_a_tiny_benchmark_times_every_path(tmp_path):
   out = tmp_path / "bench.jsonl"
   done = subprocess.run(

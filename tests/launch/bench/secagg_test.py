@@ -17,6 +17,7 @@ def _run(module, *args):
                         cwd=REPO)
 
 
+@pytest.mark.slow  # a subprocess that compiles every path (~16 s)
 def test_a_tiny_benchmark_times_every_path(tmp_path):
   out = tmp_path / "bench.jsonl"
   done = _run("launch.bench.secagg", "--participants=2", "--rows=20",
