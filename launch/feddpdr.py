@@ -19,7 +19,8 @@ that digits shows a trend above chance; the paper's settings are flags::
 A command runs what it asks for: federated DP-SGD runs in the main job
 (no ``--mechanism``, ``--dataset`` or ``--sweep``), or when asked for by
 ``--fedsgd`` or a ``--fedsgd_*`` flag (``--fedsgd_trust=server,distributed``
-adds the distributed discrete-Gaussian row: minutes per ε on a CPU).
+adds the distributed discrete-Gaussian row: ~20 s per ε on digits on a
+2-core CPU, most of it compiling, since its σ is static).
 
 Sweeps reproduce the paper's Figs. 2–5 and Table 3, with the paper's k, λ,
 N, n and ε for every one of those flags not given::
@@ -154,7 +155,8 @@ _FEDSGD_TRUST = flags.DEFINE_list(
     "federated DP-SGD's trust models, one row each: server (secure "
     "aggregation), local (untrusted server), participant (participant-"
     "level DP), distributed (discrete Gaussian shares under simulated "
-    "secure aggregation; minutes per ε on a CPU)")
+    "secure aggregation; ~20 s per ε on digits on a 2-core CPU, mostly "
+    "compiling)")
 _FEDSGD_RATE = flags.DEFINE_float(
     "fedsgd_sampling_rate", 0.0,
     "federated DP-SGD's Poisson rate q (per row; per participant for "

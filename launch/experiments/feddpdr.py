@@ -728,8 +728,17 @@ def format_table(records) -> str:
   head = (f"{r0['dataset']}: {r0['participants']} participants x "
           f"{r0['sizes'][0]} rows, k={r0['k']}, {r0['num_classes']} "
           f"classes, {r0['test_rows']} test rows, {r0['seeds']} seed(s)")
+  trusts = {r["fedsgd"]["trust"] for r in records if "fedsgd" in r}
+
+  def label(r):
+    name = LABELS.get(r["mechanism"], r["mechanism"])
+    if "fedsgd" in r and len(trusts) > 1:
+      return f"{name} ({r['fedsgd']['trust']})"
+    return name
+
+  width = max(14, *(len(label(r)) + 2 for r in records))
   lines = [head,
-           f"  {'mechanism':<14}{'epsilon (holds)':>16}{'delta':>9}"
+           f"  {'mechanism':<{width}}{'epsilon (holds)':>16}{'delta':>9}"
            f"{'paper eps':>11}{'accuracy':>10}{'± std':>8}"]
   for r in records:
     p = r["privacy"]
@@ -739,11 +748,7 @@ def format_table(records) -> str:
       holds, delta = _eps(p["epsilon"]), f"{p['delta']:.0e}"
       nominal = (_eps(p["epsilon_nominal"])
                  if p["epsilon_nominal"] != p["epsilon"] else "same")
-    label = LABELS.get(r["mechanism"], r["mechanism"])
-    trusts = {f["fedsgd"]["trust"] for f in records if "fedsgd" in f}
-    if "fedsgd" in r and len(trusts) > 1:
-      label = f"{label} ({r['fedsgd']['trust']})"
-    lines.append(f"  {label:<14}{holds:>16}{delta:>9}{nominal:>11}"
+    lines.append(f"  {label(r):<{width}}{holds:>16}{delta:>9}{nominal:>11}"
                  f"{r['accuracy']:>10.3f}{r['accuracy_std']:>8.3f}")
   lines.append("  (epsilon (holds): the ledger's composed guarantee per "
                "participant; paper eps: eps1 + eps2 as the paper counts it)")

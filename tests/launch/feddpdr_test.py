@@ -380,3 +380,23 @@ def test_the_harness_keeps_its_planned_chunk_when_memory_shrinks(
                           config=fed.Config(k=3, epsilon=4.0, lam=0.1),
                           participant_chunk=2)
   assert record["chunk"] == 2 and 0.0 <= record["accuracy"] <= 1.0
+
+
+def test_table_columns_stay_aligned_with_long_labels():
+  def record(mechanism, trust=None, eps=1.0):
+    r = {"dataset": "digits", "participants": 2, "sizes": [600, 600],
+         "k": 10, "num_classes": 10, "test_rows": 539, "seeds": 3,
+         "mechanism": mechanism, "accuracy": 0.5, "accuracy_std": 0.01,
+         "privacy": {"epsilon": eps, "delta": 1e-4,
+                     "epsilon_nominal": eps}}
+    if trust:
+      r["fedsgd"] = {"trust": trust, "assumption": "a"}
+    return r
+  lines = launch.format_table(
+      [record("feddpdr"), record("fedsgd", "server"),
+       record("fedsgd", "distributed")]).splitlines()
+  rows = lines[1:5]  # the header and the three rows
+  # Every row's accuracy column ends at the header's.
+  assert len({len(line) for line in rows}) == 1, rows
+  assert "(distributed)" in rows[3]
+
