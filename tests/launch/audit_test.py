@@ -51,6 +51,9 @@ EXPECTED = {
         "objective_perturbation_huber_clip_skipped"],
     "mechanisms.erm.output_perturbation_audit": [
         "output_perturbation", "output_perturbation_add_remove_sensitivity"],
+    "mechanisms.lvq.init_audit": [
+        *_at("lvq_init_laplace", "lvq_init_gaussian"),
+        "lvq_init_laplace_box_skipped"],
     "mechanisms.features.normalization_audit": [
         *_at("features_data_norm"), "features_data_norm_clip_skipped",
         "features_data_norm_sensitivity_one"],

@@ -1,0 +1,138 @@
+"""Audit specs of DP-G(M)LVQ's private init (:mod:`mechanisms.lvq.init`).
+
+The released prototypes, the noisy class means, for a canary row added to
+one class (add/remove, the init's relation): ``lvq_init_laplace@first``,
+``@middle``, ``@last`` (the paper's Laplace counts and sums) and
+``lvq_init_gaussian@…`` (the Gaussian alternative), the canary at the
+first, middle or last row of its data set. The broken variant
+``lvq_init_laplace_box_skipped``, reported with the Laplace plan's ε, must
+be caught: the rows reach the class sums without being clipped to the box
+[−1, 1]^d whose L1 sensitivity d the noise is sized for.
+
+Set-up (d = 1, two classes): 40 rows of value 0 in class 0 and 40 in
+class 1; the canary, value 1 (a corner of the box), joins class 0. Class
+0's prototype is (S + Z_S) / max(N + Z_N, 1), clipped to [−1, 1]: the
+canary moves S by 1 and N by 1. The statistic is that prototype. Most of
+what it can show is the sums' half of the budget (ε₁/2 for the Laplace
+init; for the Gaussian, the sums' share of the joint sensitivity √(1 + d)),
+so the audit's bound sits well under the claim: it tests that the release
+spends no more than claimed, not that the claim is tight.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpcore import accounting, noise
+from dpcore.audit_spec import (
+  POSITIONS,
+  AuditSpec,
+  canary_index,
+  claimed_epsilon,
+  spec_name,
+)
+from mechanisms.lvq import init
+
+ROWS_PER_CLASS = 40
+EPSILON = 1.0
+AUDIT_DELTA = 1e-2
+BROKEN = ("box_skipped",)
+CANARY_OUTSIDE = 10.0
+"""The broken variant's canary value: outside the box, unclipped there."""
+
+
+def unclipped_laplace(key, plan: init.LaplacePlan, x, y, *,
+                      num_classes: int) -> jax.Array:
+  """``init.release_laplace`` without the clip to the box (broken).
+
+  The same keys, counts, noise scales (2/ε₁, 2d/ε₁) and post-processing;
+  only ``clipping.clip_to_box`` is left out, so a row outside [−1, 1]^d
+  moves its class sum by more than the sensitivity d the noise assumes.
+  """
+  epsilon, d = plan.epsilon, x.shape[1]
+  count_key, sum_key, _ = jax.random.split(key, 3)
+  one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
+  counts = jnp.sum(one_hot, axis=0)
+  sums = one_hot.T @ x
+  noisy_counts = counts + noise.laplace_noise(
+      count_key, counts.shape, scale=2.0 / epsilon, dtype=x.dtype)
+  noisy_sums = sums + noise.laplace_noise(
+      sum_key, sums.shape, scale=2.0 * d / epsilon, dtype=x.dtype)
+  means = noisy_sums / jnp.maximum(noisy_counts, 1.0)[:, None]
+  return jnp.clip(means, -1.0, 1.0)
+
+
+def _data(position: str, canary: float):
+  """(without, with) the canary: (x, y) pairs, the canary in class 0."""
+  y_0 = np.repeat(np.arange(2, dtype=np.int32), ROWS_PER_CLASS)
+  x_0 = np.zeros((len(y_0), 1), np.float32)
+  at = canary_index(len(y_0) + 1, position)
+  x_1 = np.insert(x_0, at, [[canary]], axis=0)
+  y_1 = np.insert(y_0, at, 0)
+  return (x_0, y_0), (x_1, y_1), at
+
+
+def init_spec(*, kind: str = "laplace", position: str = "first",
+              broken: str | None = None) -> AuditSpec:
+  """One private initialisation, a canary row in class 0 (add/remove).
+
+  ``kind``: ``"laplace"`` (the paper's) or ``"gaussian"``. ``broken``:
+  None, or ``"box_skipped"`` (:data:`BROKEN`; Laplace only, the canary
+  first and of value :data:`CANARY_OUTSIDE`).
+  """
+  if kind not in ("laplace", "gaussian"):
+    raise ValueError(f"kind must be 'laplace' or 'gaussian', got {kind!r}.")
+  if broken not in (None, *BROKEN):
+    raise ValueError(f"broken must be None or one of {BROKEN}, got "
+                     f"{broken!r}.")
+  if broken is not None and kind != "laplace":
+    raise ValueError(f"broken={broken!r} is a variant of the Laplace init.")
+  if broken is not None:
+    position = "first"
+  ledger = accounting.PrivacyLedger()
+  if kind == "laplace":
+    plan = init.make_laplace_plan(epsilon=EPSILON, dim=1)
+    release = init.release_laplace
+    delta = 0.0
+  else:
+    plan = init.make_gaussian_plan(epsilon=EPSILON, delta=AUDIT_DELTA,
+                                   dim=1)
+    release = init.release_gaussian
+    delta = AUDIT_DELTA
+  plan.record(ledger)
+  canary = CANARY_OUTSIDE if broken else 1.0
+  data_0, data_1, at = _data(position, canary)
+  if broken == "box_skipped":
+    release = unclipped_laplace
+
+  def mechanism(key, data):
+    x, y = data
+    return release(key, plan, x, y, num_classes=2)
+
+  def statistic(prototypes):
+    return prototypes[0, 0]  # class 0's noisy mean, which the canary raises
+
+  base = f"lvq_init_{kind}" + ("" if broken is None else f"_{broken}")
+  positioned = position if broken is None else None
+  return AuditSpec(
+      name=spec_name(base, positioned), relation="add_remove",
+      settings={"kind": kind, "epsilon": EPSILON, "dim": 1,
+                "rows_per_class": ROWS_PER_CLASS, "canary": canary,
+                "canary_row": at, "variant": broken or "library"},
+      position=positioned, mechanism=mechanism, data_0=data_0,
+      data_1=data_1, statistic=statistic, delta=delta,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", delta or None),
+      default_trials=200_000 if broken is None else 20_000,
+      broken=broken is not None)
+
+
+def specs() -> list[AuditSpec]:
+  """Both inits at every canary position, then the box-skipped variant."""
+  return [*(init_spec(kind=k, position=p) for k in ("laplace", "gaussian")
+            for p in POSITIONS),
+          init_spec(broken="box_skipped")]
+
+
+__all__ = ["BROKEN", "init_spec", "specs", "unclipped_laplace"]

@@ -1,0 +1,65 @@
+"""mechanisms.lvq.init_audit: both private inits' claims survive a small
+audit at every canary position; the box-skipped Laplace init is caught."""
+
+import jax
+import numpy as np
+import pytest
+
+from dpcore.audit_spec import POSITIONS
+from mechanisms.lvq import init, init_audit
+from tests import audit_checks
+
+SMALL = {f"lvq_init_{k}@{p}": 20_000 for k in ("laplace", "gaussian")
+         for p in POSITIONS}
+BROKEN = {"lvq_init_laplace_box_skipped": 5_000}
+
+
+@pytest.fixture(scope="module")
+def specs():
+  return {s.name: s for s in init_audit.specs()}
+
+
+def test_names_positions_and_claims(specs):
+  assert list(specs) == [*SMALL, *BROKEN]
+  for name in SMALL:
+    assert specs[name].reported_epsilon == pytest.approx(1.0)
+    assert specs[name].relation == "add_remove" and not specs[name].broken
+  broken = specs["lvq_init_laplace_box_skipped"]
+  assert broken.broken and broken.position is None
+  assert broken.reported_epsilon == specs["lvq_init_laplace@first"] \
+      .reported_epsilon
+  # The canary sits where the position says; without it the rows are the
+  # same (add/remove).
+  for p in POSITIONS:
+    spec = specs[f"lvq_init_laplace@{p}"]
+    (x_0, y_0), (x_1, y_1) = spec.data_0, spec.data_1
+    at = spec.settings["canary_row"]
+    assert x_1[at, 0] == 1.0 and y_1[at] == 0
+    np.testing.assert_array_equal(np.delete(x_1, at, axis=0), x_0)
+    np.testing.assert_array_equal(np.delete(y_1, at), y_0)
+  with pytest.raises(ValueError, match="broken must be"):
+    init_audit.init_spec(broken="noise_dropped")
+  with pytest.raises(ValueError, match="Laplace init"):
+    init_audit.init_spec(kind="gaussian", broken="box_skipped")
+
+
+def test_unclipped_release_is_the_release_inside_the_box():
+  # In the box the clip is a no-op: the two draw the same prototypes.
+  plan = init.make_laplace_plan(epsilon=1.0, dim=2)
+  x = np.array([[0.5, -0.2], [0.1, 0.9], [-1.0, 0.3]], np.float32)
+  y = np.array([0, 1, 1], np.int32)
+  key = jax.random.key(5)
+  np.testing.assert_allclose(
+      init_audit.unclipped_laplace(key, plan, x, y, num_classes=2),
+      init.release_laplace(key, plan, x, y, num_classes=2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["lvq_init_laplace@middle",
+                                  "lvq_init_gaussian@last"])
+def test_small_audit_stays_below_the_claim(specs, name):
+  audit_checks.assert_below_claim(specs[name], SMALL[name])
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_variant_is_caught(specs, name):
+  audit_checks.assert_caught(specs[name], BROKEN[name])
