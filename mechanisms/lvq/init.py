@@ -41,7 +41,8 @@ from dpcore.accounting import PrivacyLedger
 __all__ = [
     "BOX_TOLERANCE", "GaussianPlan", "LaplacePlan", "RELATION",
     "check_box", "check_classes_present", "check_init_inputs",
-    "class_mean_prototypes", "make_gaussian_plan", "make_laplace_plan",
+    "class_mean_prototypes", "laplace_means", "make_gaussian_plan",
+    "make_laplace_plan",
     "prototype_labels", "release_gaussian", "release_laplace",
 ]
 
@@ -285,6 +286,38 @@ def _check_plan(plan, kind, x):
                      f"dim={plan.dim}; make the plan with dim=x.shape[1].")
 
 
+def _noisy_means(count_key, sum_key, x, y, *, num_classes, min_count,
+                 count_noise, sum_noise):
+  """Class means of noisy counts and sums (``count_noise(key, shape)``,
+  ``sum_noise(key, shape)`` added), floored and clipped to the box
+  (post-processing). The rows are used as given: the callers clip."""
+  one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
+  counts = jnp.sum(one_hot, axis=0)
+  sums = one_hot.T @ x
+  noisy_counts = counts + count_noise(count_key, counts.shape)
+  noisy_sums = sums + sum_noise(sum_key, sums.shape)
+  means = noisy_sums / jnp.maximum(noisy_counts, min_count)[:, None]
+  return jnp.clip(means, -1.0, 1.0)
+
+
+def laplace_means(count_key, sum_key, plan: LaplacePlan, x, y, *,
+                  num_classes: int, min_count: float = 1.0) -> jax.Array:
+  """The Laplace init's class means of rows ``x`` AS GIVEN (no clip).
+
+  The noise step of :func:`release_laplace`: Laplace(2/ε₁) on the counts
+  and Laplace(2d/ε₁) on the sums. Its guarantee needs rows in
+  [−1, 1]^d, which :func:`release_laplace` enforces before calling it;
+  on other rows it is not private (the audit's broken variant).
+  """
+  epsilon, d = plan.epsilon, x.shape[1]
+  return _noisy_means(
+      count_key, sum_key, x, y, num_classes=num_classes, min_count=min_count,
+      count_noise=lambda k, shape: noise.laplace_noise(
+          k, shape, scale=2.0 / epsilon, dtype=x.dtype),
+      sum_noise=lambda k, shape: noise.laplace_noise(
+          k, shape, scale=2.0 * d / epsilon, dtype=x.dtype))
+
+
 def release_laplace(key: jax.Array, plan: LaplacePlan, x, y, *,
                     num_classes: int, prototypes_per_class: int = 1,
                     min_count: float = 1.0,
@@ -320,19 +353,10 @@ def release_laplace(key: jax.Array, plan: LaplacePlan, x, y, *,
   """
   check_init_inputs(key, x, y, num_classes)
   _check_plan(plan, LaplacePlan, x)
-  epsilon = plan.epsilon
-  d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
-  one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
-  counts = jnp.sum(one_hot, axis=0)
-  sums = one_hot.T @ x
-  noisy_counts = counts + noise.laplace_noise(
-      count_key, counts.shape, scale=2.0 / epsilon, dtype=x.dtype)
-  noisy_sums = sums + noise.laplace_noise(
-      sum_key, sums.shape, scale=2.0 * d / epsilon, dtype=x.dtype)
-  means = noisy_sums / jnp.maximum(noisy_counts, min_count)[:, None]
-  means = jnp.clip(means, -1.0, 1.0)
+  means = laplace_means(count_key, sum_key, plan, x, y,
+                        num_classes=num_classes, min_count=min_count)
   return _spread(spread_key, means, prototypes_per_class, jitter)
 
 
@@ -371,14 +395,10 @@ def release_gaussian(key: jax.Array, plan: GaussianPlan, x, y, *,
   d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
-  one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
-  counts = jnp.sum(one_hot, axis=0)
-  sums = one_hot.T @ x
   stddev = noise_multiplier * jnp.sqrt(jnp.asarray(1.0 + d, x.dtype))
-  noisy_counts = counts + noise.gaussian_noise(
-      count_key, counts.shape, stddev=stddev, dtype=x.dtype)
-  noisy_sums = sums + noise.gaussian_noise(
-      sum_key, sums.shape, stddev=stddev, dtype=x.dtype)
-  means = noisy_sums / jnp.maximum(noisy_counts, min_count)[:, None]
-  means = jnp.clip(means, -1.0, 1.0)
+  gaussian = lambda k, shape: noise.gaussian_noise(  # noqa: E731
+      k, shape, stddev=stddev, dtype=x.dtype)
+  means = _noisy_means(count_key, sum_key, x, y, num_classes=num_classes,
+                       min_count=min_count, count_noise=gaussian,
+                       sum_noise=gaussian)
   return _spread(spread_key, means, prototypes_per_class, jitter)

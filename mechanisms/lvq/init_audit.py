@@ -22,10 +22,9 @@ spends no more than claimed, not that the claim is tight.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, noise
+from dpcore import accounting
 from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
@@ -47,21 +46,14 @@ def unclipped_laplace(key, plan: init.LaplacePlan, x, y, *,
                       num_classes: int) -> jax.Array:
   """``init.release_laplace`` without the clip to the box (broken).
 
-  The same keys, counts, noise scales (2/ε₁, 2d/ε₁) and post-processing;
-  only ``clipping.clip_to_box`` is left out, so a row outside [−1, 1]^d
-  moves its class sum by more than the sensitivity d the noise assumes.
+  The same keys, noise scales (2/ε₁, 2d/ε₁) and post-processing
+  (:func:`mechanisms.lvq.init.laplace_means`); only the clip is left out,
+  so a row outside [−1, 1]^d moves its class sum by more than the
+  sensitivity d the noise assumes.
   """
-  epsilon, d = plan.epsilon, x.shape[1]
   count_key, sum_key, _ = jax.random.split(key, 3)
-  one_hot = jax.nn.one_hot(y, num_classes, dtype=x.dtype)
-  counts = jnp.sum(one_hot, axis=0)
-  sums = one_hot.T @ x
-  noisy_counts = counts + noise.laplace_noise(
-      count_key, counts.shape, scale=2.0 / epsilon, dtype=x.dtype)
-  noisy_sums = sums + noise.laplace_noise(
-      sum_key, sums.shape, scale=2.0 * d / epsilon, dtype=x.dtype)
-  means = noisy_sums / jnp.maximum(noisy_counts, 1.0)[:, None]
-  return jnp.clip(means, -1.0, 1.0)
+  return init.laplace_means(count_key, sum_key, plan, x, y,
+                            num_classes=num_classes)
 
 
 def _data(position: str, canary: float):
