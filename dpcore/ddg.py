@@ -67,7 +67,8 @@ from jax import lax
 from dpcore import ddg_accounting, discrete, rotation, validation
 
 __all__ = [
-    "DDGParams", "MAX_BITS", "MAX_PADDED_DIM", "choose_params",
+    "DDGParams", "MAX_BITS", "MAX_PADDED_DIM", "MAX_SHARE_SIGMA",
+    "choose_params",
     "conditional_round", "decode", "encode", "encode_many", "noise_shares",
     "share_sigma", "wrap_probability",
 ]
@@ -77,6 +78,12 @@ MAX_BITS = 24
 
 MAX_PADDED_DIM = 2 ** 16
 """Largest D: the exact norm check sums D 16-bit halves in 32 bits."""
+
+MAX_SHARE_SIGMA = 2 ** 14
+"""Largest noise share s (grid units) :func:`choose_params` picks a grid
+for: the exact sampler's 32-bit cut-off takes s up to about 17,548
+(:func:`dpcore.discrete.gaussian_params`), and :func:`share_sigma` rounds
+up by less than 1."""
 
 _U32 = jnp.uint32
 
@@ -183,8 +190,10 @@ def choose_params(*, dim: int, clip_norm: float, bits: int,
   The grid is as fine as the modular range allows: c = C/γ is the largest
   for which :func:`wrap_probability` ≤ ``wrap_target`` when the central
   noise has σ = ``noise_multiplier``·c grid units (that is σ·C in the
-  vectors' units, the convention of the float trust models). Each of the
-  ``shares`` participants then draws s = σ/√P, rounded up to a rational
+  vectors' units, the convention of the float trust models), and for
+  which each share, s = σ/√P, stays within :data:`MAX_SHARE_SIGMA` (the
+  exact sampler's range; only a large z at many bits reaches it). Each of
+  the ``shares`` participants then draws s, rounded up to a rational
   (:func:`share_sigma`).
 
   Args:
@@ -223,6 +232,8 @@ def choose_params(*, dim: int, clip_norm: float, bits: int,
   spread = math.sqrt(2.0 * math.log(2.0 * padded * steps / wrap_target))
   norm = 0.99 * t / (spread * math.sqrt(rows**2 / padded + z * z))
   norm = min(norm, 2.0 ** 14)  # |x̃ⱼ| ≤ c + 1 < 2¹⁵: the norm check's range
+  if z > 0:  # s = z·c/√P within the exact sampler's range
+    norm = min(norm, MAX_SHARE_SIGMA * math.sqrt(shares) / z)
   sigma = None
   for _ in range(60):
     sigma = share_sigma(z * norm / math.sqrt(shares)) if z > 0 else None

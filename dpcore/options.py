@@ -232,10 +232,17 @@ class FedDPDRMechanism(enum.StrEnum):
 
 
 class Aggregation(enum.StrEnum):
-  """How FedDPDR aggregates the participants' bases."""
+  """How FedDPDR aggregates the participants' bases.
+
+  ``moments``: each participant releases its own noisy XᵢᵀXᵢ (local
+  trust); ``distributed_moments``: the same sum under secure aggregation,
+  each participant adding a discrete Gaussian share
+  (:mod:`federated.feddpdr.secure_moments`).
+  """
   SUBSPACE = "subspace"
   PAPER = "paper"
   MOMENTS = "moments"
+  DISTRIBUTED_MOMENTS = "distributed_moments"
 
 
 class ModelAggregation(enum.StrEnum):

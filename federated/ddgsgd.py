@@ -8,7 +8,9 @@ masks the message (:mod:`federated.secagg`); the server receives only the
 masked messages, sums them, removes the dropped participants' masks,
 and decodes the sum. Host side, :func:`calibrate` picks the grid and σ
 for a target ε and :func:`central_rdp` / :func:`own_rdp` give the two
-guarantees the plan states.
+guarantees the plan states. FedDPDR's ``distributed_moments``
+(:mod:`federated.feddpdr.secure_moments`) calibrates its one unsampled
+sum with the same three, under replace-one (``relation``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,29 @@ from jax.flatten_util import ravel_pytree
 from dpcore import accounting, ddg, ddg_accounting, dpsgd, options, validation
 from federated import secagg
 
-__all__ = ["calibrate", "central_rdp", "own_rdp", "step_sum"]
+__all__ = [
+    "calibrate", "central_rdp", "own_rdp", "sensitivity", "step_sum",
+]
+
+
+_MOVED_ROWS = {options.Relation.ADD_REMOVE: 1, options.Relation.REPLACE_ONE: 2}
+"""Rounded rows a neighbour moves the integer sum by: one row's x̃ added
+or removed (‖x̃‖ ≤ Δ), or one replaced, x̃ − x̃′ (≤ 2Δ: the √2 of the
+exact vectors does not survive rounding)."""
+
+
+def sensitivity(params: ddg.DDGParams,
+                relation: options.Relation = options.Relation.ADD_REMOVE
+                ) -> float:
+  """The integer sum's L2 sensitivity under ``relation``: Δ or 2Δ
+  (Δ = ``params.sensitivity``, :data:`_MOVED_ROWS`)."""
+  return _MOVED_ROWS[options.parse_relation(relation)] * params.sensitivity
 
 
 def central_rdp(params: ddg.DDGParams, *, shares: int, sampling_rate: float,
-                steps: int) -> np.ndarray:
+                steps: int,
+                relation: options.Relation = options.Relation.ADD_REMOVE
+                ) -> np.ndarray:
   """The run's RDP against the server, given secure aggregation.
 
   T steps of the Poisson-subsampled (rate q, per row) sum of ``shares``
@@ -35,38 +55,46 @@ def central_rdp(params: ddg.DDGParams, *, shares: int, sampling_rate: float,
   of s² each, row sensitivity Δ = ``params.sensitivity``:
   :func:`dpcore.ddg_accounting.distributed_rdp`. More survivors only add
   independent noise (post-processing), so P_min is the worst case.
+  Under ``relation="replace_one"`` the sensitivity is 2Δ
+  (:func:`sensitivity`) and the sum must be unsampled (q = 1: the
+  subsampling bound is proven for add/remove).
   """
   if params.sigma_share is None:
     raise ValueError("no noise (noise_multiplier=0): no guarantee.")
+  relation = options.parse_relation(relation)
+  if relation == options.Relation.REPLACE_ONE and sampling_rate != 1.0:
+    raise ValueError(f"relation=replace_one is accounted for unsampled sums "
+                     f"only (sampling_rate=1), got {sampling_rate}.")
   return ddg_accounting.distributed_rdp(
-      sensitivity=params.sensitivity, sigma_share=float(params.sigma_share),
-      shares=shares, dim=params.padded, sampling_rate=sampling_rate,
-      steps=steps)
+      sensitivity=sensitivity(params, relation),
+      sigma_share=float(params.sigma_share), shares=shares,
+      dim=params.padded, sampling_rate=sampling_rate, steps=steps)
 
 
-def own_rdp(params: ddg.DDGParams, *, sampling_rate: float,
-            steps: int) -> np.ndarray:
+def own_rdp(params: ddg.DDGParams, *, sampling_rate: float, steps: int,
+            relation: options.Relation = options.Relation.ADD_REMOVE
+            ) -> np.ndarray:
   """One participant's RDP if secure aggregation fails (its share alone).
 
   The server then sees the participant's message: its integer row sum
   plus one discrete Gaussian share N_Z(0, s²) (τ = 0), subsampled.
   """
   return central_rdp(params, shares=1, sampling_rate=sampling_rate,
-                     steps=steps)
+                     steps=steps, relation=relation)
 
 
 def _epsilon(z, *, dim, clip_norm, bits, count, survivors, rows,
-             sampling_rate, steps, delta, beta, departure):
+             sampling_rate, steps, delta, beta, departure, relation):
   """The ε reported for multiplier z: the central curve and the
   departure events composed at ``delta``, as the plan records them."""
   params = ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,
                              noise_multiplier=z, shares=count, rows=rows,
                              steps=steps, beta=beta)
   rdp = central_rdp(params, shares=survivors, sampling_rate=sampling_rate,
-                    steps=steps)
+                    steps=steps, relation=relation)
   book = accounting.PrivacyLedger()
   book.record_rdp_curve(orders=ddg_accounting.ORDERS, rdp=rdp, delta=delta,
-                        label="ddgsgd", relation=options.Relation.ADD_REMOVE)
+                        label="ddgsgd", relation=relation)
   if departure > 0:
     book.record_truncation(departure, label="ddgsgd_departure")
   return book.guarantee(delta).epsilon, params
@@ -76,7 +104,9 @@ def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
               delta: float, dim: int, clip_norm: float, bits: int,
               count: int, survivors: int, rows: int, sampling_rate: float,
               steps: int, beta: float = math.exp(-0.5),
-              departure: float = 0.0) -> tuple[float, ddg.DDGParams]:
+              departure: float = 0.0,
+              relation: options.Relation = options.Relation.ADD_REMOVE
+              ) -> tuple[float, ddg.DDGParams]:
   """(z, params): z given, or the smallest z (to 0.1 %) meeting ``epsilon``.
 
   z is the central noise multiplier (σ = z·C in gradient units, z·c on
@@ -85,13 +115,16 @@ def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
   shares, P_min shares) composed with ``departure``, the probability of
   the events the run departs from the accounted mechanism on (padded
   batches overflowing, the sampler's inexactness), which costs
-  (1 + e^ε)·P of δ. The z returned meets the target.
+  (1 + e^ε)·P of δ. The z returned meets the target. ``relation``: the
+  neighbours the curve is for (:func:`central_rdp`; replace-one needs
+  ``sampling_rate=1``).
   """
   departure = validation.check_in_range(departure, "departure", 0.0, 1.0,
                                         low_inclusive=True)
   kw = dict(dim=dim, clip_norm=clip_norm, bits=bits, count=count,
             survivors=survivors, rows=rows, sampling_rate=sampling_rate,
-            steps=steps, delta=delta, beta=beta, departure=departure)
+            steps=steps, delta=delta, beta=beta, departure=departure,
+            relation=options.parse_relation(relation))
   if noise_multiplier is not None:
     z = validation.check_non_negative(noise_multiplier, "noise_multiplier")
     return z, ddg.choose_params(dim=dim, clip_norm=clip_norm, bits=bits,

@@ -96,7 +96,13 @@ from federated.feddpdr.arguments import (
 )
 from federated.feddpdr.arrays import Bucketed, Rows, Traced, TrainOutput
 from federated.feddpdr.evaluation import evaluate
-from federated.feddpdr.keys import SERVER_STREAM, participant_keys, server_key
+from federated.feddpdr.keys import (
+    PROTOCOL_STREAM,
+    SERVER_STREAM,
+    participant_keys,
+    protocol_keys,
+    server_key,
+)
 from federated.feddpdr.memory import choose_chunk, memory_estimate, plan_chunk
 from federated.feddpdr.pipeline import Outcome, execute, run
 from federated.feddpdr.plan import (
@@ -113,21 +119,24 @@ from federated.feddpdr.registry import (
 )
 from federated.feddpdr.settings import (
     Config,
+    Program,
     Static,
     check_chunk,
     check_settings,
     program,
+    secure_sum_of,
 )
 from federated.feddpdr.summary import ConvergenceError, Summary, summarise
 from federated.feddpdr.training import train
 
 __all__ = [
     "Bucketed", "Config", "ConvergenceError", "DESCRIPTIONS", "FedDPDRPlan",
-    "Mechanism", "NOMINAL_NOTE", "Outcome", "RELATION",
-    "Rows", "SERVER_STREAM", "Static", "Summary", "Traced",
+    "Mechanism", "NOMINAL_NOTE", "Outcome", "PROTOCOL_STREAM", "Program",
+    "RELATION", "Rows", "SERVER_STREAM", "Static", "Summary", "Traced",
     "TrainOutput", "TrainingJob", "check_chunk", "check_data",
     "check_settings", "choose_chunk", "describe", "evaluate", "execute",
     "global_train_arguments", "make_plan", "memory_estimate",
-    "participant_keys", "plan_chunk", "program", "release", "run",
-    "server_key", "summarise", "train", "train_arguments",
+    "participant_keys", "plan_chunk", "program", "protocol_keys", "release",
+    "run", "secure_sum_of", "server_key", "summarise", "train",
+    "train_arguments",
 ]

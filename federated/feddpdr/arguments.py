@@ -34,13 +34,15 @@ __all__ = [
 class Calibration(Protocol):
   """What the arguments read of a plan (a
   :class:`federated.feddpdr.FedDPDRPlan`): every participant's σ, size, p
-  and θ (host arrays, in participant order), the experiment and K."""
+  and θ (host arrays, in participant order), the experiment, K and the
+  secure sum's static parameters (None but for distributed_moments)."""
   sigma: np.ndarray
   sizes: np.ndarray
   p: np.ndarray
   theta: np.ndarray
   config: Config
   num_classes: int
+  secure_sum: object
 
 
 def check_data(participants: Participants | Buckets, x_test, y_test, *,
@@ -187,7 +189,9 @@ class TrainingJob:
   Attributes:
     args: the positional arguments of :func:`train`, ``(keys, rows,
       traced)`` (placed arrays).
-    program: the :class:`Static` of the compiled program (:func:`program`).
+    program: the :class:`Static` of the compiled program (:func:`program`;
+      a :class:`Program` with the plan's secure-sum parameters for
+      ``aggregation="distributed_moments"``).
     num_classes: K.
     mesh: the participant mesh, or None.
     chunk: the participants mapped at once, or None for all.
@@ -211,7 +215,8 @@ class TrainingJob:
     else:
       args = train_arguments(key, participants, plan, seeds=seeds,
                              mesh=mesh)
-    return cls(args, program(plan.config), plan.num_classes, mesh, chunk)
+    return cls(args, program(plan.config, secure_sum=plan.secure_sum),
+               plan.num_classes, mesh, chunk)
 
   def __call__(self) -> TrainOutput:
     return train(*self.args, config=self.program,

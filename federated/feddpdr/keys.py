@@ -4,7 +4,8 @@ Participant i's keys are ``split(fold_in(key, i))``: a function of the
 repeat's key and i alone, so a run gives the same noise on one device,
 several devices, several processes, in chunks or in buckets. The server's
 own randomness (post-processing only) comes from a stream no participant's
-keys come from.
+keys come from, and ``aggregation="distributed_moments"``'s protocol keys
+(the public rotation, the secure-aggregation setup) from a third.
 """
 
 from __future__ import annotations
@@ -12,13 +13,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["SERVER_STREAM", "participant_keys", "server_key"]
+__all__ = [
+    "PROTOCOL_STREAM", "SERVER_STREAM", "participant_keys", "protocol_keys",
+    "server_key",
+]
 
 SERVER_STREAM = 2**32 - 1
 """The index folded into a repeat's key for the server's own randomness
 (the start block of ``topk="subspace"`` aggregation). Participant i's keys
-come from ``fold_in(key, i)`` with i < N ≤ 2³² − 1, so this stream is
+come from ``fold_in(key, i)`` with i < N ≤ 2³² − 2, so this stream is
 never a participant's, and never carries noise."""
+
+PROTOCOL_STREAM = 2**32 - 2
+"""The index folded into a repeat's key for the secure-aggregation
+protocol of ``aggregation="distributed_moments"`` (:func:`protocol_keys`):
+neither a participant's index (i < N ≤ 2³² − 2) nor the server's."""
 
 
 def participant_keys(key: jax.Array, count: int, *, first: int = 0):
@@ -44,3 +53,16 @@ def server_key(key: jax.Array) -> jax.Array:
   draw. It seeds only the start block of ``topk="subspace"`` aggregation.
   """
   return jax.random.fold_in(key, jnp.uint32(SERVER_STREAM))
+
+
+def protocol_keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(rotation_key, setup_key)`` of one repeat's secure sum.
+
+  ``split(fold_in(key, PROTOCOL_STREAM))``: the public rotation of
+  :func:`dpcore.ddg.encode` (participants and server alike) and the
+  simulated setup of :mod:`federated.secagg` (the pairwise and self masks;
+  participants only). Neither draws noise, and neither stream is a
+  participant's or the server's.
+  """
+  keys = jax.random.split(jax.random.fold_in(key, jnp.uint32(PROTOCOL_STREAM)))
+  return keys[0], keys[1]

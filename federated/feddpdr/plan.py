@@ -16,6 +16,16 @@ is what ``privacy`` reports (beside the paper's nominal ε, labelled).
 ``nonpriv`` claims nothing: its record is
 ``accounting.no_guarantee_record(accounting.NON_PRIVATE)``, and its plan
 switches the noise off in the private program (σ = 0, θ = 0, p = ∞).
+
+``aggregation="distributed_moments"`` (:mod:`.secure_moments`) replaces
+DP-PCA's Gaussian entry by the secure sum's RDP curve, its share σ
+calibrated for the same (ε₁, δ) under replace-one; the plan's ``pca`` is
+then a :class:`~federated.feddpdr.secure_moments.SecureMomentsPlan`, its
+``secure_sum`` the sum's static parameters (noise-free ones for
+``nonpriv``), and ``secure_aggregation`` states both guarantees: against
+the server given secure aggregation (``privacy``), and each
+participant's own should it fail (``own_epsilon``: its share alone,
+composed with its fits).
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ import dataclasses
 import jax
 import numpy as np
 
-from dpcore import accounting, options, validation
+from dpcore import accounting, ddg, options, validation
+from federated.feddpdr import secure_moments
 from federated.feddpdr.arguments import TrainingJob
 from federated.feddpdr.arrays import TrainOutput
 from federated.feddpdr.settings import Config, check_chunk
@@ -72,7 +83,9 @@ class FedDPDRPlan:
       every participant's ledger (:meth:`record`), with the paper's
       nominal ε beside it; a no-guarantee record for ``nonpriv``.
     pca: the participants' DP-PCA plan (one σ for all), or None without
-      private PCA.
+      private PCA; with ``aggregation="distributed_moments"`` the secure
+      sum's :class:`~federated.feddpdr.secure_moments.SecureMomentsPlan`
+      (``sigma`` is then each share's σ in the rows' units, s·γ).
     fits: the participants' objective-perturbation plans, one per
       distinct size (their records do not depend on n), or () when
       non-private.
@@ -80,6 +93,13 @@ class FedDPDRPlan:
       (the paper's nominal figure ε₁ + ε₂, the record's
       ``epsilon_nominal``; with ``budget_per_classifier`` the guarantee is
       larger); None for ``nonpriv``.
+    secure_sum: the secure sum's static parameters
+      (``aggregation="distributed_moments"``, noise-free for ``nonpriv``),
+      else None.
+    secure_aggregation: JSON-ready facts of the secure sum (grid, bits,
+      wrap-around bound, the PCA release's central and own ε, and
+      ``own_epsilon``/``own_delta``: each participant's whole guarantee
+      if secure aggregation fails), else None.
   """
   epsilon: float | None
   delta: float | None
@@ -94,9 +114,11 @@ class FedDPDRPlan:
   epsilon_fit: float | None
   num_fits: int
   privacy: dict
-  pca: dp_pca.PcaPlan | None = None
+  pca: dp_pca.PcaPlan | secure_moments.SecureMomentsPlan | None = None
   fits: tuple = ()
   target_epsilon: float | None = None
+  secure_sum: ddg.DDGParams | None = None
+  secure_aggregation: dict | None = None
 
   def record(self, ledger: accounting.PrivacyLedger) -> None:
     """Records one participant's releases: DP-PCA, then its K fits.
@@ -112,7 +134,8 @@ class FedDPDRPlan:
     _record(ledger, self.pca, self.fits, relation=self.relation)
 
 
-def _record(ledger: accounting.PrivacyLedger, pca: dp_pca.PcaPlan | None,
+def _record(ledger: accounting.PrivacyLedger,
+            pca: dp_pca.PcaPlan | secure_moments.SecureMomentsPlan | None,
             fits: tuple, *, relation: options.Relation) -> None:
   """:meth:`FedDPDRPlan.record` of a plan's DP-PCA and fit plans."""
   if not fits:
@@ -123,6 +146,18 @@ def _record(ledger: accounting.PrivacyLedger, pca: dp_pca.PcaPlan | None,
   if pca is not None:
     pca.record(ledger, relation=relation)
   fits[0].record(ledger)
+
+
+def _secure_aggregation(secure: secure_moments.SecureMomentsPlan,
+                        fits: tuple, *, delta: float) -> dict:
+  """The secure sum's record: its facts, and each participant's whole
+  guarantee should secure aggregation fail (its own share, its fits)."""
+  ledger = accounting.PrivacyLedger()
+  secure.record(ledger, relation=RELATION, own=True)
+  fits[0].record(ledger)
+  own = ledger.guarantee(delta)
+  return {**secure.settings(), "own_epsilon": own.epsilon,
+          "own_delta": own.delta}
 
 
 def _privacy(pca: dp_pca.PcaPlan | None, fits: tuple, *, delta: float,
@@ -173,7 +208,9 @@ def make_plan(sizes, *, dim: int, num_classes: int,
     TypeError, ValueError: bad settings or sizes (one line, named).
 
   Privacy: per participant, (ε₁, δ) DP-PCA (Gaussian on XᵀX, σ for the
-  configured relation) and K ε₂/K-DP objective-perturbation fits (ε₂
+  configured relation; with ``aggregation="distributed_moments"`` the
+  secure sum's discrete Gaussian shares, (ε₁, δ) against the server at
+  sensitivity 2Δ) and K ε₂/K-DP objective-perturbation fits (ε₂
   each with ``budget_per_classifier``), composed by the ledger under
   replace-one (module docstring).
   """
@@ -187,22 +224,36 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   count = len(sizes)
   num_fits = 1 if num_classes == 2 else num_classes
   has_pca = config.description.reduces
+  secure = config.secure
+  summed = int(np.sum(sizes))  # the rows one secure sum adds
   if not config.private:
     # σ = 0, θ = 0 and p = ∞ turn the noise off inside the private
     # program (federated.feddpdr.stages); the record claims nothing.
+    params = (secure_moments.noise_free_params(dim=dim, count=count,
+                                               rows=summed)
+              if secure else None)
     return FedDPDRPlan(
         epsilon=None, delta=None, relation=RELATION, config=config,
         num_classes=num_classes, sigma=np.zeros(count),
         sizes=sizes.astype(np.float64), p=np.full(count, np.inf),
         theta=np.zeros(count), epsilon_pca=None, epsilon_fit=None,
         num_fits=num_fits,
-        privacy=accounting.no_guarantee_record(accounting.NON_PRIVATE))
+        privacy=accounting.no_guarantee_record(accounting.NON_PRIVATE),
+        secure_sum=params,
+        secure_aggregation=(None if params is None else
+                            secure_moments.params_record(
+                                params, rows=summed, count=count)))
   eps_pca = config.epsilon * config.pca_fraction if has_pca else None
   eps_train = config.epsilon - eps_pca if has_pca else config.epsilon
   eps_fit = (eps_train if config.budget_per_classifier
              else eps_train / num_fits)
   sigma, pca_plan = 0.0, None
-  if has_pca:
+  if secure:
+    pca_plan = secure_moments.make_plan(
+        epsilon=eps_pca, delta=config.delta, dim=dim, count=count,
+        rows=summed)
+    sigma = float(pca_plan.params.sigma_share) * pca_plan.params.gamma
+  elif has_pca:
     pca_plan = dp_pca.make_plan(
         epsilon=eps_pca, delta=config.delta, k=config.k, dim=dim,
         relation=config.relation, calibration=config.calibration)
@@ -227,7 +278,11 @@ def make_plan(sizes, *, dim: int, num_classes: int,
       p=np.asarray([q.p for q in fits])[which],
       theta=np.asarray([q.theta for q in fits])[which], epsilon_pca=eps_pca,
       epsilon_fit=eps_fit, num_fits=num_fits, privacy=privacy, pca=pca_plan,
-      fits=fits, target_epsilon=config.epsilon)
+      fits=fits, target_epsilon=config.epsilon,
+      secure_sum=pca_plan.params if secure else None,
+      secure_aggregation=(_secure_aggregation(pca_plan, fits,
+                                              delta=config.delta)
+                          if secure else None))
 
 
 def release(key: jax.Array, plan: FedDPDRPlan,

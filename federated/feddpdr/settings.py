@@ -18,14 +18,18 @@ from __future__ import annotations
 import dataclasses
 
 from dpcore import calibration as dp_calibration
-from dpcore import options, validation
+from dpcore import ddg, options, validation
+from federated.feddpdr import secure_moments
 from federated.feddpdr.registry import (
   Mechanism,
   describe,
 )
 from mechanisms.erm import objective_perturbation as op
 
-__all__ = ["Config", "Static", "check_chunk", "check_settings", "program"]
+__all__ = [
+    "Config", "Program", "Static", "check_chunk", "check_settings",
+    "program", "secure_sum_of",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,36 @@ class Static:
   @property
   def private(self) -> bool:
     return self.description.private
+
+  @property
+  def secure(self) -> bool:
+    """The server's basis comes from the secure sum of the participants'
+    second moments (``aggregation="distributed_moments"`` on a mechanism
+    that aggregates a PCA basis at the server)."""
+    mech = self.description
+    return (mech.reduces and mech.federated
+            and options.Aggregation(self.aggregation)
+            is options.Aggregation.DISTRIBUTED_MOMENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Program(Static):
+  """A :class:`Static` with the static facts its plan fixes: the secure
+  sum's :class:`dpcore.ddg.DDGParams` (its noise share is static, as the
+  exact sampler needs it, so each budget compiles its own program).
+  Only :func:`program` with ``secure_sum=`` makes one."""
+  secure_sum: ddg.DDGParams | None = None
+
+
+def secure_sum_of(static: Static) -> ddg.DDGParams:
+  """The program's secure-sum parameters, or a one-line ValueError."""
+  params = getattr(static, "secure_sum", None)
+  if params is None:
+    raise ValueError(
+        "aggregation=distributed_moments needs its plan's secure-sum "
+        "parameters: train through feddpdr.release/execute, or pass "
+        "config=feddpdr.program(config, secure_sum=plan.secure_sum).")
+  return params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +148,8 @@ class Config(Static):
     if mech.reduces and dim is not None and k > dim:
       raise ValueError(f"k={k} exceeds the data dimension d={dim}; choose "
                        f"k <= {dim}.")
+    if self.secure:
+      self._check_secure(dim)
     eps_pca = self.epsilon * self.pca_fraction
     if (self.calibration == options.PcaCalibration.CLASSIC and mech.private
         and mech.reduces and eps_pca >= 1):
@@ -122,6 +158,23 @@ class Config(Static):
           f"epsilon={self.epsilon:g} gives ε₁ = {eps_pca:g}; use "
           f"calibration=analytic or a smaller epsilon.")
     return self
+
+  def _check_secure(self, dim: int | None) -> None:
+    """distributed_moments: d within the secure sum's range, and the
+    budget settings that only DP-PCA's Gaussian reads left alone."""
+    if dim is not None:
+      secure_moments.check_dim(dim)
+    if options.parse_relation(self.relation) != options.Relation.REPLACE_ONE:
+      raise ValueError(
+          "aggregation=distributed_moments is calibrated under replace_one "
+          "(sensitivity 2Δ), the relation the run is accounted under; leave "
+          "relation at replace_one.")
+    if self.private and (options.PcaCalibration(self.calibration)
+                         is not options.PcaCalibration.ANALYTIC):
+      raise ValueError(
+          "calibration=classic is DP-PCA's Gaussian formula; "
+          "aggregation=distributed_moments is calibrated by its own "
+          "accounting: leave calibration at analytic.")
 
 
 def check_settings(configs, *, dim: int | None = None, seeds: int = 1,
@@ -157,7 +210,8 @@ def _static(config: Config | Static) -> Static:
   return config.static if isinstance(config, Config) else config
 
 
-def program(config: Config | Static) -> Static:
+def program(config: Config | Static, *,
+            secure_sum: ddg.DDGParams | None = None) -> Static:
   """The :class:`Static` that selects the compiled program.
 
   A mechanism runs the program its :class:`Mechanism` names: ``nonpriv``
@@ -166,8 +220,18 @@ def program(config: Config | Static) -> Static:
   share one executable; every other mechanism is its own. Its options
   are the members of their :mod:`dpcore.options` sets, so one program
   has one spelling however its settings were spelt.
+
+  ``secure_sum``: the plan's secure-sum parameters
+  (``aggregation="distributed_moments"``, ``FedDPDRPlan.secure_sum``):
+  the result is then a :class:`Program` carrying them (static: its budget
+  reaches the program, unlike every other aggregation's). A
+  :class:`Program` given keeps its own.
   """
   static = _static(config)
+  if secure_sum is not None:
+    static = Program(**{f.name: getattr(static, f.name)
+                        for f in dataclasses.fields(Static)},
+                     secure_sum=secure_sum)
   return dataclasses.replace(
       static,
       mechanism=options.FedDPDRMechanism(static.description.program),

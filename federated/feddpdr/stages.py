@@ -14,7 +14,9 @@ Per-participant steps map over the participant axis with
 a ``shard_map`` of it; with a chunk, that many participants at a time),
 once per bucket (:class:`federated.feddpdr.Layout`). ``nonpriv`` runs the
 ``feddpdr`` stages with the noise off by its traced numbers (σ = 0, θ = 0,
-p = ∞, so DP-PCA adds 0·Z and each fit's b has radius Gamma/∞ = 0).
+p = ∞, so DP-PCA adds 0·Z and each fit's b has radius Gamma/∞ = 0); with
+``aggregation="distributed_moments"`` its secure sum has no shares (its
+program's static parameters, :class:`federated.feddpdr.Program`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import jax.numpy as jnp
 from dpcore import clipping
 from dpcore import noise as dp_noise
 from federated import aggregation, sharding
+from federated.feddpdr import secure_moments
 from federated.feddpdr.arrays import Layout, Traced
-from federated.feddpdr.keys import server_key
-from federated.feddpdr.settings import Static
+from federated.feddpdr.keys import protocol_keys, server_key
+from federated.feddpdr.settings import Static, secure_sum_of
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 
@@ -144,8 +147,33 @@ def _moment_bases(step: Step):
       total, step.static.k, **_server_topk(step))
 
 
+def _secure_moment_bases(step: Step):
+  """The participants' upper(XᵢᵀXᵢ), summed under secure aggregation with
+  discrete Gaussian shares (:mod:`federated.feddpdr.secure_moments`); the
+  server's top k of the decoded sum.
+
+  Each participant encodes and masks its message with its DP-PCA key
+  (inside its map); the server sees the masked messages only, in
+  participant order, and what :func:`secure_moments.server_moments`
+  decodes from their sum. No local basis is computed.
+  """
+  params = secure_sum_of(step.static)
+  rotation_key, setup_key = protocol_keys(step.key)
+  count = step.layout.count
+  encode = step.each(lambda kk, xi, mi, i: secure_moments.message(
+      kk, rotation_key, setup_key, i, xi, mi, params=params, count=count))
+  masked = step.layout.in_order(_per_bucket(
+      step, lambda rows, kk, i: encode(kk, rows.x, rows.mask, i),
+      step.pca_keys, jnp.arange(count, dtype=jnp.int32)))
+  total = secure_moments.server_moments(masked, rotation_key, setup_key,
+                                        params=params, dim=step.layout.dim)
+  return _no_local_bases(step), aggregation.moments_aggregate(
+      total.astype(step.layout.dtype), step.static.k, **_server_topk(step))
+
+
 _SERVER_BASES = {"subspace": _subspace_bases, "paper": _paper_bases,
-                 "moments": _moment_bases}
+                 "moments": _moment_bases,
+                 "distributed_moments": _secure_moment_bases}
 
 
 # The fits: each participant projects on a basis (or none) and fits.

@@ -1,0 +1,331 @@
+"""FedDPDR's ``aggregation="distributed_moments"``: XᵀX under secure sums.
+
+``aggregation="moments"`` has every participant release its own noisy
+upper(XᵢᵀXᵢ) + Zᵢ (local trust: each release private alone) and the server
+take the top k of the sum. Here the same sum is formed with the
+distributed discrete Gaussian (:mod:`dpcore.ddg`) under simulated secure
+aggregation (:mod:`federated.secagg`), the machinery of federated
+DP-SGD's ``trust="distributed"`` (:mod:`federated.ddgsgd`):
+
+1. participant i clips its rows to norm ≤ 1 and bounds its mask to
+   [0, 1] as DP-PCA does (:func:`mechanisms.pca.dp_pca.clipped_rows`);
+   each row x gives u = upper(xxᵀ), the row-major upper triangle with the
+   diagonal that DP-PCA noises (d(d+1)/2 entries, ‖u‖ ≤ ‖xxᵀ‖_F = ‖x‖²
+   ≤ 1);
+2. :func:`dpcore.ddg.encode` scales every u to the grid, rotates it by
+   the public key, rounds *each row* conditionally (‖ũ‖ ≤ Δ on the grid),
+   sums them, adds the participant's share N_Z(0, s²)^D and reduces
+   modulo 2^b; :func:`federated.secagg.mask_message` masks it
+   (:func:`message`, participant side);
+3. the server gets only :func:`federated.secagg.server_sum` of the
+   masked messages, decodes it (:func:`dpcore.ddg.decode`), mirrors it to
+   a symmetric matrix (:func:`server_moments`) and takes the top k
+   (:func:`federated.aggregation.moments_aggregate`), as for ``moments``.
+
+Keys: participant i encodes with its DP-PCA key
+(:func:`federated.feddpdr.participant_keys`; ``encode`` splits it into
+its rounding and noise streams), and the rotation and the masks come from
+:func:`federated.feddpdr.keys.protocol_keys`, a stream of their own.
+
+Privacy (replace-one of a row of one participant, the relation FedDPDR
+is accounted under, :data:`federated.feddpdr.RELATION`): a replaced row
+moves the integer sum by ũ − ũ′, ‖ũ − ũ′‖ ≤ 2Δ (Δ =
+``params.sensitivity``; the √2 of the exact vectors does not survive the
+rounding). The server sees one unsampled sum of P shares: RDP from
+:func:`dpcore.ddg_accounting.sum_rdp` at sensitivity 2Δ, shares P
+(:func:`federated.ddgsgd.central_rdp` with ``relation="replace_one"``,
+``sampling_rate=1``, one step), recorded as an RDP curve; s is calibrated
+(:func:`federated.ddgsgd.calibrate`) so that this release alone meets the
+PCA part of the budget, (ε₁, δ). Should secure aggregation fail, the
+server sees participant i's message: its own share alone (shares = 1),
+the ``own_epsilon_pca`` of :meth:`SecureMomentsPlan.settings`. Wrap-around
+(a coordinate leaving the b-bit range) is an accuracy failure, bounded by
+:func:`dpcore.ddg.wrap_probability` and recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpcore import (
+  accounting,
+  clipping,
+  ddg,
+  ddg_accounting,
+  options,
+  rotation,
+  validation,
+)
+from dpcore import noise as dp_noise
+from federated import ddgsgd, secagg
+from federated.feddpdr.keys import participant_keys, protocol_keys
+from mechanisms.pca import dp_pca
+
+__all__ = [
+    "ASSUMPTION", "BITS", "LABEL", "MAX_DIM", "SecureMomentsPlan",
+    "check_dim", "make_plan", "message", "noise_free_params", "noisy_moments",
+    "params_record", "server_moments", "upper_dim", "upper_rows",
+]
+
+BITS = 20
+"""b, bits per coordinate of every message (≤ :data:`dpcore.ddg.MAX_BITS`)."""
+
+LABEL = "dp_pca_secure_sum"
+"""The ledger label of the release."""
+
+ASSUMPTION = ("secure aggregation (simulated, federated.secagg): the server "
+              "sees only the modular sum of every participant's masked "
+              "message; all P noise shares are in the sum")
+"""What the central guarantee assumes (the record's ``assumption``)."""
+
+
+def upper_dim(dim: int) -> int:
+  """d(d+1)/2: the upper triangle of a d × d matrix, diagonal included."""
+  return dim * (dim + 1) // 2
+
+
+def _largest_dim() -> int:
+  d = 1
+  while rotation.padded_dim(upper_dim(d + 1)) <= ddg.MAX_PADDED_DIM:
+    d += 1
+  return d
+
+
+MAX_DIM = _largest_dim()
+"""The largest d whose d(d+1)/2 pads to at most
+:data:`dpcore.ddg.MAX_PADDED_DIM` coordinates (361)."""
+
+
+def check_dim(dim: int) -> int:
+  """d ≤ :data:`MAX_DIM`, or a one-line ValueError saying what to use."""
+  dim = validation.check_positive_int(dim, "dim")
+  if dim > MAX_DIM:
+    padded = rotation.padded_dim(upper_dim(dim))
+    raise ValueError(
+        f"aggregation=distributed_moments sums upper(xxᵀ), d(d+1)/2 = "
+        f"{upper_dim(dim)} coordinates for d={dim}, padded to {padded} > "
+        f"{ddg.MAX_PADDED_DIM} (dpcore.ddg.MAX_PADDED_DIM): it takes d <= "
+        f"{MAX_DIM}; use aggregation=moments, or fewer features.")
+  return dim
+
+
+@dataclasses.dataclass(frozen=True)
+class SecureMomentsPlan:
+  """The public facts of the secure sum of the participants' XᵢᵀXᵢ.
+
+  Attributes:
+    epsilon: the release's guarantee against the server at ``delta``
+      (the ledger's ε of :meth:`record`); at most ``target_epsilon``.
+    target_epsilon: ε₁, the budget s was calibrated for.
+    delta: δ of the release.
+    relation: replace-one (the curve's sensitivity is 2Δ).
+    params: the grid, bits and share σ (:class:`dpcore.ddg.DDGParams`).
+    noise_multiplier: z, the central σ = z·c grid units (z in the rows'
+      units: the decoded sum's noise has σ ≈ z per entry).
+    shares: P, every participant adds one share (no dropouts).
+    rows: the most rows summed (the wrap-around bound's m).
+    dim: d.
+  """
+  epsilon: float | None
+  target_epsilon: float
+  delta: float
+  relation: options.Relation
+  params: ddg.DDGParams
+  noise_multiplier: float
+  shares: int
+  rows: int
+  dim: int
+
+  @property
+  def sensitivity(self) -> float:
+    """2Δ: a replaced row's move of the integer sum (L2, grid units)."""
+    return ddgsgd.sensitivity(self.params, self.relation)
+
+  def _rdp(self, shares: int, relation) -> np.ndarray:
+    return ddgsgd.central_rdp(self.params, shares=shares, sampling_rate=1.0,
+                              steps=1, relation=relation or self.relation)
+
+  def record(self, ledger: accounting.PrivacyLedger, *, label: str = LABEL,
+             relation: options.Relation | str | None = None,
+             own: bool = False) -> None:
+    """Puts the release into ``ledger``: its RDP curve against the server.
+
+    Args:
+      ledger: a :class:`dpcore.accounting.PrivacyLedger`.
+      label: the entry's label.
+      relation: the relation to account it under (None: the plan's);
+        add/remove has sensitivity Δ, replace-one 2Δ.
+      own: the participant's own guarantee if secure aggregation fails
+        (its share alone, shares = 1) instead of the central one.
+    """
+    relation = options.parse_relation(relation or self.relation)
+    shares = 1 if own else self.shares
+    ledger.record_rdp_curve(
+        orders=ddg_accounting.ORDERS, rdp=self._rdp(shares, relation),
+        delta=self.delta, label=label, relation=relation,
+        params={"sensitivity": ddgsgd.sensitivity(self.params, relation),
+                "sigma_share": float(self.params.sigma_share),
+                "shares": shares, "dim": self.params.padded})
+
+  def own_epsilon(self) -> float:
+    """The release's ε at δ against the server if secure aggregation
+    fails: one participant's message, its share alone."""
+    ledger = accounting.PrivacyLedger()
+    self.record(ledger, own=True)
+    return ledger.guarantee(self.delta).epsilon
+
+  def settings(self) -> dict:
+    """JSON-ready public facts, both guarantees of the PCA release."""
+    return {**params_record(self.params, rows=self.rows,
+                            count=self.shares),
+            "assumption": ASSUMPTION,
+            "sensitivity": self.sensitivity,
+            "noise_multiplier": self.noise_multiplier,
+            "epsilon_pca": self.epsilon,
+            "target_epsilon_pca": self.target_epsilon,
+            "own_epsilon_pca": self.own_epsilon(), "delta": self.delta}
+
+
+def params_record(params: ddg.DDGParams, *, rows: int, count: int) -> dict:
+  """The grid's facts, with the wrap-around bound of one sum."""
+  share = None if params.sigma_share is None else float(params.sigma_share)
+  return {
+      "trust": "distributed", "bits": params.bits,
+      "padded_dim": params.padded, "upper_dim": params.dim,
+      "granularity": params.gamma, "beta": params.beta,
+      "rounded_sensitivity": params.sensitivity, "sigma_share": share,
+      "shares": count,
+      "central_sigma": (None if share is None
+                        else share * math.sqrt(count) * params.gamma),
+      "bits_per_participant": params.bits * params.padded,
+      "wrap_probability": ddg.wrap_probability(
+          bits=params.bits, padded=params.padded, norm=params.norm,
+          rows=rows, noise_variance=count * (share or 0.0) ** 2, steps=1)}
+
+
+def _calibrated(epsilon, *, delta, dim, count, rows, bits):
+  return ddgsgd.calibrate(
+      epsilon=epsilon, noise_multiplier=None if epsilon else 0.0,
+      delta=delta, dim=upper_dim(dim), clip_norm=1.0, bits=bits,
+      count=count, survivors=count, rows=rows, sampling_rate=1.0, steps=1,
+      relation=options.Relation.REPLACE_ONE)
+
+
+def make_plan(*, epsilon: float, delta: float, dim: int, count: int,
+              rows: int, bits: int = BITS) -> SecureMomentsPlan:
+  """Calibrates the share σ so that the release meets (ε₁, δ) (host-side).
+
+  Args:
+    epsilon: ε₁, the PCA part of the budget.
+    delta: δ.
+    dim: d ≤ :data:`MAX_DIM`.
+    count: P, the participants (each adds a share).
+    rows: the most rows summed (Σ nᵢ), for the wrap-around bound.
+    bits: b.
+
+  Returns:
+    A :class:`SecureMomentsPlan` whose ``epsilon`` (the ledger's) is at
+    most ``epsilon``, within the calibration's 0.1 % on z.
+
+  Raises:
+    ValueError: one line naming the argument and the fix.
+  """
+  epsilon = validation.check_epsilon(epsilon)
+  delta = validation.check_delta(delta)
+  dim = check_dim(dim)
+  count = validation.check_positive_int(count, "count")
+  rows = validation.check_positive_int(rows, "rows")
+  z, params = _calibrated(epsilon, delta=delta, dim=dim, count=count,
+                          rows=rows, bits=bits)
+  plan = SecureMomentsPlan(None, epsilon, delta,
+                           options.Relation.REPLACE_ONE, params, z, count,
+                           rows, dim)
+  return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
+
+
+def noise_free_params(*, dim: int, count: int, rows: int,
+                      bits: int = BITS) -> ddg.DDGParams:
+  """The grid of the same sum without noise (``nonpriv``: rounding only)."""
+  return _calibrated(None, delta=None, dim=check_dim(dim), count=count,
+                     rows=rows, bits=bits)[1]
+
+
+def upper_rows(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """(n, d(d+1)/2) float32: upper(xxᵀ) of every row, clipped as DP-PCA
+  clips (:func:`mechanisms.pca.dp_pca.clipped_rows`: norm ≤ 1, the mask
+  bounded to [0, 1]), so each has norm ≤ 1 whatever the input."""
+  rows = dp_pca.clipped_rows(jnp.asarray(x, jnp.float32), mask)
+  i, j = np.triu_indices(rows.shape[-1])
+  return rows[:, i] * rows[:, j]
+
+
+def message(key: jax.Array, rotation_key: jax.Array, setup_key: jax.Array,
+            index, x: jax.Array, mask: jax.Array, *, params: ddg.DDGParams,
+            count: int) -> jax.Array:
+  """Participant ``index``'s masked message (participant side).
+
+  Args:
+    key: the participant's key (its DP-PCA key: rounding and noise share).
+    rotation_key: the public rotation key.
+    setup_key: the secure-aggregation setup (participants only).
+    index: the participant's index in [0, P).
+    x: (n, d) its rows; mask: (n,) 1 for real rows.
+    params: the plan's :class:`dpcore.ddg.DDGParams`.
+    count: P.
+
+  Returns:
+    uint32 (D,): Σ ũ + its share, modulo 2^b, masked.
+  """
+  # Traced in 32 bits: the exact sampler's loops count in int32, which a
+  # 64-bit trace (feddpdr.train runs under enable_x64) would widen.
+  with jax.enable_x64(False):
+    weights = (clipping.clip_weights(mask) > 0).astype(jnp.float32)
+    encoded = ddg.encode(key, rotation_key, upper_rows(x, mask), weights,
+                         params=params)
+    return secagg.mask_message(setup_key, 0, jnp.int32(index), encoded,
+                               count=count, bits=params.bits)
+
+
+def server_moments(masked: jax.Array, rotation_key: jax.Array,
+                   setup_key: jax.Array, *, params: ddg.DDGParams,
+                   dim: int) -> jax.Array:
+  """The server's (d, d) symmetric Σᵢ XᵢᵀXᵢ + noise from the masked
+  messages (P, D): secure sum (every participant arrives), decode, mirror.
+  """
+  count = masked.shape[0]
+  with jax.enable_x64(False):  # as message's
+    alive = jnp.ones((count,), bool)
+    correction = secagg.unmasking(setup_key, 0, alive, count=count,
+                                  padded=params.padded, bits=params.bits)
+    total, _ = secagg.server_sum(masked, alive, correction,
+                                 bits=params.bits, threshold=count)
+    upper = ddg.decode(total, rotation_key, params=params)
+    return dp_noise.symmetric_from_upper(upper, dim)
+
+
+def noisy_moments(key: jax.Array, x: jax.Array, mask: jax.Array, *,
+                  params: ddg.DDGParams) -> jax.Array:
+  """The server's matrix of one repeat: every participant's message with
+  the keys :func:`federated.feddpdr.train` gives them, summed securely.
+
+  Args:
+    key: the repeat's key.
+    x: (P, n, d) rows; mask: (P, n).
+    params: the plan's :class:`dpcore.ddg.DDGParams`.
+
+  Returns:
+    (d, d) float32, what the server decodes (its top k is the basis).
+  """
+  count, _, dim = x.shape
+  pca_keys, _ = participant_keys(key, count)
+  rotation_key, setup_key = protocol_keys(key)
+  masked = jax.vmap(lambda k, i, xi, mi: message(
+      k, rotation_key, setup_key, i, xi, mi, params=params, count=count))(
+          pca_keys, jnp.arange(count, dtype=jnp.int32), x, mask)
+  return server_moments(masked, rotation_key, setup_key, params=params,
+                        dim=dim)
