@@ -9,14 +9,44 @@ with the ε of the plan's privacy record and the paper's nominal ε.
 The broken variant, reported with the unbroken plan's ε, must be caught:
 ``feddpdr_participant_clip_skipped`` (the participant's projected rows
 reach its fit without being clipped to norm ≤ 1, and its row is 10·e₁).
+
+``feddpdr_distributed_moments@{first,middle,last}``: the PCA release of
+``aggregation="distributed_moments"`` (:mod:`federated.feddpdr.
+secure_moments`): what the server decodes from the secure sum,
+:func:`~federated.feddpdr.secure_moments.noisy_moments` with the keys
+``train`` gives, the real encoding (clip, upper(xxᵀ), grid, rotation,
+conditional rounding, exact discrete Gaussian shares, modulo 2^b),
+masking, unmasking and decoding. 3 participants of 2 rows, d = 2 (D = 4
+coordinates), ε₁ = 2 at δ = 10⁻²; the canary row, row 0 of participant
+0, row 1 of participant 1 or row 1 of participant 2, is e₀ in ``data_0``
+and e₁ in ``data_1`` (replace-one; the other rows are 0, which round to
+exactly 0). The exact vectors are then √2 apart, the most two unit rows
+can be, while the claim is accounted at 2Δ (the rounded rows' bound),
+so a bound near 1/√2 of the claim's μ is all the audit can reach.
+Statistic: M₁₁ − M₀₀ of the decoded matrix (the direction u(e₁) − u(e₀)).
+Claim: the PCA release's ε from its own ledger entry (the curve against
+the server, P shares).
+``feddpdr_distributed_moments_share_over_p`` (broken): 9 participants of
+one row, each drawing its share with σ/P instead of σ/√P (the sum then
+has σ/√P = σ/3), reported with the unbroken plan's ε.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 
-from dpcore.audit_spec import AuditSpec, claimed_epsilon
+from dpcore import accounting, ddg
+from dpcore.audit_spec import (
+  POSITIONS,
+  AuditSpec,
+  canary_index,
+  claimed_epsilon,
+  spec_name,
+)
 from federated import feddpdr
+from federated.feddpdr import secure_moments
 from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 
@@ -132,10 +162,83 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
       broken=broken is not None)
 
 
+SECURE_BROKEN = ("share_over_p",)
+"""The broken variant of :func:`distributed_moments_spec`."""
+
+_SECURE_LAYOUT = {None: (3, 2), "share_over_p": (9, 1)}
+"""(participants, rows each) of every variant."""
+
+
+def distributed_moments_spec(*, position: str = "first",
+                             broken: str | None = None,
+                             epsilon_pca: float = 2.0,
+                             audit_delta: float = 1e-2) -> AuditSpec:
+  """One spec of ``aggregation="distributed_moments"`` (module docstring).
+
+  Args:
+    position: where the canary row sits among all rows (the broken
+      variant uses ``"first"``).
+    broken: None, or one of :data:`SECURE_BROKEN`.
+    epsilon_pca: ε₁ (the run's ε is twice it).
+    audit_delta: the run's δ, at which the claim is read.
+  """
+  if broken not in (None, *SECURE_BROKEN):
+    raise ValueError(f"broken must be None or one of {SECURE_BROKEN}, got "
+                     f"{broken!r}.")
+  position = position if broken is None else "first"
+  participants, rows = _SECURE_LAYOUT[broken]
+  dim = 2
+  config = feddpdr.Config(epsilon=2 * epsilon_pca, delta=audit_delta, k=1,
+                          aggregation="distributed_moments")
+  plan = feddpdr.make_plan([rows] * participants, dim=dim, num_classes=2,
+                           config=config)
+  secure = plan.pca
+  ledger = accounting.PrivacyLedger()
+  secure.record(ledger)
+  reported = claimed_epsilon(ledger, "replace_one", audit_delta)
+  params, extra = secure.params, {}
+  if broken == "share_over_p":
+    params = dataclasses.replace(params, sigma_share=ddg.share_sigma(
+        secure.noise_multiplier * params.norm / participants))
+    extra = {"run_sigma_share": float(params.sigma_share)}
+  unit = canary_index(participants * rows, position)
+  x_0 = jnp.zeros((participants, rows, dim), jnp.float32)
+  x_1 = x_0.at[unit // rows, unit % rows, 1].set(1.0)
+  x_0 = x_0.at[unit // rows, unit % rows, 0].set(1.0)
+  mask = jnp.ones((participants, rows), jnp.float32)
+
+  def mechanism(key, x):
+    return secure_moments.noisy_moments(key, x, mask, params=params)
+
+  def statistic(m):
+    return m[1, 1] - m[0, 0]
+
+  settings = {k: v for k, v in secure.settings().items()
+              if k != "assumption"}
+  name = ("feddpdr_distributed_moments" if broken is None
+          else f"feddpdr_distributed_moments_{broken}")
+  return AuditSpec(
+      name=spec_name(name, position if broken is None else None),
+      relation="replace_one",
+      settings={**settings, **extra, "participants": participants,
+                "rows": rows, "d": dim, "canary_unit": unit,
+                "canary": "e0 -> e1", "unit": "row",
+                "variant": broken or "library"},
+      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
+      delta=audit_delta, reported_epsilon=reported,
+      default_trials=30_000 if broken is None else 10_000,
+      broken=broken is not None,
+      position=position if broken is None else None)
+
+
 def specs() -> list[AuditSpec]:
-  """The one-participant FedDPDR-DPML audit, then its broken variant."""
-  return [feddpdr_spec(), feddpdr_spec(broken="clip_skipped")]
+  """The one-participant FedDPDR-DPML audit and its broken variant, then
+  every position of the distributed moments and theirs."""
+  return ([feddpdr_spec(), feddpdr_spec(broken="clip_skipped")]
+          + [distributed_moments_spec(position=p) for p in POSITIONS]
+          + [distributed_moments_spec(broken=b) for b in SECURE_BROKEN])
 
 
-__all__ = ["BROKEN", "CANARY_SCALE", "feddpdr_spec", "specs",
+__all__ = ["BROKEN", "CANARY_SCALE", "SECURE_BROKEN",
+           "distributed_moments_spec", "feddpdr_spec", "specs",
            "unclipped_participant"]

@@ -115,9 +115,11 @@ _LOSS = flags.DEFINE_enum("loss", "huber", list(options.ERMLoss), "loss")
 _AGGREGATION = flags.DEFINE_enum(
     "aggregation", "subspace", list(options.Aggregation),
     "basis aggregation: subspace (sign/rotation invariant), paper "
-    "((1/N) Σ wᵢ Uᵢ as printed) or moments (top k of the sum of the "
+    "((1/N) Σ wᵢ Uᵢ as printed), moments (top k of the sum of the "
     "participants' noisy XᵢᵀXᵢ; the same privacy; for many small "
-    "participants, docs/many_participants.md)")
+    "participants, docs/many_participants.md) or distributed_moments (the "
+    "same sum under secure aggregation with discrete Gaussian shares, "
+    "d ≤ 361; docs/secure_aggregation.md)")
 _MODEL_AGGREGATION = flags.DEFINE_enum(
     "model_aggregation", "weighted", list(options.ModelAggregation),
     "model aggregation: Σ wᵢβᵢ or the paper's (1/N) Σ wᵢβᵢ")

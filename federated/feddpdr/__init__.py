@@ -17,7 +17,10 @@ test rows preprocessed like the training rows):
   matrix XᵢᵀXᵢ + Zᵢ of its DP-PCA instead of its top k, and the global
   basis is the top k of Σᵢ (XᵢᵀXᵢ + Zᵢ) (the plain sum: every Zᵢ has the
   same σ; see :func:`federated.aggregation.moments_aggregate`), no local
-  basis being computed (``bases`` is then (N, 0, 0));
+  basis being computed (``bases`` is then (N, 0, 0)); with
+  ``"distributed_moments"`` the same sum is formed under secure
+  aggregation, each participant adding a discrete Gaussian share
+  (:mod:`federated.feddpdr.secure_moments`, d ≤ 361);
   each participant projects its rows on the global basis, clips them to
   norm ≤ 1, and trains K objective-perturbation classifiers; the server
   averages the models (Σ wᵢβ̂ᵢ, or (1/N)Σ wᵢβ̂ᵢ with
@@ -85,6 +88,13 @@ Privacy:
   same σ, the same ledger entry, the same privacy record as ``"subspace"``
   (:func:`make_plan` does not look at the aggregation); the server's sum and
   its top k are post-processing.
+  ``aggregation="distributed_moments"`` (:mod:`.secure_moments`) releases
+  only the secure sum of every participant's rounded upper(XᵢᵀXᵢ) plus its
+  discrete Gaussian share: a replaced row moves it by ≤ 2Δ (rounded
+  rows), and the sum of P shares is calibrated to the same (ε₁, δ) against
+  the server, given secure aggregation, recorded as an RDP curve; each
+  participant's own guarantee should it fail (its share alone) is in the
+  plan's ``secure_aggregation``.
 
 """
 

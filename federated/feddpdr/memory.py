@@ -9,7 +9,8 @@ grows with the chunk rather than with N.
 from __future__ import annotations
 
 from dpcore import memory as dp_memory
-from dpcore import validation
+from dpcore import rotation, validation
+from federated.feddpdr import secure_moments
 from federated.feddpdr.settings import Config, Static, check_chunk, program
 
 __all__ = ["choose_chunk", "memory_estimate", "plan_chunk"]
@@ -32,7 +33,8 @@ def memory_estimate(num_participants: int, n_max: int, dim: int, *,
   MNIST, 1,000 participants × 60 rows, 3 seeds, the process's resident
   memory reached 15.4 GB with 346 participants mapped at once (14.8 MB per
   participant and seed in flight, data and JAX included) against 20.4 MB
-  counted here.
+  counted here. ``aggregation="distributed_moments"`` adds each row's
+  upper(xxᵀ), padded to D float32 coordinates.
   """
   num_participants = validation.check_positive_int(num_participants,
                                                    "num_participants")
@@ -50,6 +52,9 @@ def memory_estimate(num_participants: int, n_max: int, dim: int, *,
     unit = 4 * d * d * 8 + 2 * n_max * d * 8 + n_max * k * fits * 8
   else:
     unit = n_max * d * fits * 8 + 2 * d * d * 8
+  if static.secure:  # each row's upper(xxᵀ), float32, and its message
+    unit += (n_max + 4) * rotation.padded_dim(
+        secure_moments.upper_dim(d)) * 4
   in_flight = min(chunk or num_participants, num_participants) * seeds
   return int(inputs + outputs + unit * in_flight)
 

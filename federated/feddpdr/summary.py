@@ -40,6 +40,9 @@ class Summary:
     iterations_max: the most L-BFGS iterations of any fit.
     accuracy_per_participant: (S, N) each participant's own model's
       accuracy per repeat (local mechanisms), or None.
+    secure_aggregation: ``aggregation="distributed_moments"``'s facts
+      (``FedDPDRPlan.secure_aggregation``: the grid, the wrap-around bound,
+      the central and each participant's own guarantee), else None.
   """
   accuracy_per_seed: tuple[float, ...]
   privacy: dict
@@ -49,6 +52,7 @@ class Summary:
   grad_norm_max: float
   iterations_max: int
   accuracy_per_participant: tuple[tuple[float, ...], ...] | None = None
+  secure_aggregation: dict | None = None
 
   @property
   def accuracy(self) -> float:
@@ -100,4 +104,5 @@ def summarise(plan: FedDPDRPlan, out: TrainOutput, accuracy,
       iterations_max=int(np.max(out.iterations)),
       accuracy_per_participant=(
           None if per is None
-          else tuple(tuple(row) for row in np.asarray(per).tolist())))
+          else tuple(tuple(row) for row in np.asarray(per).tolist())),
+      secure_aggregation=plan.secure_aggregation)

@@ -568,8 +568,11 @@ def summary_record(summary: feddpdr.Summary) -> dict:
   """The JSON-ready fields of a run's :class:`federated.feddpdr.Summary`:
   accuracy (mean over repeats), accuracy_std, accuracy_per_seed, privacy,
   epsilon_pca, epsilon_per_classifier, sigma_pca, grad_norm_max,
-  iterations_max, seeds, and accuracy_per_participant (local mechanisms
-  only)."""
+  iterations_max, seeds, accuracy_per_participant (local mechanisms
+  only) and secure_aggregation (``aggregation="distributed_moments"``
+  only: the grid, wrap-around bound, and the central and own guarantees,
+  ``own_epsilon`` being each participant's should secure aggregation
+  fail)."""
   record = {
       "accuracy": summary.accuracy,
       "accuracy_std": summary.accuracy_std,
@@ -585,6 +588,8 @@ def summary_record(summary: feddpdr.Summary) -> dict:
   if summary.accuracy_per_participant is not None:
     record["accuracy_per_participant"] = [
         list(row) for row in summary.accuracy_per_participant]
+  if summary.secure_aggregation is not None:
+    record["secure_aggregation"] = dict(summary.secure_aggregation)
   return record
 
 

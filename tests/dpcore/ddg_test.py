@@ -360,6 +360,25 @@ def test_choose_params_keeps_the_wrap_probability():
                         jax.random.key(0), params=p).size) == 650
 
 
+def test_choose_params_keeps_each_share_in_the_exact_samplers_range():
+  # The largest share the sampler takes is just above the cap.
+  assert ddg.share_sigma(ddg.MAX_SHARE_SIGMA) == ddg.MAX_SHARE_SIGMA
+  discrete.gaussian_params(ddg.MAX_SHARE_SIGMA + 1000)
+  with pytest.raises(ValueError, match="exact sampler"):
+    ddg.share_sigma(1.1 * ddg.MAX_SHARE_SIGMA)
+  # At 20 bits a large z would ask for s = z·c/√P ≈ 48,000 on the finest
+  # grid the modular range allows; the grid is coarsened instead.
+  kw = dict(dim=2080, clip_norm=1.0, bits=20, shares=2, rows=1200,
+            steps=1)
+  p = ddg.choose_params(noise_multiplier=24.0, **kw)
+  assert p.sigma_share == ddg.MAX_SHARE_SIGMA
+  assert p.norm == pytest.approx(ddg.MAX_SHARE_SIGMA * math.sqrt(2) / 24.0)
+  # Where the cap does not bind, the grid is the wrap bound's alone.
+  small = ddg.choose_params(noise_multiplier=0.5, **kw)
+  assert float(small.sigma_share) < ddg.MAX_SHARE_SIGMA
+  assert small.norm > 3 * p.norm
+
+
 @pytest.mark.parametrize("bad", [dict(bits=7), dict(bits=25),
                                  dict(bits=8, rows=200)])
 def test_choose_params_refuses(bad):

@@ -172,6 +172,15 @@ FEDDPDR_CASES = [
     _case("config_aggregation",
           lambda: _prepare(config=feddpdr.Config(k=2, aggregation="mean")),
           ValueError, "aggregation"),
+    _case("config_distributed_moments_d_above_361",
+          lambda: _prepare(dim=400, config=feddpdr.Config(
+              k=2, aggregation="distributed_moments")), ValueError,
+          r"d <= 361; use aggregation=moments"),
+    _case("config_distributed_moments_add_remove",
+          lambda: _prepare(config=feddpdr.Config(
+              k=2, aggregation="distributed_moments",
+              relation="add_remove")), ValueError,
+          "calibrated under replace_one"),
     _case("config_max_iter_zero",
           lambda: _prepare(config=feddpdr.Config(k=2, max_iter=0)),
           ValueError, "max_iter"),

@@ -1,5 +1,7 @@
 """federated.feddpdr_audit: one FedDPDR-DPML participant's releases stay
-below the pipeline's claim; its fit on an unclipped row is caught."""
+below the pipeline's claim; its fit on an unclipped row is caught. The
+distributed moments' release stays below its claim at every canary
+position; shares of σ/P are caught."""
 
 import jax
 import jax.numpy as jnp
@@ -7,10 +9,13 @@ import numpy as np
 import pytest
 
 from dpcore import audit_spec
+from dpcore.audit_spec import POSITIONS
 from federated import feddpdr, feddpdr_audit
 from tests import audit_checks
 
-BROKEN = {"feddpdr_participant_clip_skipped": 2_000}
+BROKEN = {"feddpdr_participant_clip_skipped": 2_000,
+          "feddpdr_distributed_moments_share_over_p": 3_000}
+SECURE = {f"feddpdr_distributed_moments@{p}": 20_000 for p in POSITIONS}
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +24,9 @@ def specs():
 
 
 def test_spec_and_a_small_audit(specs):
-  assert list(specs) == ["feddpdr_participant", *BROKEN]
+  assert list(specs) == ["feddpdr_participant",
+                         "feddpdr_participant_clip_skipped", *SECURE,
+                         "feddpdr_distributed_moments_share_over_p"]
   spec = specs["feddpdr_participant"]
   assert spec.relation == "replace_one" and spec.x64 and not spec.broken
   # The neighbours differ in the one row's label (replace-one).
@@ -69,6 +76,43 @@ def test_unclipped_participant_is_train_on_rows_of_norm_at_most_one():
   np.testing.assert_allclose(beta, out.betas[0, 0, 0], atol=1e-6)
 
 
-@pytest.mark.parametrize("name", sorted(BROKEN))
+@pytest.mark.parametrize("name", [
+    "feddpdr_participant_clip_skipped",
+    # ~15 s: its exact sampler compiles and runs vmapped over trials.
+    pytest.param("feddpdr_distributed_moments_share_over_p",
+                 marks=pytest.mark.slow)])
 def test_broken_variant_is_caught(specs, name):
   audit_checks.assert_caught(specs[name], BROKEN[name])
+
+
+def test_distributed_moments_specs_positions_and_claims(specs):
+  rows = {"first": 0, "middle": 3, "last": 5}  # 3 participants × 2 rows
+  first = specs["feddpdr_distributed_moments@first"]
+  for p in POSITIONS:
+    spec = specs[f"feddpdr_distributed_moments@{p}"]
+    assert spec.position == p and not spec.broken
+    assert spec.relation == "replace_one"
+    assert spec.settings["canary_unit"] == rows[p]
+    assert spec.reported_epsilon == first.reported_epsilon
+    # The claim is the PCA release's, against the server (ε₁ = 2).
+    assert spec.reported_epsilon == pytest.approx(
+        spec.settings["epsilon_pca"])
+    assert 0.99 * 2.0 <= spec.reported_epsilon <= 2.0
+    # The neighbours replace the canary e₀ by e₁; every other row is 0.
+    assert float(jnp.sum(jnp.abs(spec.data_0 - spec.data_1))) == 2.0
+  over = specs["feddpdr_distributed_moments_share_over_p"]
+  assert over.broken and over.position is None
+  assert 0.99 * 2.0 <= over.reported_epsilon <= 2.0
+  # σ/P instead of σ/√P, P = 9: each share a third of the right one.
+  assert over.settings["run_sigma_share"] == pytest.approx(
+      over.settings["sigma_share"] / 3, rel=1e-3)
+  with pytest.raises(ValueError, match="broken must be"):
+    feddpdr_audit.distributed_moments_spec(broken="noise_dropped")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SECURE))
+def test_distributed_moments_small_audit_stays_below_the_claim(specs, name):
+  # The claim is accounted at 2Δ (rounded rows), the canaries are √2
+  # apart: the audit reaches about 1/√2 of the claim's scale at most.
+  audit_checks.assert_below_claim(specs[name], SECURE[name], power=0.25)

@@ -41,8 +41,10 @@ EXPECTED = {
     "federated.ddgsgd_audit": [
         *_at("fedsgd_distributed"), "fedsgd_distributed_share_over_p",
         "fedsgd_distributed_unbounded_rounding"],
-    "federated.feddpdr_audit": ["feddpdr_participant",
-                                "feddpdr_participant_clip_skipped"],
+    "federated.feddpdr_audit": [
+        "feddpdr_participant", "feddpdr_participant_clip_skipped",
+        *_at("feddpdr_distributed_moments"),
+        "feddpdr_distributed_moments_share_over_p"],
     "federated.fedsgd_audit": [
         *_at("fedsgd_server", "fedsgd_local", "fedsgd_participant"),
         "fedsgd_participant_compacted_mask@first"],
