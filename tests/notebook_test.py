@@ -127,6 +127,7 @@ def test_is_an_executed_nbformat_4_notebook(notebook):
   assert any("epsilon that holds" in s for s in stored_outputs(notebook))
 
 
+@pytest.mark.slow
 def test_runs_and_stored_outputs_are_current(notebook):
   fresh = execute(notebook)
   assert stale_lines(stored_outputs(notebook), fresh) == []

@@ -92,6 +92,7 @@ def test_fit_batch_refuses_in_one_line():
   assert "memory budget of" in message and "--memory_budget" in message
 
 
+@pytest.mark.slow
 def test_batches_draw_the_same_trials_as_whole_chunks():
   key, data = jax.random.key(3), jnp.float32(0.0)
   kwargs = dict(statistic=_identity, trials=5_001, chunk=1_000)
@@ -121,6 +122,7 @@ def test_the_library_default_is_no_memory_limit():
     assert inspect.signature(fn).parameters["memory_budget"].default is None
 
 
+@pytest.mark.slow
 def test_audit_under_a_budget_gives_the_same_bound():
   key = jax.random.key(0)
   data_0 = jnp.zeros((3, 3), jnp.float32)
@@ -177,6 +179,7 @@ def test_a_budget_below_one_trial_is_refused_before_any_run():
 
 @pytest.mark.parametrize("mechanism, data", [
     (_gaussian, jnp.float32(0.0)), (_pca_like, jnp.zeros((3, 3)))])
+@pytest.mark.slow
 def test_the_affine_estimate_is_above_xla_in_between(mechanism, data):
   # The batch is chosen from the programs for 1 and for the whole chunk;
   # the programs in between must not be above the line through them.

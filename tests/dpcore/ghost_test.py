@@ -92,6 +92,7 @@ def _assert_trees_close(a, b, rtol=2e-5, atol=2e-6):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.slow
 def test_clipped_sum_equals_the_vmap_path(name):
   loss = ghost.layered(MODELS[name])
   params = _params(name, jax.random.key(1))
@@ -145,6 +146,7 @@ def test_non_finite_examples_contribute_nothing_as_on_the_vmap_path():
 
 
 @pytest.mark.parametrize("name", ["linear", "softmax", "mlp"])
+@pytest.mark.slow
 def test_trainer_fast_path_gives_the_vmap_paths_parameters(name):
   loss = ghost.layered(MODELS[name])
   x, y = _data(jax.random.key(7), n=200)
@@ -209,6 +211,7 @@ def test_misuse_is_refused_at_trace_time():
     ghost.layered(3)
 
 
+@pytest.mark.slow
 def test_one_compilation_per_plan_and_unroll_does_not_change_the_result():
   traces = []
 
@@ -237,6 +240,7 @@ def test_one_compilation_per_plan_and_unroll_does_not_change_the_result():
   _assert_trees_close(unrolled, first, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_clipped_batch_sums_vmap_over_participants():
   # Per-participant clipped sums (no noise), the federated building block:
   # one vmapped call equals a call per participant with its own key.

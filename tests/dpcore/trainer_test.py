@@ -192,6 +192,7 @@ def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(sampler):
   assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   # The plan is a pytree: C, σ, ε, the target and δ are traced leaves, the
   # run's shape (N, q, T, B, the sampler) static. A plan that kept ε in

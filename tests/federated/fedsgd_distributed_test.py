@@ -62,6 +62,7 @@ def test_each_row_is_included_at_rate_q():
   assert np.all(np.abs(counts - plan.steps * 0.25) < 5 * row_se)
 
 
+@pytest.mark.slow
 def test_chunks_do_not_change_the_distributed_release():
   # Without chunk the step encodes all participants in one ddg.encode_many
   # loop; with chunk each participant's ddg.encode runs under lax.map:

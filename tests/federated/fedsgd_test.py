@@ -113,6 +113,7 @@ def test_noise_has_the_trust_models_scale(trust, factor):
   assert plan.central_noise_multiplier == pytest.approx(sigma * factor)
 
 
+@pytest.mark.slow
 def test_chunks_do_not_change_the_result_and_keys_do():
   sizes = [6, 3, 5, 6, 2]
   parts, _, _ = _participants(sizes, key=4)
@@ -242,6 +243,7 @@ def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(trust):
                           delta=1e-5).epsilon is None
 
 
+@pytest.mark.slow
 def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   # ε, the target, σ and C are traced leaves: a jitted run with the plan as
   # an argument traces once for every ε (a Python side effect counts the
@@ -322,6 +324,7 @@ def test_the_plan_calibrates_sigma_for_a_target():
                      steps=100, clip_norm=1.0, epsilon=2.0)
 
 
+@pytest.mark.slow
 def test_server_gathers_the_same_rows_as_the_participants_batches():
   # Same keys, σ = 0: "server" (one clipped sum over the gathered rows)
   # and "local" (each participant's clipped sum, added up) sample the same

@@ -90,6 +90,7 @@ def test_nonpriv_moments_run_is_the_pooled_pca():
 
 
 @pytest.mark.parametrize("chunk", [3, 5, 25])
+@pytest.mark.slow
 def test_chunked_sum_equals_the_whole_sum(chunk):
   x, mask, _ = _low_rank(10, 6, 8, 2, seed=1)
   keys = jax.random.split(jax.random.key(3), 10)
@@ -165,6 +166,7 @@ def test_subspace_topk_agrees_with_eigh_on_a_gapped_sum():
                              atol=1e-4)
 
 
+@pytest.mark.slow
 def test_many_tiny_participants_moments_beat_the_subspace_aggregate():
   # 200 participants x 10 rows, d = 32, k = 3: each participant's top-3
   # eigenvalues are about 10·(share of a direction) ≈ 1.5–5, its noise's

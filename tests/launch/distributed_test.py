@@ -3,6 +3,7 @@ keys and record as the one-process harness, and the table's rows."""
 
 import jax
 import numpy as np
+import pytest
 
 from federated import feddpdr
 from launch import common
@@ -25,6 +26,7 @@ def test_each_participants_rows_are_the_partitions():
   assert not set(picks[0]) & set(picks[1])
 
 
+@pytest.mark.slow
 def test_the_table_over_one_process_is_the_one_process_run(tmp_path):
   prepared = _prepared()
   setting = single.Setting(

@@ -136,6 +136,7 @@ def test_data_read_scaling_must_be_asked_for():
   assert np.abs(given.x).max() <= 1.0
 
 
+@pytest.mark.slow
 def test_tuned_run_record(tmp_path):
   cands = tmp_path / "cands.json"
   # The old key spellings (lr, clip) are still read.

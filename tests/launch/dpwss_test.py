@@ -96,6 +96,7 @@ def test_release_refused_for_rbf(small_svmlight):
     run(dataset=small_svmlight, kernel="rbf", release="output_perturbation")
 
 
+@pytest.mark.slow
 def test_table_mode_writes_grid_and_resumes(small_svmlight, tmp_path,
                                             monkeypatch):
   monkeypatch.setattr(launch_dpwss, "TABLE_GRID", ((1.0, 0.1), (0.1, 0.7)))

@@ -103,6 +103,7 @@ LVQ = dict(learner="dplvq", lvq_epochs=2, lvq_sampling_rate=0.1,
 
 @pytest.mark.parametrize("inputs,dim", [
     ("features", 24), pytest.param("pixels", 64, marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_dplvq_on_features_and_pixels(images, inputs, dim):
   setting = fl.Setting(inputs=inputs, projection_dim=24, **LVQ)
   (record,) = fl.run(setting, images=images)

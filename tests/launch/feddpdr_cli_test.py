@@ -178,6 +178,7 @@ def _free_port() -> int:
     (0, "process 1 did not join"),
     (1, "the coordinator 127.0.0.1:{port} never answered: process 0 did "
         "not start")])
+@pytest.mark.slow
 def test_a_process_alone_says_what_it_waits_for_and_ends_in_one_line(
     tmp_path, process_id, missing):
   port = _free_port()

@@ -74,6 +74,7 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
   assert "Fed DP-SGD" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_command_runs_only_what_it_asks_for(tmp_path):
   # A named mechanism on a named data set runs that mechanism (and the
   # baseline), not federated DP-SGD beside it.
@@ -279,6 +280,7 @@ def test_command_line_checks_synthetic_sizes_before_any_work(
   assert re.search(message, proc.stderr), proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_training_program_equals_the_library_train(tmp_path):
   # The harness compiles feddpdr.train with its CPU compiler options,
   # directly or (cache on) through the stored program; the results must be
@@ -316,6 +318,7 @@ def test_training_program_equals_the_library_train(tmp_path):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
+@pytest.mark.slow
 def test_a_fit_that_cannot_converge_ends_in_one_line(tmp_path):
   # --max_iter=1 cannot reach the exact minimiser the guarantee needs: the
   # run says so in one line (with the fix) and exits 2, no traceback.
@@ -368,6 +371,7 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
   assert not out.exists() or out.read_text() == ""
 
 
+@pytest.mark.slow
 def test_the_harness_keeps_its_planned_chunk_when_memory_shrinks(
     monkeypatch):
   # The script plans the chunk once, against --memory_budget, before any

@@ -64,6 +64,7 @@ def test_plans_calibrate_each_trust_model_for_epsilon():
   assert ledger.report(1e-5)["epsilon"] <= 2.0 + 1e-6
 
 
+@pytest.mark.slow
 def test_the_stored_fedsgd_program_equals_the_direct_jit(tmp_path):
   # Federated DP-SGD through the stored program (cache on) and through a
   # plain jit (cache off): the same parameters, and one stored file.

@@ -44,6 +44,7 @@ def test_held_out_rows_are_disjoint_from_training_and_test():
   assert np.unique(va).size > 10  # a random subset per run
 
 
+@pytest.mark.slow
 def test_every_epsilon_of_a_model_shares_one_compilation(data):
   x, y = data
   n_train = lvq_eval.train_size(N, folds=3, train_on_one_fold=False)

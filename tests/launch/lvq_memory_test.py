@@ -35,6 +35,7 @@ def data():
   return x, y.astype(np.int32)
 
 
+@pytest.mark.slow
 def test_fewer_runs_at_once_give_the_same_errors(data):
   x, y = data
   keys = (jax.random.key(0), jax.random.key(1))
@@ -58,6 +59,7 @@ def test_fewer_runs_at_once_give_the_same_errors(data):
   assert tight.overflow_steps == whole.overflow_steps
 
 
+@pytest.mark.slow
 def test_tuning_trials_under_a_budget_are_the_same(data):
   x, y = data
   keys = (jax.random.key(0), jax.random.key(2))

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.launch.cli import REPO
 
 # Scripts outside the project's environment, or without JAX.
@@ -33,6 +35,7 @@ def test_every_jax_script_starts_through_run_cli():
   assert checked >= 10
 
 
+@pytest.mark.slow
 def test_a_benchmark_prints_no_probe_line(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
   done = subprocess.run(

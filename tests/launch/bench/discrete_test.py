@@ -12,6 +12,7 @@ from launch.bench import discrete as bench_discrete
 from tests.launch.cli import REPO
 
 
+@pytest.mark.slow
 def test_each_case_draws_the_sampler_it_names():
   key = jax.random.key(3)
   named = dict(bench_discrete.cases(40))

@@ -9,6 +9,7 @@ from dpcore import accounting
 from launch.bench import topk as bench_topk
 
 
+@pytest.mark.slow
 def test_a_tiny_benchmark_times_both_paths_and_measures_utility():
   record = bench_topk.benchmark(d=64, participants=2, k=3, rows=200,
                                 epsilon=1.0, delta=1e-5, block=None,

@@ -141,7 +141,9 @@ def test_plan_gives_the_pinned_figures():
   assert (ovr.p, ovr.theta) == (one.p, one.theta) == (plan.p, plan.theta)
 
 
-@pytest.mark.parametrize("num_classes", [None, 2, 3, 7])
+@pytest.mark.parametrize("num_classes", [
+    None, 2, pytest.param(3, marks=pytest.mark.slow),
+    pytest.param(7, marks=pytest.mark.slow)])
 def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(num_classes):
   # The convention of every plan (dpcore.shape): plan.epsilon is what the
   # ledger reports for everything one release publishes (its K fits), at
@@ -164,6 +166,7 @@ def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(num_classes):
   assert plan.epsilon <= plan.target_epsilon * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   # n, p, θ, λ and the budget are the plan's leaves (loss, h, K static):
   # one trace, counted by a Python side effect, for two ε.
@@ -189,6 +192,7 @@ def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   assert len(traces) == 2  # another loss, another program
 
 
+@pytest.mark.slow
 def test_one_vs_rest_release_is_the_kernel_and_vmaps_over_plans():
   rng = np.random.default_rng(8)
   x = rng.normal(size=(80, 4))
@@ -229,6 +233,7 @@ def test_noise_norm_is_gamma_and_rejects_wrong_scale():
                         args=(k, 0, wrong * 2 / p)).pvalue < 1e-6
 
 
+@pytest.mark.slow
 def test_one_vs_rest_equals_separate_fits():
   # Class c's fit is the fit of its own one-vs-rest labels with row c of
   # the K noise vectors drawn together from the participant's key.
@@ -332,7 +337,8 @@ def test_release_rejects_bad_solver_settings(kwargs, match):
     op.release(jax.random.key(0), plan, x, y, **kwargs)
 
 
-@pytest.mark.parametrize("epsilon, max_iter", [(1.0, 2), (1e-9, 40)])
+@pytest.mark.parametrize("epsilon, max_iter", [
+    pytest.param(1.0, 2, marks=pytest.mark.slow), (1e-9, 40)])
 def test_release_raises_when_the_fit_did_not_converge(epsilon, max_iter):
   # The guarantee assumes the exact minimiser: a capped fit is not
   # returned. (At ε = 1e-9 even the default 500 iterations stop at

@@ -79,7 +79,9 @@ def test_shape_of_mnist_sized_images():
   assert sc.flatten(sc.scattering(x, J=2, L=8)).shape == (3, 81 * 49)
 
 
-@pytest.mark.parametrize("J,L", [(1, 4), (2, 3), (3, 2), (3, 8)])
+@pytest.mark.parametrize("J,L", [
+    (1, 4), (2, 3), pytest.param(3, 2, marks=pytest.mark.slow),
+    pytest.param(3, 8, marks=pytest.mark.slow)])
 def test_channel_count(J, L):  # noqa: N803
   side = 2**J * 3
   s = sc.scattering(np.zeros((side, side), np.float32), J=J, L=L)
@@ -162,7 +164,8 @@ def _reference(x, J, L):  # noqa: N803
   return np.stack(out + order1 + order2)
 
 
-@pytest.mark.parametrize("side,J,L", [(8, 2, 3), (16, 3, 2), (12, 1, 2)])
+@pytest.mark.parametrize("side,J,L", [
+    (8, 2, 3), pytest.param(16, 3, 2, marks=pytest.mark.slow), (12, 1, 2)])
 def test_fft_path_equals_direct_spatial_convolution(side, J, L):  # noqa: N803
   x = np.random.default_rng(side).random((side, side)).astype(np.float32)
   got = np.asarray(sc.scattering(x, J=J, L=L))
@@ -171,6 +174,7 @@ def test_fft_path_equals_direct_spatial_convolution(side, J, L):  # noqa: N803
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_equal_the_plain_call():
   x = _blobs(3, side=16)
   plain = np.asarray(sc.scattering(x, J=2, L=4))

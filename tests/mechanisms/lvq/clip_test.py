@@ -22,6 +22,7 @@ _plain = jax.jit(lvq_clip.clipped_gradient_sum_vmap,
 
 @pytest.mark.parametrize("model, rank", MODELS)
 @pytest.mark.parametrize("phi_kind", ["identity", "sigmoid"])
+@pytest.mark.slow
 def test_closed_form_clipping_equals_vmap_path(model, rank, phi_kind):
   params, x, y, labels = problem(2, model=model, rank=rank)
   x = x.at[:5].multiply(40.0)            # big gradients: clipping active

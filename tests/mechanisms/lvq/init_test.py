@@ -135,6 +135,7 @@ def test_init_plans_record_as_before():
     (lambda eps: lvq_init.make_gaussian_plan(epsilon=eps, delta=1e-6, dim=3),
      lvq_init.release_gaussian),
 ], ids=["laplace", "gaussian"])
+@pytest.mark.slow
 def test_two_epsilons_reuse_one_compiled_init(make, release):
   x = jax.random.uniform(jax.random.key(0), (60, 3), minval=-1.0)
   y = jnp.arange(60) % 2

@@ -90,7 +90,8 @@ def _used(q, *, model="glvq", ghost_clipping=True, learning_rate=1.0,
 
 
 @pytest.mark.parametrize("model,ghost_clipping", [
-    ("glvq", True), ("glvq", False), ("gmlvq", True)])
+    pytest.param("glvq", True, marks=pytest.mark.slow), ("glvq", False),
+    ("gmlvq", True)])
 def test_one_step_uses_each_row_at_rate_q(model, ghost_clipping):
   q = 0.7  # the smallest rates with round(1/q) = 1 are ≥ 2/3
   table, steps = _used(q, model=model, ghost_clipping=ghost_clipping)

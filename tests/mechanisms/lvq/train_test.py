@@ -39,6 +39,7 @@ def _noiseless_plan(*, n, q, epochs, max_batch):
       sgd_delta=1e-5, sigma_rule="accountant")
 
 
+@pytest.mark.slow
 def test_dp_trainer_without_noise_equals_plain_sgd():
   params, x, y, labels = problem(5)
   cfg = lvq_train.TrainConfig(
@@ -278,6 +279,7 @@ def test_plans_are_pytrees_of_their_numbers():
   assert jax.tree.leaves(gaussian) == [1.0, 1e-6, gaussian.noise_multiplier]
 
 
+@pytest.mark.slow
 def test_two_epsilons_reuse_one_compiled_release():
   x = jax.random.uniform(jax.random.key(0), (60, 3), minval=-1.0)
   y = jnp.arange(60) % 2

@@ -94,6 +94,7 @@ def test_sigma_calibrations_against_dp_accounting():
     dp_pca.pca_sigma(epsilon=0.5, delta=delta, calibration="gauss")
 
 
+@pytest.mark.slow
 def test_padding_and_vmap_equal_per_participant_loop():
   d, k = 10, 3
   sizes = (40, 25, 33)
@@ -268,6 +269,7 @@ def test_plan_record_gives_the_pinned_epsilon(kwargs, record_as, epsilon):
     assert plan.sigma == 7.031826675585006
 
 
+@pytest.mark.slow
 def test_plan_is_a_pytree_of_sigma_for_jit_and_vmap():
   x = jnp.asarray(_unit_rows(30, 5, 12))
   plan = dp_pca.make_plan(epsilon=0.5, delta=1e-5, k=2, dim=5)
@@ -470,6 +472,7 @@ def test_discrete_mode_refuses_a_traced_sigma():
     f(1.0)
 
 
+@pytest.mark.slow
 def test_subspace_topk_keeps_the_noisy_matrix_utility():
   # Post-processing choice: the subspace iteration's basis captures the
   # noise-free variance as well as eigh's basis of the same noisy matrix.
@@ -503,6 +506,7 @@ def test_subspace_topk_keeps_the_noisy_matrix_utility():
   assert basis.components.shape == (d, k)
 
 
+@pytest.mark.slow
 def test_second_moment_and_noise_are_the_release_apart():
   # m + mirror(z) is noisy_second_moment from the same key, and the sum of
   # releases equals Σ m + mirror(Σ z) (what the moments server computes).

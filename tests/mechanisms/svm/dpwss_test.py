@@ -399,6 +399,7 @@ def dpwss_params(max_iter):
       wss.DPWSSParams(jnp.asarray(1.0), jnp.asarray(0.2)))
 
 
+@pytest.mark.slow
 def test_batched_loop_equals_separate_runs():
   # solve_repeats (one loop, vmapped step) must give each run's own result.
   with jax.enable_x64(True):
@@ -623,6 +624,7 @@ def test_private_run_makes_exactly_t_iterations(private_run):
       max_iter=300).epsilon)
 
 
+@pytest.mark.slow
 def test_private_run_descends_and_huge_epsilon_reaches_the_optimum():
   # Every SMO step minimises over its pair, so the dual objective never
   # rises; with ε huge the draws become argmaxes and the run reaches
@@ -637,6 +639,7 @@ def test_private_run_descends_and_huge_epsilon_reaches_the_optimum():
   assert ref < blunt.models[0].objective < 0.5 * ref
 
 
+@pytest.mark.slow
 def test_plans_differing_in_epsilon_share_one_compilation():
   # ε per draw and σ enter the solver as traced parameters (DPWSSParams),
   # not as static settings: a second budget reuses the compiled loop. A
@@ -655,6 +658,7 @@ def test_plans_differing_in_epsilon_share_one_compilation():
   assert smo.solve_repeats._cache_size() == before + 2
 
 
+@pytest.mark.slow
 def test_module_examples():
   result = doctest.testmod(dpwss, optionflags=doctest.ELLIPSIS)
   assert result.attempted > 0 and result.failed == 0

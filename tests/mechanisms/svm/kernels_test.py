@@ -98,6 +98,7 @@ def test_sparse_rows_hold_each_rows_nonzeros_in_order():
 
 
 @pytest.mark.parametrize("kind", list(options.Kernel))
+@pytest.mark.slow
 def test_sparse_rows_agree_with_matrix(kind):
   x = _sparse_data()
   spec = kernels.KernelSpec(kind, gamma=0.2, coef0=0.5, degree=2)

@@ -127,6 +127,7 @@ def test_wss2_drops_the_cached_q_when_it_does_not_fit():
   np.testing.assert_array_equal(on_demand.alpha, cached.alpha)
 
 
+@pytest.mark.slow
 def test_chunked_repeats_equal_the_unchunked_ones():
   x, y = heart()
   key = jax.random.key(11)
@@ -194,6 +195,7 @@ def test_a_forced_row_cache_that_does_not_fit_is_refused(no_work):
                          memory_budget=no_q + 1_000)
 
 
+@pytest.mark.slow
 def test_a_budgeted_row_cache_gives_the_same_run():
   x, y = heart()
   no_q = (smo_train.fixed_bytes(270, 13, dtype="float64",

@@ -263,6 +263,7 @@ def _circle(n=300, seed=0):
   return x, y
 
 
+@pytest.mark.slow
 def test_dpsgd_learns_a_non_linear_boundary_and_is_pure():
   x, y = _circle()
   fmap = rf.make_feature_map(jax.random.key(10), dim=2,
@@ -280,6 +281,7 @@ def test_dpsgd_learns_a_non_linear_boundary_and_is_pure():
   np.testing.assert_array_equal(model.feature_map.omega, fmap.omega)
 
 
+@pytest.mark.slow
 def test_softmax_is_one_model_for_three_classes():
   centres = np.array([[1.0, 0.0], [-0.5, 0.8], [-0.5, -0.8]])
   labels = np.arange(300) % 3
@@ -367,6 +369,7 @@ def test_a_plan_with_sigma_given_has_no_target_and_states_its_guarantee():
                        sampling_rate=0.25, epochs=10, learning_rate=0.5)
 
 
+@pytest.mark.slow
 def test_plans_differing_in_epsilon_share_one_compilation():
   # The plan is a pytree of its numbers (σ, C, ε, δ as leaves): two budgets
   # are two arguments to one compiled program, not two programs. A feature
@@ -393,6 +396,7 @@ def test_plans_differing_in_epsilon_share_one_compilation():
 
 @pytest.mark.parametrize("loss,weight_decay", [("huber_hinge", 0.0),
                                                ("logistic", 0.01)])
+@pytest.mark.slow
 def test_a_traced_plan_trains_as_the_constant_one(loss, weight_decay):
   # release_dpsgd takes the plan as an argument (σ, C traced); on the same
   # plan and key it must give the parameters of dpcore.trainer.train with

@@ -281,6 +281,7 @@ def _assert_bitwise_equal(a, b):
     (1, True, 1), (5, False, 1), pytest.param(5, True, 2, marks=SLOW),
     pytest.param(None, True, 1, marks=SLOW),
     pytest.param(400, False, 1, marks=SLOW)])
+@pytest.mark.slow
 def test_row_cache_gives_the_results_of_recomputation(row_cache, shrinking,
                                                       unroll):
   # m = 1 and 5 are far below the rows asked for (evictions every step);
@@ -293,6 +294,7 @@ def test_row_cache_gives_the_results_of_recomputation(row_cache, shrinking,
   _assert_bitwise_equal(ref, got)
 
 
+@pytest.mark.slow
 def test_row_cache_with_a_rule_that_asks_for_both_rows():
   # DPWSS's rules leave both rows to the step (no row_i from select).
   x, y = _xor_set()
@@ -312,6 +314,7 @@ def fresh_traces():
   jax.clear_caches()
 
 
+@pytest.mark.slow
 def test_a_wrong_cached_row_would_be_caught(monkeypatch, fresh_traces):
   # The equality tests above can fail: a tag check that also accepts the
   # neighbouring row index returns wrong rows, and the run changes.
@@ -382,6 +385,7 @@ def test_sparse_rows_follow_libsvm_path():
 
 
 @pytest.mark.parametrize("shrinking", [False, True])
+@pytest.mark.slow
 def test_sparse_and_dense_rows_agree(shrinking):
   x, y = _xor_set()
   x = x * (np.abs(x) > 0.5)  # a third of the entries zero
@@ -414,6 +418,7 @@ def test_sparse_rows_policy():
 
 
 @pytest.mark.parametrize("precompute", [True, False])
+@pytest.mark.slow
 def test_float32_solver_with_float64_rows_is_quiet(precompute):
   # Rows are rounded through the narrower dtype: float64 rows of a float32
   # run are its float32 values, with no request for a dtype x64 lacks.
