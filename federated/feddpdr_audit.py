@@ -13,8 +13,8 @@ reach its fit without being clipped to norm ≤ 1, and its row is 10·e₁).
 ``feddpdr_distributed_moments@{first,middle,last}``: the PCA release of
 ``aggregation="distributed_moments"`` (:mod:`federated.feddpdr.
 secure_moments`): what the server decodes from the secure sum,
-:func:`~federated.feddpdr.secure_moments.noisy_moments` with the keys
-``train`` gives, the real encoding (clip, upper(xxᵀ), grid, rotation,
+:func:`~federated.feddpdr.secure_moments.release` (the keys ``train``
+gives), the real encoding (clip, upper(xxᵀ), grid, rotation,
 conditional rounding, exact discrete Gaussian shares, modulo 2^b),
 masking, unmasking and decoding. 3 participants of 2 rows, d = 2 (D = 4
 coordinates), ε₁ = 2 at δ = 10⁻²; the canary row, row 0 of participant
@@ -196,11 +196,13 @@ def distributed_moments_spec(*, position: str = "first",
   ledger = accounting.PrivacyLedger()
   secure.record(ledger)
   reported = claimed_epsilon(ledger, "replace_one", audit_delta)
-  params, extra = secure.params, {}
+  run, extra = secure, {}
   if broken == "share_over_p":
-    params = dataclasses.replace(params, sigma_share=ddg.share_sigma(
-        secure.noise_multiplier * params.norm / participants))
-    extra = {"run_sigma_share": float(params.sigma_share)}
+    p = secure.params
+    run = dataclasses.replace(secure, params=dataclasses.replace(
+        p, sigma_share=ddg.share_sigma(
+            secure.noise_multiplier * p.norm / participants)))
+    extra = {"run_sigma_share": float(run.params.sigma_share)}
   unit = canary_index(participants * rows, position)
   x_0 = jnp.zeros((participants, rows, dim), jnp.float32)
   x_1 = x_0.at[unit // rows, unit % rows, 1].set(1.0)
@@ -208,7 +210,7 @@ def distributed_moments_spec(*, position: str = "first",
   mask = jnp.ones((participants, rows), jnp.float32)
 
   def mechanism(key, x):
-    return secure_moments.noisy_moments(key, x, mask, params=params)
+    return secure_moments.release(key, run, x, mask)
 
   def statistic(m):
     return m[1, 1] - m[0, 0]

@@ -69,7 +69,7 @@ from mechanisms.pca import dp_pca
 __all__ = [
     "ASSUMPTION", "BITS", "LABEL", "MAX_DIM", "SecureMomentsPlan",
     "check_dim", "make_plan", "message", "noise_free_params", "noisy_moments",
-    "params_record", "server_moments", "upper_dim", "upper_rows",
+    "params_record", "release", "server_moments", "upper_dim", "upper_rows",
 ]
 
 BITS = 20
@@ -329,3 +329,25 @@ def noisy_moments(key: jax.Array, x: jax.Array, mask: jax.Array, *,
           pca_keys, jnp.arange(count, dtype=jnp.int32), x, mask)
   return server_moments(masked, rotation_key, setup_key, params=params,
                         dim=dim)
+
+
+def release(key: jax.Array, plan: SecureMomentsPlan, x: jax.Array,
+            mask: jax.Array) -> jax.Array:
+  """The release of ``plan``: :func:`noisy_moments` at its parameters.
+
+  Pure and jittable; what ``plan.record`` accounts (the server's decoded
+  (d, d) matrix; its top k is post-processing).
+
+  Privacy: replace-one of a row of one participant moves the integer sum
+  by ≤ 2Δ (each row clipped to norm ≤ 1 and rounded to norm ≤ Δ here,
+  whatever the input); the sum carries P shares N_Z(0, s²): the plan's
+  RDP curve against the server, given secure aggregation (module
+  docstring).
+  """
+  if not isinstance(plan, SecureMomentsPlan):
+    raise TypeError(f"plan must be a SecureMomentsPlan (from make_plan), "
+                    f"got {type(plan).__name__}.")
+  if x.shape[0] != plan.shares or x.shape[-1] != plan.dim:
+    raise ValueError(f"x must be ({plan.shares}, n, {plan.dim}) for this "
+                     f"plan, got {x.shape}.")
+  return noisy_moments(key, x, mask, params=plan.params)

@@ -188,3 +188,13 @@ def test_existing_aggregations_give_the_outputs_they_gave(aggregation):
       basis, rel=1e-5)
   assert float(np.asarray(out.global_betas)[0, 0, 0]) == pytest.approx(
       beta, rel=1e-5)
+
+
+def test_release_checks_its_plan_and_shapes_before_any_work():
+  plan = sm.make_plan(epsilon=1.0, delta=1e-5, dim=3, count=2, rows=4)
+  x = jnp.zeros((2, 2, 3), jnp.float32)
+  mask = jnp.ones((2, 2), jnp.float32)
+  with pytest.raises(TypeError, match="plan must be a SecureMomentsPlan"):
+    sm.release(jax.random.key(0), plan.params, x, mask)
+  with pytest.raises(ValueError, match=r"x must be \(2, n, 3\)"):
+    sm.release(jax.random.key(0), plan, x[:1], mask[:1])
