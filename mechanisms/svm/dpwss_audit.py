@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import exponential
 from dpcore.audit_spec import AuditSpec, claimed_epsilon
 from mechanisms.svm import dpwss, kernels, smo, wss
 
@@ -98,24 +96,11 @@ class SupportMaskedWSS(wss.PrivateWSS):
   """
   name = "private_dpwss_support_masked"
 
-  def select(self, *, alpha, grad, y, qd, c, eps, tau, active, row_fn,
-             memory, key, params):
-    del qd, eps, tau, active, row_fn
-    key_i, key_j = jax.random.split(key)
-    yg = y * grad
-    everyone = jnp.ones(y.shape, jnp.bool_)
-    in_up, in_low = wss.violation_sets(alpha, y, c, everyone)
-    first = wss.private_first_scores(yg=yg, in_up=in_up, in_low=in_low,
-                                     sigma=params.sigma)
-    i, _ = exponential.exponential_mechanism(
-        key_i, first, epsilon=params.epsilon, sensitivity=1.0, mask=in_up)
-    seen = wss.seen_with(memory, i, y.shape[0], ordered=self.ordered_pairs)
-    second = wss.private_second_scores(yg=yg, in_low=in_low, i=i,
-                                       seen=seen, sigma=params.sigma)
-    j, _ = exponential.exponential_mechanism(
-        key_j, second, epsilon=params.epsilon, sensitivity=1.0,
-        mask=in_low & ~seen)
-    return wss.Selection(i, j, jnp.asarray(wss.RUNNING, jnp.int32), None)
+  def _first_support(self, in_up):
+    return in_up
+
+  def _second_support(self, in_low, seen):
+    return in_low & ~seen
 
 
 def transcript_mechanism(*, selection: str, epsilon: float, sigma: float,

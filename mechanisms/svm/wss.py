@@ -450,10 +450,23 @@ class PrivateWSS(DPWSS):
     first = private_first_scores(yg=yg, in_up=in_up, in_low=in_low,
                                  sigma=params.sigma)
     i, _ = exponential.exponential_mechanism(
-        key_i, first, epsilon=params.epsilon, sensitivity=1.0)
+        key_i, first, epsilon=params.epsilon, sensitivity=1.0,
+        mask=self._first_support(in_up))
     seen = seen_with(memory, i, y.shape[0], ordered=self.ordered_pairs)
     second = private_second_scores(yg=yg, in_low=in_low, i=i, seen=seen,
                                    sigma=params.sigma)
     j, _ = exponential.exponential_mechanism(
-        key_j, second, epsilon=params.epsilon, sensitivity=1.0)
+        key_j, second, epsilon=params.epsilon, sensitivity=1.0,
+        mask=self._second_support(in_low, seen))
     return Selection(i, j, jnp.asarray(RUNNING, jnp.int32), None)
+
+  def _first_support(self, in_up):
+    """The candidates i is drawn from: every row (None), whatever the data;
+    an invalid row has the floor score 0 instead (the proof's step 3)."""
+    del in_up
+    return None
+
+  def _second_support(self, in_low, seen):
+    """The candidates j is drawn from: every row (None), as for i."""
+    del in_low, seen
+    return None
