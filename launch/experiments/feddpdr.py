@@ -700,8 +700,10 @@ def budget_table(prepared: Prepared, setting: Setting, *, sizes,
   records, seen = [], set()
   for i, config in enumerate(configs):
     program = (feddpdr.program(config), len(sizes))
+    # distributed_moments' shares are static: a program per ε.
     _say(i, len(configs), LABELS[config.mechanism],
-         config.epsilon if config.private else None, program not in seen)
+         config.epsilon if config.private else None,
+         program not in seen or config.secure)
     seen.add(program)
     records.append(run_one(
         prepared, sizes=sizes, seed=s.seed, seeds=s.seeds, config=config,
