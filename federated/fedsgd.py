@@ -66,7 +66,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -567,109 +567,159 @@ def release(key: jax.Array, plan: FedSGDPlan,
   elif alive is not None:
     raise ValueError('alive= is for trust="distributed" only.')
   sampling, noise_key = jax.random.split(key)
-  count = plan.num_participants
-  participants = jnp.arange(count)
-  stddev = plan.noise_multiplier * plan.clip_norm
+  run = _Run(plan=plan, loss=loss, x=x, y=y, mask=mask, sampling=sampling,
+             noise_key=noise_key, alive=alive, chunk=chunk)
+  noisy_sum = _NOISY_SUMS[plan.trust]
 
-  if plan.trust == "participant":
-    def message(p, t, params, xp, yp, mp):
-      del p, t
-      def mean_loss(w):
-        losses = jax.vmap(loss, in_axes=(None, 0))(w, (xp, yp))
-        return jnp.sum(losses * mp) / jnp.maximum(jnp.sum(mp), 1.0)
-      return clipping.clip_to_norm(jax.grad(mean_loss)(params),
-                                   plan.clip_norm), jnp.zeros((), bool)
-  else:
-    inner = (loss.clipped_sum if isinstance(loss, ghost.LayeredLoss)
-             else trainer.per_example_clipped_sum(loss))
-
-    def masked(params, batch, batch_mask, clip_norm):
-      xb, yb, mb = batch
-      return inner(params, (xb, yb), batch_mask * mb, clip_norm)
-
-    def message(p, t, params, xp, yp, mp):
-      # "local" (``"server"`` gathers its rows instead): the participant
-      # noises its own clipped sum.
-      total, over = trainer.clipped_batch_sum(
-          jax.random.fold_in(sampling, p), plan.row_plan, t, None, params,
-          (xp, yp, mp), clipped_sum=masked)
-      total = jax.tree.map(jnp.add, total, _noise_like(
-          jax.random.fold_in(jax.random.fold_in(noise_key, p), t), total,
-          stddev))
-      return total, over
-
-  def gathered_sum(t, params):
-    # "server": the participants' batches, then one clipped sum over the
-    # sampled slots gathered into G rows (the same rows and weights as
-    # summing each participant's batch; only the order of the sum moves).
-    def draw(p):
-      batch = dpsgd.poisson_batch(
-          jax.random.fold_in(jax.random.fold_in(sampling, p), t), plan.rows,
-          sampling_rate=plan.sampling_rate,
-          max_batch=plan.row_plan.max_batch, method=plan.row_plan.sampler)
-      over = batch.size > plan.row_plan.max_batch
-      return batch.indices, batch.slot_mask, over
-    indices, taken, over = jax.vmap(draw)(participants)
-    taken = taken.reshape(-1)
-    slot = jnp.cumsum(taken > 0) - 1
-    room = plan.server_batch
-    target = jnp.where((taken > 0) & (slot < room), slot, room)  # room: drop
-    owner = jnp.repeat(participants, indices.shape[1])
-
-    def gather(values):
-      return jnp.zeros((room,), values.dtype).at[target].set(values,
-                                                             mode="drop")
-    who, row = gather(owner), gather(indices.reshape(-1))
-    weight = gather(taken) * mask[who, row]
-    total = inner(params, (x[who, row], y[who, row]), weight, plan.clip_norm)
-    dropped = jnp.sum(taken > 0) > room
-    return total, jnp.sum(over) + dropped.astype(jnp.int32)
-
-  def messages_sum(t, params):
-    # "local", "participant": each participant's message, then the sum of
-    # those the step includes.
-    if plan.trust == "participant":
-      # One coin per participant, in place: participant p is in the step
-      # iff chosen[p] = 1 (a compacted batch's slot mask would not say so).
-      chosen = dpsgd.poisson_inclusion(
-          jax.random.fold_in(sampling, t), count,
-          sampling_rate=plan.sampling_rate)
-    else:
-      chosen = jnp.ones((count,), jnp.float32)
-    sums, over = _map(
-        lambda p, xp, yp, mp: message(p, t, params, xp, yp, mp),
-        (participants, x, y, mask), chunk)
-    total = jax.tree.map(
-        lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1), sums)
-    return total, jnp.sum(over)
-
-  def distributed_step(carry, t):
-    # Participants encode and mask; the server sees the masked messages.
+  def step(carry, t):
     params, state, overflow = carry
-    total, over, ok = ddgsgd.step_sum(noise_key, t, params, loss, x, y, mask,
-                                      alive[t], plan=plan, chunk=chunk)
+    total, over, ok = noisy_sum(run, t, params)
     grads = jax.tree.map(lambda s: s / plan.divisor, total)
     updates, new_state = optimizer.update(grads, state, params)
     new_params = optax.apply_updates(params, updates)
-    keep = functools.partial(jnp.where, ok)
-    return (jax.tree.map(keep, new_params, params),
-            jax.tree.map(keep, new_state, state), overflow + over), None
-
-  def step(carry, t):
-    if plan.trust == "distributed":
-      return distributed_step(carry, t)
-    params, state, overflow = carry
-    summed = gathered_sum if plan.trust == "server" else messages_sum
-    total, over = summed(t, params)
-    if plan.trust != "local":
-      total = jax.tree.map(jnp.add, total, _noise_like(
-          jax.random.fold_in(noise_key, t), total, stddev))
-    grads = jax.tree.map(lambda s: s / plan.divisor, total)
-    updates, state = optimizer.update(grads, state, params)
-    params = optax.apply_updates(params, updates)
-    return (params, state, overflow + over), None
+    if ok is not None:  # an aborted secure sum leaves the step undone
+      keep = functools.partial(jnp.where, ok)
+      new_params = jax.tree.map(keep, new_params, params)
+      new_state = jax.tree.map(keep, new_state, state)
+    return (new_params, new_state, overflow + over), None
 
   carry = (params, optimizer.init(params), jnp.zeros((), jnp.int32))
   (params, _, overflow), _ = jax.lax.scan(step, carry,
                                           jnp.arange(plan.steps))
   return trainer.TrainResult(params, overflow)
+
+
+class _Run(NamedTuple):
+  """What every step of one :func:`release` reads (built once per trace).
+
+  ``sampling`` and ``noise_key`` are the two halves of the run's key;
+  ``alive`` is ``"distributed"``'s (T, P) survivors, else None.
+  """
+  plan: FedSGDPlan
+  loss: Callable
+  x: jax.Array
+  y: jax.Array
+  mask: jax.Array
+  sampling: jax.Array
+  noise_key: jax.Array
+  alive: jax.Array | None
+  chunk: int | None
+
+  @property
+  def stddev(self):
+    return self.plan.noise_multiplier * self.plan.clip_norm
+
+  def clipped_sum(self, params, batch, weights, clip_norm):
+    """Σ wᵢ·clip(∇ℓ(params, rowᵢ), C): the layered fast path or vmap."""
+    inner = (self.loss.clipped_sum
+             if isinstance(self.loss, ghost.LayeredLoss)
+             else trainer.per_example_clipped_sum(self.loss))
+    return inner(params, batch, weights, clip_norm)
+
+  def central_noise(self, t, total):
+    """``total`` + N(0, σ²C²I) from the server's stream at step t."""
+    return jax.tree.map(jnp.add, total, _noise_like(
+        jax.random.fold_in(self.noise_key, t), total, self.stddev))
+
+
+# One function per trust model: step t's noisy sum of clipped gradients
+# (a pytree like the model), the batches that overflowed B, and whether
+# the step went through (None: always).
+
+def _server_sum(run: _Run, t, params):
+  """``"server"``: the participants' Poisson batches, then one clipped sum
+  over the sampled slots gathered into G rows (the same rows and weights
+  as summing each participant's batch; only the order of the sum moves),
+  then the server's noise."""
+  plan, participants = run.plan, jnp.arange(run.plan.num_participants)
+
+  def draw(p):
+    batch = dpsgd.poisson_batch(
+        jax.random.fold_in(jax.random.fold_in(run.sampling, p), t),
+        plan.rows, sampling_rate=plan.sampling_rate,
+        max_batch=plan.row_plan.max_batch, method=plan.row_plan.sampler)
+    over = batch.size > plan.row_plan.max_batch
+    return batch.indices, batch.slot_mask, over
+  indices, taken, over = jax.vmap(draw)(participants)
+  taken = taken.reshape(-1)
+  slot = jnp.cumsum(taken > 0) - 1
+  room = plan.server_batch
+  target = jnp.where((taken > 0) & (slot < room), slot, room)  # room: drop
+  owner = jnp.repeat(participants, indices.shape[1])
+
+  def gather(values):
+    return jnp.zeros((room,), values.dtype).at[target].set(values,
+                                                           mode="drop")
+  who, row = gather(owner), gather(indices.reshape(-1))
+  weight = gather(taken) * run.mask[who, row]
+  total = run.clipped_sum(params, (run.x[who, row], run.y[who, row]),
+                          weight, plan.clip_norm)
+  dropped = jnp.sum(taken > 0) > room
+  return (run.central_noise(t, total),
+          jnp.sum(over) + dropped.astype(jnp.int32), None)
+
+
+def _messages_sum(run: _Run, message, chosen):
+  """Σₚ chosen[p]·(participant p's message), and its overflows."""
+  sums, over = _map(message, (jnp.arange(run.plan.num_participants),
+                              run.x, run.y, run.mask), run.chunk)
+  total = jax.tree.map(
+      lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1), sums)
+  return total, jnp.sum(over)
+
+
+def _local_sum(run: _Run, t, params):
+  """``"local"``: each participant noises its own clipped batch sum from
+  its own stream; the server adds the messages."""
+  plan = run.plan
+
+  def masked(params, batch, batch_mask, clip_norm):
+    xb, yb, mb = batch
+    return run.clipped_sum(params, (xb, yb), batch_mask * mb, clip_norm)
+
+  def message(p, xp, yp, mp):
+    total, over = trainer.clipped_batch_sum(
+        jax.random.fold_in(run.sampling, p), plan.row_plan, t, None, params,
+        (xp, yp, mp), clipped_sum=masked)
+    total = jax.tree.map(jnp.add, total, _noise_like(
+        jax.random.fold_in(jax.random.fold_in(run.noise_key, p), t), total,
+        run.stddev))
+    return total, over
+  total, over = _messages_sum(run, message,
+                              jnp.ones((plan.num_participants,), jnp.float32))
+  return total, over, None
+
+
+def _participant_sum(run: _Run, t, params):
+  """``"participant"``: one coin per participant, in place (participant p
+  is in the step iff chosen[p] = 1; a compacted batch's slot mask would
+  not say so); each one's mean gradient clipped as a whole; the server's
+  noise."""
+  plan = run.plan
+
+  def message(p, xp, yp, mp):
+    del p
+    def mean_loss(w):
+      losses = jax.vmap(run.loss, in_axes=(None, 0))(w, (xp, yp))
+      return jnp.sum(losses * mp) / jnp.maximum(jnp.sum(mp), 1.0)
+    return clipping.clip_to_norm(jax.grad(mean_loss)(params),
+                                 plan.clip_norm), jnp.zeros((), bool)
+  chosen = dpsgd.poisson_inclusion(
+      jax.random.fold_in(run.sampling, t), plan.num_participants,
+      sampling_rate=plan.sampling_rate)
+  total, over = _messages_sum(run, message, chosen)
+  return run.central_noise(t, total), over, None
+
+
+def _distributed_sum(run: _Run, t, params):
+  """``"distributed"``: participants encode and mask; the server sees the
+  masked messages only (:func:`federated.ddgsgd.step_sum`)."""
+  return ddgsgd.step_sum(run.noise_key, t, params, run.loss, run.x, run.y,
+                         run.mask, run.alive[t], plan=run.plan,
+                         chunk=run.chunk)
+
+
+_NOISY_SUMS = {options.Trust.SERVER: _server_sum,
+               options.Trust.LOCAL: _local_sum,
+               options.Trust.PARTICIPANT: _participant_sum,
+               options.Trust.DISTRIBUTED: _distributed_sum}
