@@ -390,43 +390,15 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
       {"participants": count, "rows of the largest participant": rows},
       "participants × rows", fix="split the data over fewer or smaller "
       "participants (the padded slots are P × max(sizes))")
-  row_plan, truncation, departure = None, 0.0, 0.0
-  server_batch = None
-  if trust != "participant":
-    row_plan = trainer.make_plan(
-        rows, sampling_rate=q, steps=steps, clip_norm=clip_norm,
-        noise_multiplier=0.0,
-        overflow_probability=overflow_probability / count)
-    truncation = count * row_plan.truncation_probability
-    departure = min(1.0, count * row_plan.sampler_departure)
-    if trust == "server":
-      # The sampled slots of a step number Binomial(P·n, q) whatever the
-      # data (padding slots are sampled too, then weighted 0).
-      slots, filled = count * rows, count * row_plan.max_batch
-      # A thousandth of the participants' share: G grows by a few rows, and
-      # the guarantee by nothing visible.
-      server_batch = min(filled, dpsgd.max_batch_size(
-          slots, sampling_rate=q, steps=steps,
-          overflow_probability=overflow_probability * 1e-3))
-      if server_batch < filled:  # else no step can overflow it
-        truncation += dpsgd.truncation_probability(
-            slots, sampling_rate=q, steps=steps, max_batch=server_batch)
-    truncation = min(1.0, truncation)
+  row_plan, server_batch, truncation, departure = _row_sampling(
+      trust, count, rows, sampling_rate=q, steps=steps, clip_norm=clip_norm,
+      overflow_probability=overflow_probability)
   ddg_params = survivors = None
   if trust == "distributed":
-    if model_size is None:
-      raise ValueError('trust="distributed" needs model_size= (the '
-                       'number of model parameters summed).')
-    model_size = validation.check_positive_int(model_size, "model_size")
-    survivors = count if min_survivors is None else (
-        validation.check_positive_int(min_survivors, "min_survivors"))
-    if survivors > count:
-      raise ValueError(f"min_survivors={survivors} exceeds the {count} "
-                       f"participants.")
-    sigma, ddg_params = ddgsgd.calibrate(
+    sigma, ddg_params, survivors = _distributed_noise(
+        count, model_size=model_size, min_survivors=min_survivors,
         epsilon=epsilon, noise_multiplier=sigma, delta=delta,
-        dim=model_size, clip_norm=clip_norm, bits=bits, count=count,
-        survivors=survivors, rows=count * row_plan.max_batch,
+        clip_norm=clip_norm, bits=bits, rows=count * row_plan.max_batch,
         sampling_rate=q, steps=steps,
         departure=min(1.0, truncation + departure))
   plan = FedSGDPlan(trust, count, rows, total, q, steps, clip_norm, sigma,
@@ -434,6 +406,64 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
                     server_batch=server_batch, ddg_params=ddg_params,
                     min_survivors=survivors)
   return dataclasses.replace(plan, epsilon=_guarantee(plan))
+
+
+def _row_sampling(trust, count, rows, *, sampling_rate, steps, clip_norm,
+                  overflow_probability):
+  """(row_plan, server_batch, truncation, departure) of the row sampling.
+
+  Every trust model but ``"participant"`` Poisson-samples each
+  participant's rows into a padded batch of B (``row_plan``, overflow
+  shared out over the P participants); ``"server"`` also gathers the
+  sampled slots into G rows (``server_batch``). ``truncation`` is the
+  probability that some batch overflows, ``departure`` the sampler's
+  (both charged to δ by the plan's record).
+  """
+  if trust == "participant":
+    return None, None, 0.0, 0.0
+  row_plan = trainer.make_plan(
+      rows, sampling_rate=sampling_rate, steps=steps, clip_norm=clip_norm,
+      noise_multiplier=0.0,
+      overflow_probability=overflow_probability / count)
+  truncation = count * row_plan.truncation_probability
+  departure = min(1.0, count * row_plan.sampler_departure)
+  server_batch = None
+  if trust == "server":
+    # The sampled slots of a step number Binomial(P·n, q) whatever the
+    # data (padding slots are sampled too, then weighted 0).
+    slots, filled = count * rows, count * row_plan.max_batch
+    # A thousandth of the participants' share: G grows by a few rows, and
+    # the guarantee by nothing visible.
+    server_batch = min(filled, dpsgd.max_batch_size(
+        slots, sampling_rate=sampling_rate, steps=steps,
+        overflow_probability=overflow_probability * 1e-3))
+    if server_batch < filled:  # else no step can overflow it
+      truncation += dpsgd.truncation_probability(
+          slots, sampling_rate=sampling_rate, steps=steps,
+          max_batch=server_batch)
+  return row_plan, server_batch, min(1.0, truncation), departure
+
+
+def _distributed_noise(count, *, model_size, min_survivors, epsilon,
+                       noise_multiplier, delta, clip_norm, bits, rows,
+                       sampling_rate, steps, departure):
+  """``"distributed"``'s (σ, grid, P_min): σ given or calibrated by the
+  distributed accounting (:func:`federated.ddgsgd.calibrate`)."""
+  if model_size is None:
+    raise ValueError('trust="distributed" needs model_size= (the '
+                     'number of model parameters summed).')
+  model_size = validation.check_positive_int(model_size, "model_size")
+  survivors = count if min_survivors is None else (
+      validation.check_positive_int(min_survivors, "min_survivors"))
+  if survivors > count:
+    raise ValueError(f"min_survivors={survivors} exceeds the {count} "
+                     f"participants.")
+  sigma, ddg_params = ddgsgd.calibrate(
+      epsilon=epsilon, noise_multiplier=noise_multiplier, delta=delta,
+      dim=model_size, clip_norm=clip_norm, bits=bits, count=count,
+      survivors=survivors, rows=rows, sampling_rate=sampling_rate,
+      steps=steps, departure=departure)
+  return sigma, ddg_params, survivors
 
 
 def _guarantee(plan: FedSGDPlan) -> float | None:
