@@ -76,13 +76,14 @@ def test_unclipped_participant_is_train_on_rows_of_norm_at_most_one():
   np.testing.assert_allclose(beta, out.betas[0, 0, 0], atol=1e-6)
 
 
-# The σ/P-share variant (~15 s: its exact sampler compiles and runs
-# vmapped over trials) stays in the default suite, beside the noise-scale
-# test of tests/federated/feddpdr/distributed_moments_test.py; the
-# unbroken positions below need 20,000 trials and are slow.
 @pytest.mark.parametrize("name", [
     "feddpdr_participant_clip_skipped",
-    "feddpdr_distributed_moments_share_over_p"])
+    # 15-75 s (its exact sampler runs vmapped over 3,000 trials): slow;
+    # the default suite has the noise-scale test of
+    # tests/federated/feddpdr/distributed_moments_test.py, which rejects
+    # the same σ/P shares.
+    pytest.param("feddpdr_distributed_moments_share_over_p",
+                 marks=pytest.mark.slow)])
 def test_broken_variant_is_caught(specs, name):
   audit_checks.assert_caught(specs[name], BROKEN[name])
 
