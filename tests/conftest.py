@@ -1,16 +1,25 @@
 """Global test settings: JAX runs on the CPU, x64 is left to each test.
 
-XLA compiles the tests' programs with LLVM's optimisation level 0. Most
-of the suite's time is compiling small programs that then run once, and
-level 0 compiles them about a quarter faster; the programs compute the
-same operations, so no test's claim depends on it, but the last bits of
-a float result may differ from a default build's. Benchmarks and the
-scripts keep XLA's default. A flag already in ``XLA_FLAGS`` wins.
+The default selection (``-m 'not slow'``, what CI runs) has XLA compile
+its programs with LLVM's optimisation level 0: most of that suite's time
+is compiling small programs that then run once, and level 0 compiles
+them about a quarter faster. The programs compute the same operations,
+so no test's claim depends on it, but the last bits of a float result may
+differ from a default build's. Any other selection (``-m slow``), the
+scripts and the benchmarks keep XLA's default; a level already in
+``XLA_FLAGS`` wins.
 """
 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = " ".join(filter(None, [
-      os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
+
+_LEVEL = "--xla_backend_optimization_level"
+
+
+def pytest_configure(config):
+  # Before any test runs a program (XLA reads XLA_FLAGS when JAX starts
+  # its backend), in the main process and in every xdist worker alike.
+  flags = os.environ.get("XLA_FLAGS", "")
+  if config.getoption("markexpr") == "not slow" and _LEVEL not in flags:
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [flags, f"{_LEVEL}=0"]))
