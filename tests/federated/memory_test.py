@@ -43,13 +43,15 @@ def _compiled_memory(count: int, chunk, *, mechanism="feddpdr", n_max=N_MAX,
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.key(0), seeds)
     shapes = (
-        jax.ShapeDtypeStruct((count, n_max, d), jnp.float32),
-        jax.ShapeDtypeStruct((count, n_max), jnp.int32),
-        jax.ShapeDtypeStruct((count, n_max), jnp.float32),
-        jax.ShapeDtypeStruct((count,), jnp.float32),
-        jax.ShapeDtypeStruct((count,), jnp.float64),
-        jax.ShapeDtypeStruct((count,), jnp.float64),
-        jax.ShapeDtypeStruct((count,), jnp.float64))
+        feddpdr.Rows(
+            jax.ShapeDtypeStruct((count, n_max, d), jnp.float32),
+            jax.ShapeDtypeStruct((count, n_max), jnp.int32),
+            jax.ShapeDtypeStruct((count, n_max), jnp.float32)),
+        feddpdr.Traced(
+            jax.ShapeDtypeStruct((count,), jnp.float32),
+            jax.ShapeDtypeStruct((count,), jnp.float64),
+            jax.ShapeDtypeStruct((count,), jnp.float64),
+            jax.ShapeDtypeStruct((count,), jnp.float64)))
     train = jax.jit(lambda *a: feddpdr.train(
         *a, config=config, num_classes=classes, chunk=chunk))
     stats = train.lower(keys, *shapes).compile().memory_analysis()

@@ -57,8 +57,8 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
     weights = aggregation.size_weights(np.array(sizes))
     basis = aggregation.subspace_aggregate(bases, weights)
     fit = jax.jit(lambda kk, z, y, n, p, t: op.one_vs_rest(
-        kk, z, y, jnp.ones(z.shape[0]), num_classes=classes, n=n, p=p,
-        theta=t, lam=config.lam))
+        kk, z, y, jnp.ones(z.shape[0]), num_classes=classes,
+        num_examples=n, p=p, theta=t, lam=config.lam))
     betas = []
     for i in range(3):
       z = clipping.clip_rows((jnp.asarray(xs[i]) @ basis).astype(jnp.float64))
@@ -166,8 +166,9 @@ def test_nonpriv_is_the_private_program_with_the_noise_off():
     def fit(xi, yi):
       z = clipping.clip_rows((xi @ basis).astype(jnp.float64))
       return op.one_vs_rest(jax.random.key(0), z, yi, jnp.ones(len(xi)),
-                            num_classes=classes, n=float(len(xi)), p=1.0,
-                            theta=0.0, lam=config.lam, private=False).beta
+                            num_classes=classes,
+                            num_examples=float(len(xi)), p=1.0, theta=0.0,
+                            lam=config.lam, private=False).beta
 
     betas = [fit(jnp.asarray(xi), jnp.asarray(yi))
              for xi, yi in zip(xs, ys, strict=True)]

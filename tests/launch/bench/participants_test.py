@@ -84,7 +84,7 @@ def test_the_loop_follows_the_participant_keys():
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan, seeds=1)
     out = feddpdr.train(*args, config=config, num_classes=3, chunk=4)
-    host = [np.asarray(a) for a in args[1:]]
+    host = [np.asarray(a) for a in jax.tree.leaves(args[1:])]
     same = bench.loop_train(args[0][0], *host, static=config.static,
                             num_classes=3)
     other = bench.loop_train(jax.random.fold_in(args[0][0], 1), *host,
