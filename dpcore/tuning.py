@@ -420,6 +420,89 @@ def disjoint(*parts: TrialPrivacy, description: str = "") -> TrialPrivacy:
                       accounting.common_relation(parts, what="trials"))
 
 
+def scored_trials(plans: Sequence, *, score_epsilon: float,
+                  orders: Sequence[float] = DEFAULT_ORDERS
+                  ) -> list[TrialPrivacy]:
+  """Each candidate's trial: trained by its plan, scored on other rows.
+
+  Trial i trains candidate i on the fit rows by ``plans[i]`` (anything
+  whose ``record(ledger)`` puts its releases in a ledger: the plans of
+  the library's trainers) and scores the model by :func:`noisy_accuracy`
+  at ``score_epsilon`` on held-out rows disjoint from the fit rows:
+  :func:`disjoint` of the two curves. A trial that draws its candidate
+  at random is :func:`any_of` the list.
+
+  Raises:
+    ValueError: no plans, or a plan whose record is not an RDP guarantee
+      (:func:`trial_privacy`).
+  """
+  if isinstance(plans, (str, bytes)) or not isinstance(
+      plans, Sequence) or len(plans) == 0:
+    raise ValueError("plans must be a non-empty list of the candidates' "
+                     "plans.")
+  score = score_privacy(score_epsilon, orders=orders)
+  trials = []
+  for i, plan in enumerate(plans):
+    ledger = accounting.PrivacyLedger()
+    plan.record(ledger)
+    trials.append(disjoint(
+        trial_privacy(ledger, orders=orders,
+                      description=f"candidate {i} training"),
+        score, description=f"candidate {i}"))
+  return trials
+
+
+def calibrate(build: Callable[[float], tuple[Any, TrialPrivacy]], *,
+              epsilon: float, delta: float, count: TrialCount,
+              tolerance: float = 0.005
+              ) -> tuple[Any, TrialPrivacy, TuningGuarantee, float]:
+  """The per-trial target whose whole tuning is (``epsilon``, δ)-DP.
+
+  ``build(ε′)`` calibrates every candidate for the per-trial target ε′
+  and returns ``(plans, trial)``: whatever the caller trains from, and
+  one trial's privacy (e.g. ``any_of(*scored_trials(plans, ...))``). The
+  tuning's ε (:func:`tuned_guarantee` with K ~ ``count``) grows with ε′;
+  the largest ε′ in [0.02·ε, ε] whose tuning meets ``epsilon`` is found
+  by bisection on a log scale, to a relative ``tolerance``. Every ε′
+  tried is public (a function of the settings alone), so the search
+  reads no data.
+
+  Returns:
+    ``(plans, trial, guarantee, ε′)`` of the ε′ found; ``guarantee`` is
+    the whole tuning's and its ε is at most ``epsilon``.
+
+  Raises:
+    ValueError: bad arguments, or a tuning that exceeds ``epsilon`` even
+      at ε′ = 0.02·ε.
+  """
+  epsilon = validation.check_epsilon(epsilon)
+  delta = validation.check_delta(delta)
+  tolerance = validation.check_positive(tolerance, "tolerance")
+  if not callable(build):
+    raise ValueError("build must be a function ε′ -> (plans, trial "
+                     "privacy).")
+
+  def attempt(trial_epsilon):
+    plans, trial = build(trial_epsilon)
+    return plans, trial, tuned_guarantee(trial, count, delta=delta)
+
+  lo, hi = 0.02 * epsilon, epsilon  # the tuning meets ε at lo, not at hi
+  best = attempt(lo)
+  if best[2].epsilon > epsilon:
+    raise ValueError(f"epsilon={epsilon:g} is too small for this tuning "
+                     f"(even a per-trial epsilon of {lo:g} exceeds it); "
+                     f"raise epsilon or lower the expected number of "
+                     f"trials.")
+  while hi / lo > 1.0 + tolerance:
+    mid = (lo * hi) ** 0.5
+    got = attempt(mid)
+    if got[2].epsilon <= epsilon:
+      lo, best = mid, got
+    else:
+      hi = mid
+  return (*best, lo)
+
+
 # -- the tuned algorithm's privacy --------------------------------------------
 
 
@@ -716,9 +799,11 @@ def select(key: jax.Array, candidates: Sequence, trial: Callable, *,
 
 
 __all__ = ["DEFAULT_ORDERS", "TrialCount", "TrialPrivacy",
-           "TuningGuarantee", "TuningResult", "any_of", "disjoint",
+           "TuningGuarantee", "TuningResult", "any_of", "calibrate",
+           "disjoint",
            "entry_label", "liu_talwar_epsilon",
            "negative_binomial_mean", "noisy_accuracy", "pure_trial",
            "record", "sample_trial_count", "schedule", "score_privacy",
+           "scored_trials",
            "select", "trial_count", "trial_key", "trial_privacy",
            "tuned_guarantee", "tuned_rdp"]

@@ -544,26 +544,24 @@ def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
   mask_fit = fit.astype(np.asarray(parts.mask).dtype)[:, :width]
   x_val, y_val, rows = x_all[val], y_all[val], int(val.sum())
   num_classes = len(p.classes)
-  score = tuning.score_privacy(s.score_epsilon)
-  runs, trials, facts = [], [], []
-  for i, cand in enumerate(s.candidates):
+  runs = []
+  for cand in s.candidates:
     fed = fx.FedSGDRecipe(trust=options.Trust.SERVER, **cand)
     # A padded batch that may overflow is a departure of probability P
     # per trial, which the tuning pays as (1 + e^ε)·E[K]·P of its δ: at
     # the tuning's larger ε the recipe's 1e-9 does not fit δ = 1e-5.
-    plan = fedsgd.make_plan(
+    runs.append((fed, fedsgd.make_plan(
         n_fit, trust=fed.trust, sampling_rate=fed.rate(int(n_fit.sum())),
         epochs=fed.epochs, clip_norm=fed.clip_norm, epsilon=epsilon,
-        delta=s.delta, overflow_probability=TUNE_OVERFLOW)
-    trials.append(tuning.disjoint(
-        tuning.trial_privacy(_ledger(plan),
-                             description=f"candidate {i} training"),
-        score, description=f"candidate {i}"))
-    runs.append((fed, plan))
-    facts.append({"candidate": i, "recipe": dataclasses.asdict(fed),
-                  "sampling_rate": plan.sampling_rate, "steps": plan.steps,
-                  "noise_multiplier": plan.noise_multiplier,
-                  "epsilon_trial": trials[-1].epsilon(s.delta)})
+        delta=s.delta, overflow_probability=TUNE_OVERFLOW)))
+  trials = tuning.scored_trials([plan for _, plan in runs],
+                                score_epsilon=s.score_epsilon)
+  facts = [{"candidate": i, "recipe": dataclasses.asdict(fed),
+            "sampling_rate": plan.sampling_rate, "steps": plan.steps,
+            "noise_multiplier": plan.noise_multiplier,
+            "epsilon_trial": t.epsilon(s.delta)}
+           for i, ((fed, plan), t) in enumerate(zip(runs, trials,
+                                                    strict=True))]
 
   def trial(k, index):
     fed, plan = runs[index]

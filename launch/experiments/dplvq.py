@@ -658,24 +658,23 @@ def run_tuning(key: jax.Array, prepared: Prepared, setting: Setting,
   released model, the CV protocol itself not a release).
   """
   s = setting
-  score = tuning.score_privacy(tune.score_epsilon)
-  trials, facts, runs = [], [], []
+  runs, batches = [], []
   for i in range(len(tune.candidates)):
     c = tune.setting(s, i).check()
     n_train, max_batch = _sizes(prepared, c, tune.validation_fraction)
-    plan = c.plan(n_train, dim=prepared.x.shape[1], max_batch=max_batch)
-    ledger = accounting.PrivacyLedger()
-    plan.record(ledger)
-    train = tuning.trial_privacy(ledger,
-                                 description=f"candidate {i} training")
-    trials.append(tuning.disjoint(train, score,
-                                  description=f"candidate {i}"))
-    facts.append({"candidate": i, "noise_multiplier": plan.noise_multiplier,
-                  "steps": c.steps, "max_batch": max_batch,
-                  "epsilon_trial": trials[-1].epsilon(s.delta),
-                  "learning_rate": c.learning_rate})
-    runs.append((c, plan, c.train_config(num_classes=prepared.num_classes,
-                                         max_batch=max_batch)))
+    runs.append((c, c.plan(n_train, dim=prepared.x.shape[1],
+                           max_batch=max_batch),
+                 c.train_config(num_classes=prepared.num_classes,
+                                max_batch=max_batch)))
+    batches.append(max_batch)
+  trials = tuning.scored_trials([plan for _, plan, _ in runs],
+                                score_epsilon=tune.score_epsilon)
+  facts = [{"candidate": i, "noise_multiplier": plan.noise_multiplier,
+            "steps": c.steps, "max_batch": batch,
+            "epsilon_trial": t.epsilon(s.delta),
+            "learning_rate": c.learning_rate}
+           for i, ((c, plan, _), batch, t) in enumerate(
+               zip(runs, batches, trials, strict=True))]
   trial = tuning.any_of(*trials, description="one trial: a candidate drawn "
                         "uniformly at random, trained, and scored")
   guarantee = tuning.tuned_guarantee(trial, tune.count, delta=s.delta)

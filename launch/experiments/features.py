@@ -29,8 +29,7 @@ import numpy as np
 
 __all__ = ["CANDIDATES", "TUNE_CANDIDATES", "TUNE_SCORE_EPSILON", "Recipe",
            "calibrate_tuning", "features",
-           "run", "run_tuned", "summary", "train_head",
-           "tuning_trial_privacy"]
+           "run", "run_tuned", "summary", "train_head"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,39 +242,15 @@ TUNE_SCORE_EPSILON = 0.5
 10,000 rows by about 3 in 10⁴)."""
 
 
-def tuning_trial_privacy(plans, *, score_epsilon: float):
-  """One trial of the tuning: a candidate drawn at random, trained, scored.
-
-  Each candidate's trial trains on the fit rows (its DP-SGD plan) and is
-  scored on the disjoint validation rows (a Laplace count,
-  :func:`dpcore.tuning.noisy_accuracy`): :func:`dpcore.tuning.disjoint`
-  of the two; a trial that draws its candidate at random is
-  :func:`dpcore.tuning.any_of` of those.
-  """
-  from dpcore import accounting, tuning  # pylint: disable=g-import-not-at-top
-  score = tuning.score_privacy(score_epsilon)
-  trials = []
-  for i, plan in enumerate(plans):
-    ledger = accounting.PrivacyLedger()
-    plan.record(ledger)
-    trials.append(tuning.disjoint(
-        tuning.trial_privacy(ledger, description=f"candidate {i} training"),
-        score, description=f"candidate {i}"))
-  return tuning.any_of(
-      *trials, description="one trial: a candidate drawn uniformly at "
-      "random, trained by DP-SGD on the fit rows, scored on the held-out "
-      "rows")
-
-
 def calibrate_tuning(n: int, candidates, *, epsilon: float, delta: float,
-                     count, score_epsilon: float = TUNE_SCORE_EPSILON,
-                     tolerance: float = 0.005):
-  """Per-trial plans whose whole tuning is (``epsilon``, ``delta``)-DP.
+                     count, score_epsilon: float = TUNE_SCORE_EPSILON):
+  """Per-trial DP-SGD plans whose whole tuning is (``epsilon``, δ)-DP.
 
   Every candidate's σ is calibrated (RDP, the curve the tuning theorem
-  takes) for one per-trial target ε′; ε′ is found by bisection so that
-  :func:`dpcore.tuning.tuned_guarantee` of the trial (K ~ ``count``) is
-  at most ``epsilon``, within a relative ``tolerance`` of ε′.
+  takes) for one per-trial target ε′, found by
+  :func:`dpcore.tuning.calibrate`; one trial draws a candidate at random,
+  trains it on the fit rows and scores it on the held-out rows
+  (:func:`dpcore.tuning.scored_trials`).
 
   Returns:
     ``(plans, trial privacy, guarantee, ε′)``.
@@ -291,24 +266,12 @@ def calibrate_tuning(n: int, candidates, *, epsilon: float, delta: float,
         n, sampling_rate=c.batch_size / n, clip_norm=c.clip_norm,
         epochs=c.epochs, epsilon=trial_epsilon, delta=delta)
              for c in candidates]
-    privacy = tuning_trial_privacy(plans, score_epsilon=score_epsilon)
-    return plans, privacy, tuning.tuned_guarantee(privacy, count,
-                                                  delta=delta)
+    return plans, tuning.any_of(
+        *tuning.scored_trials(plans, score_epsilon=score_epsilon),
+        description="one trial: a candidate drawn uniformly at random, "
+        "trained by DP-SGD on the fit rows, scored on the held-out rows")
 
-  lo, hi = 0.02 * epsilon, epsilon  # ε(lo) ≤ target < ε(hi)
-  best = build(lo)
-  if best[2].epsilon > epsilon:
-    raise ValueError(f"ε={epsilon} is too small for this tuning (even "
-                     f"per-trial ε={lo:g} exceeds it); raise ε or lower "
-                     f"the expected number of trials.")
-  while hi / lo > 1.0 + tolerance:
-    mid = (lo * hi)**0.5
-    got = build(mid)
-    if got[2].epsilon <= epsilon:
-      lo, best = mid, got
-    else:
-      hi = mid
-  return (*best, lo)
+  return tuning.calibrate(build, epsilon=epsilon, delta=delta, count=count)
 
 
 def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,

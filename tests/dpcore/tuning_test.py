@@ -376,3 +376,51 @@ def test_trials_carry_their_relation_and_refuse_to_mix():
       "geometric", 5.0), delta=1e-6)
   with pytest.raises(ValueError, match="PrivacyLedger\\(relation=...\\)"):
     tuning.record(accounting.PrivacyLedger(), either, winner=0)
+
+
+class _GaussianPlan:
+  """A stand-in plan: one Gaussian release of σ, recorded by its plan."""
+
+  def __init__(self, sigma):
+    self.sigma = sigma
+
+  def record(self, ledger):
+    ledger.record_gaussian(sigma=self.sigma, sensitivity=1.0, delta=1e-5,
+                           label="g", relation="add_remove")
+
+
+def test_scored_trials_are_training_and_score_on_disjoint_rows():
+  trials = tuning.scored_trials([_GaussianPlan(2.0), _GaussianPlan(0.5)],
+                                score_epsilon=0.5)
+  score = tuning.score_privacy(0.5)
+  for trial, sigma in zip(trials, (2.0, 0.5), strict=True):
+    want = np.maximum(_gaussian_trial(sigma).rdp, score.rdp)
+    np.testing.assert_allclose(trial.rdp, want, rtol=1e-12)
+  # a wrong score ε (or none) gives another curve at the Laplace-bound
+  # orders: the score is in the trial.
+  other = tuning.scored_trials([_GaussianPlan(2.0)], score_epsilon=2.0)[0]
+  assert not np.allclose(other.rdp, trials[0].rdp)
+  quiet = tuning.scored_trials([_GaussianPlan(8.0)], score_epsilon=0.5)[0]
+  assert np.any(np.asarray(quiet.rdp) > _gaussian_trial(8.0).rdp)
+  with pytest.raises(ValueError, match="non-empty list"):
+    tuning.scored_trials([], score_epsilon=0.5)
+
+
+def test_calibrate_finds_the_largest_trial_target_within_tolerance():
+  count = tuning.trial_count("geometric", 5.0)
+
+  def build(trial_epsilon):  # pure trials: the tuning is 3ε′ (geometric)
+    return [trial_epsilon], tuning.pure_trial(trial_epsilon)
+
+  plans, trial, guarantee, found = tuning.calibrate(
+      build, epsilon=1.5, delta=1e-6, count=count, tolerance=1e-3)
+  assert plans == [found] and trial.pure_epsilon == found
+  assert guarantee.epsilon <= 1.5
+  # the largest: a target 0.2 % higher exceeds the whole tuning's budget
+  over = tuning.tuned_guarantee(tuning.pure_trial(found * 1.002), count,
+                                delta=1e-6)
+  assert over.epsilon > 1.5
+  assert found == pytest.approx(0.5, rel=2e-3)
+  with pytest.raises(ValueError, match="too small for this tuning"):
+    tuning.calibrate(lambda e: ([], _gaussian_trial(1e-3)), epsilon=1.0,
+                     delta=1e-6, count=count)
