@@ -506,6 +506,28 @@ def _ledger(plan):
   return ledger
 
 
+def _hold_out(parts):
+  """Each participant's last :data:`TUNE_VALIDATION_FRACTION` of its rows
+  (rounded down) held out: ``((x, y, mask, n) of the fit rows, one
+  participant a row as ``parts``; (x, y, n) of the pooled validation
+  rows)``. The rows are in the partition's random order."""
+  sizes = np.asarray(parts.sizes, np.int64)
+  n_val = np.floor(TUNE_VALIDATION_FRACTION * sizes).astype(np.int64)
+  n_fit = sizes - n_val
+  if np.any(n_val < 1) or np.any(n_fit < 1):
+    raise ValueError(f"--tune: participants of {sizes.tolist()} rows are "
+                     f"too small to hold out validation rows.")
+  cols = np.arange(np.shape(parts.mask)[1])[None, :]
+  fit = cols < n_fit[:, None]
+  val = (cols >= n_fit[:, None]) & (cols < sizes[:, None])
+  x_all, y_all = np.asarray(parts.x), np.asarray(parts.y)
+  width = int(n_fit.max())  # the fit rows lead each participant's rows
+  x_fit = np.where(fit[..., None], x_all, 0).astype(x_all.dtype)[:, :width]
+  y_fit = np.where(fit, y_all, 0).astype(np.int32)[:, :width]
+  mask_fit = fit.astype(np.asarray(parts.mask).dtype)[:, :width]
+  return (x_fit, y_fit, mask_fit, n_fit), (x_all[val], y_all[val], n_val)
+
+
 def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
   """Fed DP-SGD (server noise) with its recipe chosen privately.
 
@@ -528,21 +550,8 @@ def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
   parts = partition.partition_auto(  # the partition of fedsgd.run
       jax.random.fold_in(jax.random.key(0), 0), p.x_train, p.y_train,
       sizes=data.sizes, buckets=False)
-  sizes = np.asarray(parts.sizes, np.int64)
-  n_val = np.floor(TUNE_VALIDATION_FRACTION * sizes).astype(np.int64)
-  n_fit = sizes - n_val
-  if np.any(n_val < 1) or np.any(n_fit < 1):
-    raise ValueError(f"--tune: participants of {sizes.tolist()} rows are "
-                     f"too small to hold out validation rows.")
-  cols = np.arange(np.shape(parts.mask)[1])[None, :]
-  fit = cols < n_fit[:, None]
-  val = (cols >= n_fit[:, None]) & (cols < sizes[:, None])
-  x_all, y_all = np.asarray(parts.x), np.asarray(parts.y)
-  width = int(n_fit.max())  # the fit rows lead each participant's rows
-  x_fit = np.where(fit[..., None], x_all, 0).astype(x_all.dtype)[:, :width]
-  y_fit = np.where(fit, y_all, 0).astype(np.int32)[:, :width]
-  mask_fit = fit.astype(np.asarray(parts.mask).dtype)[:, :width]
-  x_val, y_val, rows = x_all[val], y_all[val], int(val.sum())
+  (x_fit, y_fit, mask_fit, n_fit), (x_val, y_val, n_val) = _hold_out(parts)
+  rows = len(y_val)
   num_classes = len(p.classes)
   runs = []
   for cand in s.candidates:
