@@ -43,7 +43,7 @@ so a second run starts in seconds.
 
 Data: rows are divided by the public pixel bound and normalised to unit L2
 norm (``dpcore.clipping.unit_rows``); CIFAR-10 goes through HOG first
-(``launch.data.hog``), then unit rows. A data set without a test split
+(``mechanisms.features.hog``), then unit rows. A data set without a test split
 (digits) is split 70/30 with a key derived from ``--seed``. Participants get
 disjoint random training rows (``--sizes``, or ``--participants`` ×
 ``--n_per_participant``, which must fit in the training rows). The

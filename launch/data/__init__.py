@@ -1,8 +1,8 @@
-"""Data loading: named datasets (``loaders``), the standard file formats
-(``formats``: IDX, LIBSVM/svmlight, ARFF) and HOG features (``hog``)."""
+"""Data loading: named datasets (``loaders``) and the standard file
+formats (``formats``: IDX, LIBSVM/svmlight, ARFF)."""
 
-from launch.data import formats, hog, loaders
+from launch.data import formats, loaders
 from launch.data.loaders import Dataset, describe_sources, load_dataset
 
-__all__ = ["Dataset", "describe_sources", "formats", "hog", "load_dataset",
+__all__ = ["Dataset", "describe_sources", "formats", "load_dataset",
            "loaders"]

@@ -105,7 +105,7 @@ def prepare_data(name: str, *, data_dir: str | None, seed: int) -> Prepared:
   ds = data_lib.load_dataset(name, data_dir=data_dir)
   x_train, x_test, bounds = ds.x_train, ds.x_test, ds.bounds
   if name == "cifar10":
-    from launch.data import hog  # only CIFAR needs it
+    from mechanisms.features import hog  # only CIFAR needs it
     common.progress("computing HOG features (cell 4, 9 bins, block 2)")
     x_train = hog.hog_features(x_train, ds.image_shape)
     x_test = hog.hog_features(x_test, ds.image_shape)

@@ -6,6 +6,9 @@
 * :mod:`mechanisms.features.normalization`: per-example group
   normalisation (free) and private data normalisation (per-channel mean
   and variance by the Gaussian mechanism, the one mechanism shape).
+* :mod:`mechanisms.features.hog`: histograms of oriented gradients
+  (scikit-image's descriptor, jitted), FedDPDR's CIFAR-10 features —
+  data-independent too.
 * :mod:`mechanisms.features.projection`: a public random orthonormal
   projection to fewer dimensions (data-free, no privacy cost).
 """

@@ -8,7 +8,7 @@ from skimage.feature import _hoghistogram
 from skimage.feature import hog as sk_hog
 from sklearn.datasets import load_sample_image
 
-from launch.data import hog as hog_lib
+from mechanisms.features import hog as hog_lib
 
 # Both sides are float32 where it matters: scikit-image sums each cell in a
 # C float, we compute in float32 throughout. Descriptor entries lie in

@@ -58,6 +58,9 @@ import numpy as np
 
 from dpcore import validation
 
+__all__ = ["BLOCK_NORMS", "hog", "hog_batch", "hog_chunked", "hog_features",
+           "output_dim"]
+
 BLOCK_NORMS = ("L1", "L1-sqrt", "L2", "L2-Hys")
 _EPS = 1e-5  # scikit-image's block-normalisation epsilon.
 
