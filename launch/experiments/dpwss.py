@@ -428,6 +428,51 @@ def run(setting: Setting, *, data_dir=None, memory_budget=None,
   root = jax.random.fold_in(jax.random.key(s.seed),
                             zlib.crc32(s.dataset.encode()))
   train_key, release_key = jax.random.split(root)
+  plan, run_, models, compile_s, seconds = _train(
+      s, x, y, train_key, solver, budget=budget, progress=progress)
+  per_repeat = []
+  for m in models:
+    rec = _report(y_eval, m.decision_function(x_eval))
+    rec.update(obj=float(m.objective), bias=float(m.bias),
+               iterations=int(m.iterations),
+               exit_reason=m.exit_reason, n_sv=int(m.support.size))
+    per_repeat.append(rec)
+  record = {
+      **dataclasses.asdict(s),
+      "resolved": {"scaling": scaling, "gamma": spec.gamma},
+      "n_train": int(x.shape[0]), "n_eval": int(x_eval.shape[0]),
+      **_mean_metrics(per_repeat),
+      "obj": float(np.mean([r["obj"] for r in per_repeat])),
+      "iterations": float(np.mean([r["iterations"] for r in per_repeat])),
+      "exit_reason": sorted({r["exit_reason"] for r in per_repeat}),
+      "per_repeat": per_repeat,
+      "seconds": seconds, "compile_seconds": compile_s,
+  }
+  record.update(_privacy(s, plan, run_, release_key, prepared))
+  record["privacy_scope"] = (
+      "everything the run publishes: the selection transcript (DPWSS) and "
+      "any released_model; each repeat counts as its own run (one "
+      "selection transcript and one release each)")
+  record["model_is_private"] = s.release != _NO_RELEASE
+  record["privacy_note"] = _privacy_note(s)
+  if plan is not None:
+    if baseline is None:
+      baseline = run(s.baseline(), prepared=prepared, memory_budget=budget,
+                     progress=progress)
+    record["wss2_obj"] = baseline["obj"]
+    record["wss2_iterations"] = baseline["iterations"]
+    record["obj_error"] = abs(record["obj"] - baseline["obj"])
+    record["iteration_ratio"] = record["iterations"] / max(
+        baseline["iterations"], 1)
+  return record
+
+
+def _train(s: Setting, x, y, key, solver: dict, *, budget, progress):
+  """The SMO model(s): WSS2's one, or DPWSS's repeats from ``key``.
+
+  Returns ``(plan, run, models, compile seconds, seconds)``; ``plan`` and
+  ``run`` are None for WSS2.
+  """
   plan = run_ = None
   if s.wss == _DPWSS:
     plan = s.plan()
@@ -452,61 +497,34 @@ def run(setting: Setting, *, data_dir=None, memory_budget=None,
     with common.heartbeat(f"{s.dataset}: dpwss (≤ {cap:,} iterations × "
                           f"{s.repeats} repeat(s))", progress=progress):
       run_, compile_s, seconds = common.timed(
-          lambda: dpwss.release(train_key, plan, x, y, repeats=s.repeats,
+          lambda: dpwss.release(key, plan, x, y, repeats=s.repeats,
                                 **solver))
     models = list(run_.models)
-  per_repeat = []
-  for m in models:
-    rec = _report(y_eval, m.decision_function(x_eval))
-    rec.update(obj=float(m.objective), bias=float(m.bias),
-               iterations=int(m.iterations),
-               exit_reason=m.exit_reason, n_sv=int(m.support.size))
-    per_repeat.append(rec)
-  record = {
-      **dataclasses.asdict(s),
-      "resolved": {"scaling": scaling, "gamma": spec.gamma},
-      "n_train": int(x.shape[0]), "n_eval": int(x_eval.shape[0]),
-      **_mean_metrics(per_repeat),
-      "obj": float(np.mean([r["obj"] for r in per_repeat])),
-      "iterations": float(np.mean([r["iterations"] for r in per_repeat])),
-      "exit_reason": sorted({r["exit_reason"] for r in per_repeat}),
-      "per_repeat": per_repeat,
-      "seconds": seconds, "compile_seconds": compile_s,
-  }
-  # Privacy of everything released, in one ledger.
+  return plan, run_, models, compile_s, seconds
+
+
+def _privacy(s: Setting, plan, run_, key, prepared: Prepared) -> dict:
+  """The record's privacy of everything released, in one ledger: the
+  selection transcript (DPWSS) and the released model, if any."""
+  x, y, x_eval, y_eval, _ = prepared
+  out = {}
   ledger = accounting.PrivacyLedger()
   if s.release != _NO_RELEASE:
     release_plan = output_perturbation.make_plan(
         epsilon=float(s.release_epsilon), c=s.c)
     release_plan.record(ledger)
-    record["released_model"] = _release(
-        release_key, release_plan, x, y, x_eval, y_eval, repeats=s.repeats)
+    out["released_model"] = _release(
+        key, release_plan, x, y, x_eval, y_eval, repeats=s.repeats)
   if plan is not None:
-    record["privacy"] = plan.report(ledger)
-    record["dpwss"] = run_.selection_report()
+    out["privacy"] = plan.report(ledger)
+    out["dpwss"] = run_.selection_report()
   elif s.release != _NO_RELEASE:
-    record["privacy"] = ledger.report(s.delta)
-    record["dpwss"] = None
+    out["privacy"] = ledger.report(s.delta)
+    out["dpwss"] = None
   else:
-    record["privacy"] = accounting.no_guarantee_record(
-        accounting.NON_PRIVATE)
-    record["dpwss"] = None
-  record["privacy_scope"] = (
-      "everything the run publishes: the selection transcript (DPWSS) and "
-      "any released_model; each repeat counts as its own run (one "
-      "selection transcript and one release each)")
-  record["model_is_private"] = s.release != _NO_RELEASE
-  record["privacy_note"] = _privacy_note(s)
-  if plan is not None:
-    if baseline is None:
-      baseline = run(s.baseline(), prepared=prepared, memory_budget=budget,
-                     progress=progress)
-    record["wss2_obj"] = baseline["obj"]
-    record["wss2_iterations"] = baseline["iterations"]
-    record["obj_error"] = abs(record["obj"] - baseline["obj"])
-    record["iteration_ratio"] = record["iterations"] / max(
-        baseline["iterations"], 1)
-  return record
+    out["privacy"] = accounting.no_guarantee_record(accounting.NON_PRIVATE)
+    out["dpwss"] = None
+  return out
 
 
 def _privacy_note(s: Setting) -> str:
