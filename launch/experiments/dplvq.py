@@ -629,6 +629,54 @@ def check_tuning(path: str, setting: Setting, *, distribution: str,
   return options_
 
 
+def _candidates(prepared: Prepared, s: Setting, tune: TuneOptions):
+  """Every candidate's (setting, plan, train config), its facts for the
+  record, and its trial's privacy (:func:`dpcore.tuning.scored_trials`)."""
+  runs, batches = [], []
+  for i in range(len(tune.candidates)):
+    c = tune.setting(s, i).check()
+    n_train, max_batch = _sizes(prepared, c, tune.validation_fraction)
+    runs.append((c, c.plan(n_train, dim=prepared.x.shape[1],
+                           max_batch=max_batch),
+                 c.train_config(num_classes=prepared.num_classes,
+                                max_batch=max_batch)))
+    batches.append(max_batch)
+  trials = tuning.scored_trials([plan for _, plan, _ in runs],
+                                score_epsilon=tune.score_epsilon)
+  facts = [{"candidate": i, "noise_multiplier": plan.noise_multiplier,
+            "steps": c.steps, "max_batch": batch,
+            "epsilon_trial": t.epsilon(s.delta),
+            "learning_rate": c.learning_rate}
+           for i, ((c, plan, _), batch, t) in enumerate(
+               zip(runs, batches, trials, strict=True))]
+  return runs, facts, trials
+
+
+def _best_trials(prepared: Prepared, s: Setting, tune: TuneOptions, runs,
+                 picks, *, tune_key, split_key, n_val):
+  """Runs the trials ``picks`` on every CV run: each run's best-scoring
+  trial's candidate and test error (K, the picks and the scores stay
+  inside)."""
+  count = s.folds * s.repeats
+  best = np.full(count, -np.inf)
+  winners = np.full(count, -1)
+  errors = np.full(count, np.nan)
+  cache: dict = {}
+  for i, pick in enumerate(picks):
+    c, plan, config = runs[int(pick)]
+    k_train, k_score = jax.random.split(tuning.trial_key(tune_key, i))
+    res = lvq_eval.evaluate(split_key, k_train, prepared.x, prepared.y,
+                            config, c.protocol(tune.validation_fraction),
+                            plan=plan, cache=cache)
+    scores = np.asarray(tuning.noisy_accuracy(
+        k_score, res.correct, n_val, epsilon=tune.score_epsilon))
+    better = scores > best
+    best = np.where(better, scores, best)
+    winners = np.where(better, int(pick), winners)
+    errors = np.where(better, res.errors.ravel(), errors)
+  return winners, errors
+
+
 def run_tuning(key: jax.Array, prepared: Prepared, setting: Setting,
                tune: TuneOptions, *, progress=common.progress) -> dict:
   """Private selection of a recipe (``dpcore.tuning``) on every CV run.
@@ -658,23 +706,7 @@ def run_tuning(key: jax.Array, prepared: Prepared, setting: Setting,
   released model, the CV protocol itself not a release).
   """
   s = setting
-  runs, batches = [], []
-  for i in range(len(tune.candidates)):
-    c = tune.setting(s, i).check()
-    n_train, max_batch = _sizes(prepared, c, tune.validation_fraction)
-    runs.append((c, c.plan(n_train, dim=prepared.x.shape[1],
-                           max_batch=max_batch),
-                 c.train_config(num_classes=prepared.num_classes,
-                                max_batch=max_batch)))
-    batches.append(max_batch)
-  trials = tuning.scored_trials([plan for _, plan, _ in runs],
-                                score_epsilon=tune.score_epsilon)
-  facts = [{"candidate": i, "noise_multiplier": plan.noise_multiplier,
-            "steps": c.steps, "max_batch": batch,
-            "epsilon_trial": t.epsilon(s.delta),
-            "learning_rate": c.learning_rate}
-           for i, ((c, plan, _), batch, t) in enumerate(
-               zip(runs, batches, trials, strict=True))]
+  runs, facts, trials = _candidates(prepared, s, tune)
   trial = tuning.any_of(*trials, description="one trial: a candidate drawn "
                         "uniformly at random, trained, and scored")
   guarantee = tuning.tuned_guarantee(trial, tune.count, delta=s.delta)
@@ -686,26 +718,13 @@ def run_tuning(key: jax.Array, prepared: Prepared, setting: Setting,
   split_key = jax.random.fold_in(key, 0)
   picks = tuning.schedule(tune_key, tune.count, len(runs))
   count = s.folds * s.repeats
-  best = np.full(count, -np.inf)
-  winners = np.full(count, -1)
-  errors = np.full(count, np.nan)
-  cache: dict = {}
   n_train, n_val = lvq_eval.carved_sizes(
       prepared.x.shape[0], folds=s.folds,
       train_on_one_fold=s.train_on == vocabulary.TrainOn.ONE_FOLD,
       validation_fraction=tune.validation_fraction)
-  for i, pick in enumerate(picks):
-    c, plan, config = runs[int(pick)]
-    k_train, k_score = jax.random.split(tuning.trial_key(tune_key, i))
-    res = lvq_eval.evaluate(split_key, k_train, prepared.x, prepared.y,
-                            config, c.protocol(tune.validation_fraction),
-                            plan=plan, cache=cache)
-    scores = np.asarray(tuning.noisy_accuracy(
-        k_score, res.correct, n_val, epsilon=tune.score_epsilon))
-    better = scores > best
-    best = np.where(better, scores, best)
-    winners = np.where(better, int(pick), winners)
-    errors = np.where(better, res.errors.ravel(), errors)
+  winners, errors = _best_trials(prepared, s, tune, runs, picks,
+                                 tune_key=tune_key, split_key=split_key,
+                                 n_val=n_val)
   # K, the candidates drawn and the trials' scores stay inside: the
   # guarantee bounds the winners' outputs with K hidden.
   progress("tuning: done (the number of trials and their scores are not "
