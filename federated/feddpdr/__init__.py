@@ -20,7 +20,15 @@ test rows preprocessed like the training rows):
   basis being computed (``bases`` is then (N, 0, 0)); with
   ``"distributed_moments"`` the same sum is formed under secure
   aggregation, each participant adding a discrete Gaussian share
-  (:mod:`federated.feddpdr.secure_moments`, d ≤ 361);
+  (:mod:`federated.feddpdr.secure_moments`, d ≤ 361; ``Config.bits``
+  per coordinate). Dropouts: ``Config.min_survivors`` (P_min ≤ P) is
+  the protocol's threshold and the shares the sum is accounted at, and
+  ``Config.dropouts`` simulates the last ``dropouts`` participants'
+  messages never reaching the server (the sum is then the survivors';
+  :func:`make_plan` refuses a run left with fewer than P_min). The
+  dropout is of the secure sum's round only: the dropped participants
+  still receive the global basis, fit their classifiers and enter the
+  model average below;
   each participant projects its rows on the global basis, clips them to
   norm ≤ 1, and trains K objective-perturbation classifiers; the server
   averages the models (Σ wᵢβ̂ᵢ, or (1/N)Σ wᵢβ̂ᵢ with
@@ -91,8 +99,11 @@ Privacy:
   ``aggregation="distributed_moments"`` (:mod:`.secure_moments`) releases
   only the secure sum of every participant's rounded upper(XᵢᵀXᵢ) plus its
   discrete Gaussian share: a replaced row moves it by ≤ 2Δ (rounded
-  rows), and the sum of P shares is calibrated to the same (ε₁, δ) against
-  the server, given secure aggregation, recorded as an RDP curve; each
+  rows), and the sum of P_min shares (``min_survivors``, P without
+  dropouts; more survivors only add noise) is calibrated to the same
+  (ε₁, δ) against the server, given secure aggregation, recorded as an
+  RDP curve (a dropped participant's rows are not in the sum, and its
+  fits are accounted as every participant's); each
   participant's own guarantee should it fail (its share alone) is in the
   plan's ``secure_aggregation``.
 

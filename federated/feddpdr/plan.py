@@ -25,7 +25,10 @@ then a :class:`~federated.feddpdr.secure_moments.SecureMomentsPlan`, its
 ``nonpriv``), and ``secure_aggregation`` states both guarantees: against
 the server given secure aggregation (``privacy``), and each
 participant's own should it fail (``own_epsilon``: its share alone,
-composed with its fits).
+composed with its fits). The curve counts ``Config.min_survivors``
+shares (P_min, default P), and a run whose simulated ``dropouts`` leave
+fewer survivors is refused here, before any work (the protocol would
+abort).
 """
 
 from __future__ import annotations
@@ -189,6 +192,20 @@ def _checked_sizes(sizes) -> np.ndarray:
   return sizes
 
 
+def _survivors(config: Config, count: int) -> int:
+  """P_min of a secure sum, refused (one line) where it exceeds the P
+  participants or the simulated dropouts leave fewer survivors."""
+  survivors = secure_moments.check_min_survivors(config.min_survivors,
+                                                 count)
+  if count - config.dropouts < survivors:
+    raise ValueError(
+        f"dropouts={config.dropouts} leaves {count - config.dropouts} of "
+        f"the {count} participants' messages, fewer than min_survivors="
+        f"{survivors}: the secure sum would abort; use fewer dropouts or a "
+        f"smaller min_survivors.")
+  return survivors
+
+
 def make_plan(sizes, *, dim: int, num_classes: int,
               config: Config) -> FedDPDRPlan:
   """Validates the settings and calibrates every participant's noise.
@@ -226,11 +243,12 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   has_pca = config.description.reduces
   secure = config.secure
   summed = int(np.sum(sizes))  # the rows one secure sum adds
+  survivors = _survivors(config, count) if secure else None
   if not config.private:
     # σ = 0, θ = 0 and p = ∞ turn the noise off inside the private
     # program (federated.feddpdr.stages); the record claims nothing.
     params = (secure_moments.noise_free_params(dim=dim, count=count,
-                                               rows=summed)
+                                               rows=summed, bits=config.bits)
               if secure else None)
     return FedDPDRPlan(
         epsilon=None, delta=None, relation=RELATION, config=config,
@@ -242,7 +260,8 @@ def make_plan(sizes, *, dim: int, num_classes: int,
         secure_sum=params,
         secure_aggregation=(None if params is None else
                             secure_moments.params_record(
-                                params, rows=summed, count=count)))
+                                params, rows=summed, count=count,
+                                min_survivors=survivors)))
   eps_pca = config.epsilon * config.pca_fraction if has_pca else None
   eps_train = config.epsilon - eps_pca if has_pca else config.epsilon
   eps_fit = (eps_train if config.budget_per_classifier
@@ -251,7 +270,7 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   if secure:
     pca_plan = secure_moments.make_plan(
         epsilon=eps_pca, delta=config.delta, dim=dim, count=count,
-        rows=summed)
+        rows=summed, bits=config.bits, min_survivors=survivors)
     sigma = float(pca_plan.params.sigma_share) * pca_plan.params.gamma
   elif has_pca:
     pca_plan = dp_pca.make_plan(

@@ -71,9 +71,14 @@ class Static:
 class Program(Static):
   """A :class:`Static` with the static facts its plan fixes: the secure
   sum's :class:`dpcore.ddg.DDGParams` (its noise share is static, as the
-  exact sampler needs it, so each budget compiles its own program).
-  Only :func:`program` with ``secure_sum=`` makes one."""
+  exact sampler needs it, so each budget compiles its own program), its
+  threshold P_min (``min_survivors``, None: every participant) and the
+  simulated dropouts (the last ``dropouts`` participants' messages never
+  reach the server). Only :func:`program` with ``secure_sum=`` makes
+  one."""
   secure_sum: ddg.DDGParams | None = None
+  min_survivors: int | None = None
+  dropouts: int = 0
 
 
 def secure_sum_of(static: Static) -> ddg.DDGParams:
@@ -102,6 +107,17 @@ class Config(Static):
   ``"add_remove"`` (1, the paper's). Every run is *accounted* under
   replace-one (:data:`federated.feddpdr.RELATION`, the plan's
   ``relation``), which objective perturbation is proven under.
+
+  ``aggregation="distributed_moments"`` alone reads the secure sum's
+  settings (refused at other values with any other aggregation):
+  ``min_survivors``, P_min ≤ P, the fewest participants whose messages
+  the protocol proceeds with, the shares the curve is accounted at (None:
+  P, no dropouts); ``bits``, b per coordinate of every message; and
+  ``dropouts``, a simulation: the last ``dropouts`` participants' messages
+  never reach the server (a run leaving fewer than P_min is refused by
+  :func:`federated.feddpdr.make_plan`). Those participants still receive
+  the basis, fit their classifiers and enter the average
+  (:mod:`federated.feddpdr.secure_moments`, :mod:`federated.feddpdr`).
   """
   epsilon: float = 0.1
   delta: float = 1e-4
@@ -109,6 +125,9 @@ class Config(Static):
   budget_per_classifier: bool = False
   pca_fraction: float = 0.5
   relation: options.Relation = options.Relation.REPLACE_ONE
+  min_survivors: int | None = None
+  bits: int = secure_moments.BITS
+  dropouts: int = 0
 
   @property
   def static(self) -> Static:
@@ -148,6 +167,7 @@ class Config(Static):
     if mech.reduces and dim is not None and k > dim:
       raise ValueError(f"k={k} exceeds the data dimension d={dim}; choose "
                        f"k <= {dim}.")
+    self._check_secure_sum_settings()
     if self.secure:
       self._check_secure(dim)
     eps_pca = self.epsilon * self.pca_fraction
@@ -159,11 +179,39 @@ class Config(Static):
           f"calibration=analytic or a smaller epsilon.")
     return self
 
+  def _check_secure_sum_settings(self) -> None:
+    """The secure sum's settings left at their defaults with any other
+    aggregation, which would ignore them."""
+    if (options.Aggregation(self.aggregation)
+        is options.Aggregation.DISTRIBUTED_MOMENTS):
+      return
+    for field, default in _SECURE_SUM_DEFAULTS.items():
+      value = getattr(self, field)
+      if value != default:
+        raise ValueError(
+            f"{field}={value!r} is a setting of "
+            f"aggregation=distributed_moments' secure sum; with "
+            f"aggregation={options.Aggregation(self.aggregation)} leave it "
+            f"at {default!r}.")
+
   def _check_secure(self, dim: int | None) -> None:
-    """distributed_moments: d within the secure sum's range, and the
-    budget settings that only DP-PCA's Gaussian reads left alone."""
+    """distributed_moments: d within the secure sum's range, its bits,
+    P_min and dropouts, and the budget settings that only DP-PCA's
+    Gaussian reads left alone."""
     if dim is not None:
       secure_moments.check_dim(dim)
+    if (isinstance(self.bits, bool) or not isinstance(self.bits, int)
+        or not 8 <= self.bits <= ddg.MAX_BITS):
+      raise ValueError(f"bits must be an int in [8, {ddg.MAX_BITS}] (bits "
+                       f"per coordinate of every message), got "
+                       f"{self.bits!r}.")
+    if self.min_survivors is not None:
+      validation.check_positive_int(self.min_survivors, "min_survivors")
+    if (isinstance(self.dropouts, bool) or not isinstance(self.dropouts, int)
+        or self.dropouts < 0):
+      raise ValueError(f"dropouts must be a whole number >= 0 (the last "
+                       f"participants whose messages never arrive), got "
+                       f"{self.dropouts!r}.")
     if options.parse_relation(self.relation) != options.Relation.REPLACE_ONE:
       raise ValueError(
           "aggregation=distributed_moments is calibrated under replace_one "
@@ -175,6 +223,11 @@ class Config(Static):
           "calibration=classic is DP-PCA's Gaussian formula; "
           "aggregation=distributed_moments is calibrated by its own "
           "accounting: leave calibration at analytic.")
+
+
+_SECURE_SUM_DEFAULTS = {"min_survivors": None, "bits": secure_moments.BITS,
+                        "dropouts": 0}
+"""The secure sum's settings and their defaults (:class:`Config`)."""
 
 
 def check_settings(configs, *, dim: int | None = None, seeds: int = 1,
@@ -224,14 +277,18 @@ def program(config: Config | Static, *,
   ``secure_sum``: the plan's secure-sum parameters
   (``aggregation="distributed_moments"``, ``FedDPDRPlan.secure_sum``):
   the result is then a :class:`Program` carrying them (static: its budget
-  reaches the program, unlike every other aggregation's). A
-  :class:`Program` given keeps its own.
+  reaches the program, unlike every other aggregation's), with the
+  ``min_survivors`` and ``dropouts`` of ``config`` (a :class:`Config` or
+  a :class:`Program`; a :class:`Static` has none: every participant
+  arrives). A :class:`Program` given keeps its own.
   """
   static = _static(config)
   if secure_sum is not None:
     static = Program(**{f.name: getattr(static, f.name)
                         for f in dataclasses.fields(Static)},
-                     secure_sum=secure_sum)
+                     secure_sum=secure_sum,
+                     min_survivors=getattr(config, "min_survivors", None),
+                     dropouts=getattr(config, "dropouts", 0))
   return dataclasses.replace(
       static,
       mechanism=options.FedDPDRMechanism(static.description.program),

@@ -155,18 +155,22 @@ def _secure_moment_bases(step: Step):
   Each participant encodes and masks its message with its DP-PCA key
   (inside its map); the server sees the masked messages only, in
   participant order, and what :func:`secure_moments.server_moments`
-  decodes from their sum. No local basis is computed.
+  decodes from the sum of those that arrive: every one but the last
+  ``dropouts`` (the program's, :class:`federated.feddpdr.Program`), with
+  its threshold ``min_survivors``. No local basis is computed.
   """
   params = secure_sum_of(step.static)
   rotation_key, setup_key = protocol_keys(step.key)
   count = step.layout.count
+  alive = jnp.arange(count) < count - step.static.dropouts
   encode = step.each(lambda kk, xi, mi, i: secure_moments.message(
       kk, rotation_key, setup_key, i, xi, mi, params=params, count=count))
   masked = step.layout.in_order(_per_bucket(
       step, lambda rows, kk, i: encode(kk, rows.x, rows.mask, i),
       step.pca_keys, jnp.arange(count, dtype=jnp.int32)))
-  total = secure_moments.server_moments(masked, rotation_key, setup_key,
-                                        params=params, dim=step.layout.dim)
+  total = secure_moments.server_moments(
+      masked, alive, rotation_key, setup_key, params=params,
+      dim=step.layout.dim, min_survivors=step.static.min_survivors)
   return _no_local_bases(step), aggregation.moments_aggregate(
       total.astype(step.layout.dtype), step.static.k, **_server_topk(step))
 

@@ -181,6 +181,22 @@ FEDDPDR_CASES = [
               k=2, aggregation="distributed_moments",
               relation="add_remove")), ValueError,
           "calibrated under replace_one"),
+    _case("config_distributed_moments_min_survivors_over_count",
+          lambda: _prepare(config=feddpdr.Config(
+              k=2, aggregation="distributed_moments", min_survivors=3)),
+          ValueError, "min_survivors=3 exceeds the 2 participants"),
+    _case("config_distributed_moments_dropouts_abort",
+          lambda: _prepare(config=feddpdr.Config(
+              k=2, aggregation="distributed_moments", dropouts=1)),
+          ValueError, "dropouts=1 leaves 1 of the 2 participants"),
+    _case("config_distributed_moments_bits",
+          lambda: _prepare(config=feddpdr.Config(
+              k=2, aggregation="distributed_moments", bits=30)),
+          ValueError, r"bits must be an int in \[8, 24\]"),
+    _case("config_bits_without_distributed_moments",
+          lambda: _prepare(config=feddpdr.Config(k=2, bits=16)),
+          ValueError, "bits=16 is a setting of "
+          "aggregation=distributed_moments"),
     _case("config_max_iter_zero",
           lambda: _prepare(config=feddpdr.Config(k=2, max_iter=0)),
           ValueError, "max_iter"),

@@ -1,6 +1,7 @@
 """Tests of aggregation="distributed_moments" (feddpdr.secure_moments)."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpcore import ddg_accounting, options
+from dpcore import accounting, clipping, ddg, ddg_accounting, options
 from federated import ddgsgd, feddpdr, partition
 from federated.feddpdr import secure_moments as sm
 
@@ -199,3 +200,295 @@ def test_release_checks_its_plan_and_shapes_before_any_work():
     sm.release(jax.random.key(0), plan.params, x, mask)
   with pytest.raises(ValueError, match=r"x must be \(2, n, 3\)"):
     sm.release(jax.random.key(0), plan, x[:1], mask[:1])
+
+
+# Dropouts: min_survivors (P_min), alive, the abort.
+
+@functools.partial(jax.jit, static_argnames="params")
+def _encoded_sum(key, x, mask, alive, params):
+  """Σ_{alive} of every participant's *unmasked* encoded message (the
+  rows rounded, summed, its noise share), mod 2^b, decoded and mirrored:
+  what the server must get, built without secure aggregation."""
+  count, _, dim = x.shape
+  pca_keys, _ = feddpdr.participant_keys(key, count)
+  rotation_key, _ = feddpdr.protocol_keys(key)
+  with jax.enable_x64(False):
+    encoded = jax.vmap(lambda k, xi, mi: ddg.encode(
+        k, rotation_key, sm.upper_rows(xi, mi),
+        (clipping.clip_weights(mi) > 0).astype(jnp.float32),
+        params=params))(pca_keys, x, mask)
+    total = jnp.sum(jnp.where(alive[:, None], encoded, jnp.uint32(0)),
+                    axis=0, dtype=jnp.uint32)
+    return ddg.decode(total, rotation_key, params=params)
+
+
+def test_with_dropouts_the_server_decodes_the_survivors_sum_and_noise():
+  count, n, d = 4, 3, 3
+  x = jnp.asarray(_rows(count, n, d, 1))
+  mask = jnp.ones((count, n), jnp.float32)
+  plan = sm.make_plan(epsilon=1.0, delta=1e-5, dim=d, count=count,
+                      rows=count * n, min_survivors=2)
+  alive = jnp.asarray([True, False, True, True])
+  key = jax.random.key(4)
+  got = np.asarray(jax.jit(lambda k, a: sm.release(k, plan, x, mask, a))(
+      key, alive))
+  i, j = np.triu_indices(d)
+  # The survivors' rounded rows and their noise shares, exactly: the
+  # dropped participant's pair masks are removed, its message is not in.
+  want = np.asarray(_encoded_sum(key, x, mask, alive, plan.params))
+  # The same integers decoded by the same function: float32 rounding of
+  # entries of size ~10 at most.
+  np.testing.assert_allclose(got[i, j], want, rtol=0, atol=1e-5)
+  everyone = np.asarray(_encoded_sum(key, x, mask, jnp.ones(count, bool),
+                                     plan.params))
+  assert np.max(np.abs(got[i, j] - everyone)) > 0.1
+
+
+def test_with_dropouts_and_no_noise_the_sum_is_the_survivors_exact_sum():
+  count, n, d = 4, 5, 3
+  x = _rows(count, n, d, 2)
+  mask = np.ones((count, n), np.float32)
+  params = sm.noise_free_params(dim=d, count=count, rows=count * n)
+  alive = np.array([True, True, False, True])
+  got = np.asarray(jax.jit(lambda k, a: sm.noisy_moments(
+      k, jnp.asarray(x), jnp.asarray(mask), a, params=params,
+      min_survivors=3))(jax.random.key(0), alive))
+  want = np.einsum("pni,pnj,p->ij", x, x, alive.astype(np.float32))
+  # Each row's rounding moves it by < √D grid steps (as above).
+  bound = params.gamma * count * n * np.sqrt(params.padded)
+  np.testing.assert_allclose(got, want, atol=bound)
+  everyone = np.einsum("pni,pnj->ij", x, x)
+  assert np.max(np.abs(got - everyone)) > 10 * bound
+
+
+def test_a_dropped_participants_message_and_rows_are_never_in_the_sum():
+  count, n, d = 3, 2, 2
+  params = sm.noise_free_params(dim=d, count=count, rows=count * n)
+  alive = jnp.asarray([True, False, True])
+  x = jnp.asarray(_rows(count, n, d, 3))
+  mask = jnp.ones((count, n), jnp.float32)
+  key = jax.random.key(9)
+  draw = jax.jit(lambda k, xs, a: sm.noisy_moments(
+      k, xs, mask, a, params=params, min_survivors=2))
+  base = np.asarray(draw(key, x, alive))
+  other = np.asarray(draw(key, x.at[1].set(x[1, ::-1, ::-1]), alive))
+  np.testing.assert_array_equal(base, other)  # its rows: not in the sum
+  # The server's view: a dropped row of the masked messages never arrived,
+  # whatever it holds; the server takes masked messages, alive and keys.
+  rotation_key, setup_key = feddpdr.protocol_keys(key)
+  masked = jax.vmap(lambda k, i, xi, mi: sm.message(
+      k, rotation_key, setup_key, i, xi, mi, params=params, count=count))(
+          feddpdr.participant_keys(key, count)[0],
+          jnp.arange(count, dtype=jnp.int32), x, mask)
+  serve = jax.jit(lambda m: sm.server_moments(
+      m, alive, rotation_key, setup_key, params=params, dim=d,
+      min_survivors=2))
+  np.testing.assert_array_equal(np.asarray(serve(masked)), base)
+  garbage = masked.at[1].set(jnp.uint32(12345))
+  np.testing.assert_array_equal(np.asarray(serve(garbage)), base)
+
+
+def test_fewer_than_min_survivors_aborts_with_nans_in_one_program():
+  count, d = 4, 2
+  plan = sm.make_plan(epsilon=1.0, delta=1e-5, dim=d, count=count, rows=8,
+                      min_survivors=3)
+  x = jnp.asarray(_rows(count, 2, d, 5))
+  mask = jnp.ones((count, 2), jnp.float32)
+  traces = []
+
+  @jax.jit
+  def release(key, alive):
+    traces.append(1)
+    return sm.release(key, plan, x, mask, alive)
+
+  key = jax.random.key(1)
+  three = np.asarray(release(key, jnp.asarray([True, True, False, True])))
+  two = np.asarray(release(key, jnp.asarray([True, False, False, True])))
+  everyone = np.asarray(release(key, jnp.ones(count, bool)))
+  assert len(traces) == 1  # alive is traced: one program, any pattern
+  assert np.all(np.isfinite(three)) and np.all(np.isfinite(everyone))
+  assert np.all(np.isnan(two))
+  # The default is every participant, which the plan's P_min allows.
+  np.testing.assert_array_equal(
+      np.asarray(jax.jit(lambda k: sm.release(k, plan, x, mask))(key)),
+      everyone)
+
+
+def test_noise_with_exactly_min_survivors_has_their_shares_not_all():
+  count, d, trials = 4, 3, 64
+  plan = sm.make_plan(epsilon=1.0, delta=1e-5, dim=d, count=count, rows=8,
+                      min_survivors=1)
+  p = plan.params
+  x = jnp.zeros((count, 2, d), jnp.float32)
+  mask = jnp.ones((count, 2), jnp.float32)
+  alive = jnp.asarray([False, False, True, False])
+  draw = jax.jit(jax.vmap(lambda k: sm.noisy_moments(
+      k, x, mask, alive, params=p, min_survivors=1)))
+  out = np.asarray(draw(jax.random.split(jax.random.key(8), trials)))
+  i, j = np.triu_indices(d)
+  samples = out[:, i, j].ravel()
+  right = p.gamma * float(p.sigma_share)  # one survivor, one share
+  wrong = right * np.sqrt(count)  # every share, as if all had arrived
+  assert stats.kstest(samples / right, "norm").pvalue > 0.01
+  assert stats.kstest(samples / wrong, "norm").pvalue < 1e-6
+  assert abs(np.std(samples) / right - 1.0) < 0.15
+
+
+def test_share_sigma_is_calibrated_for_min_survivors_shares():
+  count, survivors, epsilon = 6, 2, 1.0
+  plan = sm.make_plan(epsilon=epsilon, delta=1e-4, dim=4, count=count,
+                      rows=60, min_survivors=survivors)
+  assert (plan.participants, plan.min_survivors) == (count, survivors)
+  p = plan.params
+
+  def eps_at(shares):
+    return ddg_accounting.rdp_epsilon(ddg_accounting.sum_rdp(
+        sensitivity=2 * p.sensitivity, sigma_share=float(p.sigma_share),
+        shares=shares, dim=p.padded), 1e-4)
+  assert 0.99 * epsilon <= plan.epsilon <= epsilon
+  assert plan.epsilon == pytest.approx(eps_at(survivors), rel=1e-9)
+  # All P shares would claim less than the P_min the sum may hold.
+  assert eps_at(count) < 0.6 * epsilon
+  # The ledger entry counts P_min shares; the own guarantee is one share.
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  assert ledger.report(1e-4)["entries"][0]["params"]["shares"] == survivors
+  assert plan.own_epsilon() == pytest.approx(eps_at(1), rel=1e-9)
+  # Fewer survivors need larger shares than no dropouts.
+  full = sm.make_plan(epsilon=epsilon, delta=1e-4, dim=4, count=count,
+                      rows=60)
+  assert full.min_survivors == count
+  assert float(p.sigma_share) * p.gamma > 1.5 * (
+      float(full.params.sigma_share) * full.params.gamma)
+  settings = plan.settings()
+  assert (settings["participants"], settings["min_survivors"],
+          settings["shares"]) == (count, survivors, survivors)
+  assert settings["central_sigma"] == pytest.approx(
+      float(p.sigma_share) * np.sqrt(survivors) * p.gamma)
+  assert "at least min_survivors" in settings["assumption"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(min_survivors=4), "^min_survivors=4 exceeds the 3 participants; "
+     "choose min_survivors <= 3"),
+    (dict(min_survivors=0), "^min_survivors must be ≥ 1, got 0"),
+    (dict(min_survivors=1.5), "^min_survivors must be a positive integer"),
+])
+def test_bad_min_survivors_is_refused_in_one_line_before_any_work(
+    kwargs, message, monkeypatch):
+  def no_work(**_):
+    raise AssertionError("calibrated before the check")
+  monkeypatch.setattr(ddgsgd, "calibrate", no_work)
+  with pytest.raises(ValueError, match=message) as err:
+    sm.make_plan(epsilon=1.0, delta=1e-5, dim=3, count=3, rows=6, **kwargs)
+  assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(bits=7), r"^bits must be an int in \[8, 24\]"),
+    (dict(bits=25), r"^bits must be an int in \[8, 24\]"),
+    (dict(bits=16.0), r"^bits must be an int in \[8, 24\]"),
+    (dict(min_survivors=0), "^min_survivors must be ≥ 1"),
+    (dict(dropouts=-1), "^dropouts must be a whole number >= 0"),
+    (dict(aggregation="moments", min_survivors=2), "^min_survivors=2 is a "
+     "setting of aggregation=distributed_moments' secure sum; with "
+     "aggregation=moments leave it at None"),
+    (dict(aggregation="subspace", bits=16), "^bits=16 is a setting of "
+     "aggregation=distributed_moments' secure sum; with "
+     "aggregation=subspace leave it at 20"),
+    (dict(aggregation="paper", dropouts=1), "^dropouts=1 is a setting of "
+     "aggregation=distributed_moments"),
+])
+def test_bad_secure_sum_settings_are_refused_in_one_line(change, message,
+                                                         monkeypatch):
+  def no_work(**_):
+    raise AssertionError("calibrated before the check")
+  monkeypatch.setattr(ddgsgd, "calibrate", no_work)
+  config = feddpdr.Config(**{"aggregation": "distributed_moments", "k": 2,
+                             **change})
+  with pytest.raises(ValueError, match=message) as err:
+    config.check(dim=5)
+  assert "\n" not in str(err.value)
+  with pytest.raises(ValueError, match=message):
+    feddpdr.make_plan([10, 10, 10], dim=5, num_classes=2, config=config)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(min_survivors=4), "^min_survivors=4 exceeds the 3 participants"),
+    (dict(min_survivors=2, dropouts=2), "^dropouts=2 leaves 1 of the 3 "
+     "participants' messages, fewer than min_survivors=2: the secure sum "
+     "would abort"),
+    (dict(dropouts=1), "^dropouts=1 leaves 2 of the 3 participants' "
+     "messages, fewer than min_survivors=3"),
+    (dict(mechanism="nonpriv", dropouts=3, min_survivors=1),
+     "^dropouts=3 leaves 0 of the 3"),
+])
+def test_a_run_whose_dropouts_would_abort_is_refused_by_make_plan(
+    change, message, monkeypatch):
+  def no_work(**_):
+    raise AssertionError("calibrated before the check")
+  monkeypatch.setattr(ddgsgd, "calibrate", no_work)
+  config = feddpdr.Config(aggregation="distributed_moments", k=2, **change)
+  with pytest.raises(ValueError, match=message) as err:
+    feddpdr.make_plan([10, 10, 10], dim=5, num_classes=2, config=config)
+  assert "\n" not in str(err.value)
+
+
+def test_release_checks_alive_shape():
+  plan = sm.make_plan(epsilon=1.0, delta=1e-5, dim=3, count=2, rows=4)
+  x = jnp.zeros((2, 2, 3), jnp.float32)
+  mask = jnp.ones((2, 2), jnp.float32)
+  with pytest.raises(ValueError, match=r"^alive must be \(2,\), one flag"):
+    sm.release(jax.random.key(0), plan, x, mask, jnp.ones(3, bool))
+
+
+def test_the_plan_and_program_carry_min_survivors_and_dropouts():
+  config = feddpdr.Config(epsilon=2.0, k=2, lam=1.0, min_survivors=2,
+                          dropouts=1, bits=18,
+                          aggregation="distributed_moments")
+  plan = feddpdr.make_plan([20, 30, 25], dim=4, num_classes=2,
+                           config=config)
+  assert (plan.pca.participants, plan.pca.min_survivors) == (3, 2)
+  assert plan.secure_sum.bits == 18
+  secure = plan.secure_aggregation
+  assert (secure["participants"], secure["min_survivors"],
+          secure["shares"], secure["bits"]) == (3, 2, 2, 18)
+  assert plan.privacy["entries"][0]["params"]["shares"] == 2
+  prog = feddpdr.program(config, secure_sum=plan.secure_sum)
+  assert (prog.min_survivors, prog.dropouts) == (2, 1)
+  assert feddpdr.program(prog) == prog
+  # No dropouts: the plan is the one of before (P shares, P_min = P).
+  full = feddpdr.make_plan([20, 30, 25], dim=4, num_classes=2,
+                           config=dataclasses.replace(
+                               config, min_survivors=None, dropouts=0,
+                               bits=20))
+  assert full.pca.min_survivors == 3
+  assert full.secure_aggregation["shares"] == 3
+  nonpriv = feddpdr.make_plan([20, 30, 25], dim=4, num_classes=2,
+                              config=dataclasses.replace(
+                                  config, mechanism="nonpriv"))
+  assert nonpriv.secure_sum.bits == 18
+  assert nonpriv.secure_aggregation["min_survivors"] == 2
+
+
+@pytest.mark.slow  # a whole training program compiled (~15 s)
+def test_training_with_dropouts_takes_the_top_k_of_the_survivors_sum():
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(90, 4)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = rng.integers(0, 2, 90)
+  parts = partition.partition(jax.random.key(0), x, y, sizes=(30, 30, 30))
+  config = feddpdr.Config(epsilon=4.0, k=2, lam=1.0, min_survivors=2,
+                          dropouts=1, aggregation="distributed_moments")
+  plan = feddpdr.make_plan(parts.sizes, dim=4, num_classes=2, config=config)
+  key = jax.random.key(3)
+  out = jax.device_get(feddpdr.release(key, plan, parts))
+  repeat = jax.random.split(key, 1)[0]
+  moments = sm.release(repeat, plan.pca, jnp.asarray(parts.x),
+                       jnp.asarray(parts.mask),
+                       jnp.asarray([True, True, False]))
+  basis = np.linalg.eigh(np.asarray(moments, np.float64))[1][:, ::-1][:, :2]
+  got = np.asarray(out.global_basis[0], np.float64)
+  # The same subspace (a basis is defined up to signs): |UᵀV| = I.
+  np.testing.assert_allclose(np.abs(got.T @ basis), np.eye(2), atol=1e-4)
+  assert np.all(np.isfinite(out.global_betas))

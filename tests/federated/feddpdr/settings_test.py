@@ -33,7 +33,7 @@ def test_config_is_static_plus_the_budget():
   assert config[:len(static)] == static
   assert set(config[len(static):]) == {
       "epsilon", "delta", "calibration", "budget_per_classifier",
-      "pca_fraction", "relation"}
+      "pca_fraction", "relation", "min_survivors", "bits", "dropouts"}
   # The program's key is a plain Static: no budget reaches the jit cache.
   assert type(feddpdr.Config(epsilon=3.0).static) is feddpdr.Static
   assert type(feddpdr.program(feddpdr.Config())) is feddpdr.Static
