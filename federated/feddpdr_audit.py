@@ -29,6 +29,21 @@ the server, P shares).
 ``feddpdr_distributed_moments_share_over_p`` (broken): 9 participants of
 one row, each drawing its share with σ/P instead of σ/√P (the sum then
 has σ/√P = σ/3), reported with the unbroken plan's ε.
+
+``feddpdr_distributed_moments_dropout@{first,middle,last}``: the same
+release with dropouts, in the worst case the protocol proceeds with:
+6 participants of one row, ``min_survivors`` P_min = 3, and exactly 3
+arrive, participants 0, 2 and 5 (:data:`DROPOUT_SURVIVORS`: spread, so
+a sum over the first P_min slots instead of the survivors shows); the
+canary row is that of the first, middle or last survivor (the dropped
+participants' rows are 0), ``alive`` going to
+:func:`~federated.feddpdr.secure_moments.release` as the server sees it.
+Claim: the plan's own ledger entry (P_min shares), ε₁ = 2 at δ = 10⁻².
+``feddpdr_distributed_moments_dropout_all_shares`` (broken): 9
+participants of one row, P_min = 1, participant 0 alone arrives, and the
+release (the library's, σ calibrated for one share) is reported with the
+ε of its curve accounted as if all 9 shares were in the sum, the
+smaller claim a wrong share count makes.
 """
 
 from __future__ import annotations
@@ -233,14 +248,93 @@ def distributed_moments_spec(*, position: str = "first",
       position=position if broken is None else None)
 
 
+DROPOUT_BROKEN = ("all_shares",)
+"""The broken variant of :func:`distributed_moments_dropout_spec`."""
+
+DROPOUT_SURVIVORS = {None: (6, (0, 2, 5)), "all_shares": (9, (0,))}
+"""(participants, the survivors: exactly P_min of them) of every variant."""
+
+
+def distributed_moments_dropout_spec(*, position: str = "first",
+                                     broken: str | None = None,
+                                     epsilon_pca: float = 2.0,
+                                     audit_delta: float = 1e-2
+                                     ) -> AuditSpec:
+  """One spec of ``distributed_moments`` with dropouts (module docstring).
+
+  Args:
+    position: which survivor holds the canary row (the broken variant
+      uses ``"first"``).
+    broken: None, or one of :data:`DROPOUT_BROKEN`.
+    epsilon_pca: ε₁ (the run's ε is twice it).
+    audit_delta: the run's δ, at which the claim is read.
+  """
+  if broken not in (None, *DROPOUT_BROKEN):
+    raise ValueError(f"broken must be None or one of {DROPOUT_BROKEN}, got "
+                     f"{broken!r}.")
+  position = position if broken is None else "first"
+  participants, survivors = DROPOUT_SURVIVORS[broken]
+  dim = 2
+  config = feddpdr.Config(epsilon=2 * epsilon_pca, delta=audit_delta, k=1,
+                          aggregation="distributed_moments",
+                          min_survivors=len(survivors))
+  plan = feddpdr.make_plan([1] * participants, dim=dim, num_classes=2,
+                           config=config)
+  secure = plan.pca
+  # The broken claim: the same release, its curve at all P shares.
+  claimed = (secure if broken is None else
+             dataclasses.replace(secure, min_survivors=participants))
+  ledger = accounting.PrivacyLedger()
+  claimed.record(ledger)
+  reported = claimed_epsilon(ledger, "replace_one", audit_delta)
+  alive = jnp.zeros((participants,), bool).at[jnp.asarray(survivors)].set(
+      True)
+  unit = survivors[canary_index(len(survivors), position)]
+  x_0 = jnp.zeros((participants, 1, dim), jnp.float32)
+  x_1 = x_0.at[unit, 0, 1].set(1.0)
+  x_0 = x_0.at[unit, 0, 0].set(1.0)
+  mask = jnp.ones((participants, 1), jnp.float32)
+
+  def mechanism(key, x):
+    return secure_moments.release(key, secure, x, mask, alive)
+
+  def statistic(m):
+    return m[1, 1] - m[0, 0]
+
+  settings = {k: v for k, v in secure.settings().items()
+              if k != "assumption"}
+  extra = ({} if broken is None else
+           {"claimed_shares": participants, "claimed_epsilon_pca": reported})
+  name = ("feddpdr_distributed_moments_dropout" if broken is None
+          else f"feddpdr_distributed_moments_dropout_{broken}")
+  return AuditSpec(
+      name=spec_name(name, position if broken is None else None),
+      relation="replace_one",
+      settings={**settings, **extra, "rows": 1, "d": dim,
+                "survivors": list(survivors), "canary_unit": unit,
+                "canary": "e0 -> e1", "unit": "row",
+                "variant": broken or "library"},
+      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
+      delta=audit_delta, reported_epsilon=reported,
+      default_trials=30_000 if broken is None else 10_000,
+      broken=broken is not None,
+      position=position if broken is None else None)
+
+
 def specs() -> list[AuditSpec]:
   """The one-participant FedDPDR-DPML audit and its broken variant, then
-  every position of the distributed moments and theirs."""
+  every position of the distributed moments and theirs, then the same
+  with dropouts and theirs."""
   return ([feddpdr_spec(), feddpdr_spec(broken="clip_skipped")]
           + [distributed_moments_spec(position=p) for p in POSITIONS]
-          + [distributed_moments_spec(broken=b) for b in SECURE_BROKEN])
+          + [distributed_moments_spec(broken=b) for b in SECURE_BROKEN]
+          + [distributed_moments_dropout_spec(position=p)
+             for p in POSITIONS]
+          + [distributed_moments_dropout_spec(broken=b)
+             for b in DROPOUT_BROKEN])
 
 
-__all__ = ["BROKEN", "CANARY_SCALE", "SECURE_BROKEN",
+__all__ = ["BROKEN", "CANARY_SCALE", "DROPOUT_BROKEN", "DROPOUT_SURVIVORS",
+           "SECURE_BROKEN", "distributed_moments_dropout_spec",
            "distributed_moments_spec", "feddpdr_spec", "specs",
            "unclipped_participant"]

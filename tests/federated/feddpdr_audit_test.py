@@ -1,7 +1,9 @@
 """federated.feddpdr_audit: one FedDPDR-DPML participant's releases stay
 below the pipeline's claim; its fit on an unclipped row is caught. The
 distributed moments' release stays below its claim at every canary
-position; shares of σ/P are caught."""
+position; shares of σ/P are caught. With dropouts (exactly P_min
+survivors) the same holds at every survivor, and a claim accounted at all
+P shares is caught."""
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +16,11 @@ from federated import feddpdr, feddpdr_audit
 from tests import audit_checks
 
 BROKEN = {"feddpdr_participant_clip_skipped": 2_000,
-          "feddpdr_distributed_moments_share_over_p": 3_000}
+          "feddpdr_distributed_moments_share_over_p": 3_000,
+          "feddpdr_distributed_moments_dropout_all_shares": 3_000}
 SECURE = {f"feddpdr_distributed_moments@{p}": 20_000 for p in POSITIONS}
+DROPOUT = {f"feddpdr_distributed_moments_dropout@{p}": 20_000
+           for p in POSITIONS}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,9 @@ def specs():
 def test_spec_and_a_small_audit(specs):
   assert list(specs) == ["feddpdr_participant",
                          "feddpdr_participant_clip_skipped", *SECURE,
-                         "feddpdr_distributed_moments_share_over_p"]
+                         "feddpdr_distributed_moments_share_over_p",
+                         *DROPOUT,
+                         "feddpdr_distributed_moments_dropout_all_shares"]
   spec = specs["feddpdr_participant"]
   assert spec.relation == "replace_one" and spec.x64 and not spec.broken
   # The neighbours differ in the one row's label (replace-one).
@@ -83,6 +90,10 @@ def test_unclipped_participant_is_train_on_rows_of_norm_at_most_one():
     # tests/federated/feddpdr/distributed_moments_test.py, which rejects
     # the same σ/P shares.
     pytest.param("feddpdr_distributed_moments_share_over_p",
+                 marks=pytest.mark.slow),
+    # ~35 s: slow; the default suite's share-count tests of
+    # distributed_moments_test.py reject the same claim at P shares.
+    pytest.param("feddpdr_distributed_moments_dropout_all_shares",
                  marks=pytest.mark.slow)])
 def test_broken_variant_is_caught(specs, name):
   audit_checks.assert_caught(specs[name], BROKEN[name])
@@ -119,3 +130,55 @@ def test_distributed_moments_small_audit_stays_below_the_claim(specs, name):
   # The claim is accounted at 2Δ (rounded rows), the canaries are √2
   # apart: the audit reaches about 1/√2 of the claim's scale at most.
   audit_checks.assert_below_claim(specs[name], SECURE[name], power=0.25)
+
+
+def test_dropout_specs_survivors_positions_and_claims(specs):
+  survivors = [0, 2, 5]  # 6 participants of one row, P_min = 3 arrive
+  first = specs["feddpdr_distributed_moments_dropout@first"]
+  for p, unit in zip(POSITIONS, survivors, strict=True):
+    spec = specs[f"feddpdr_distributed_moments_dropout@{p}"]
+    assert spec.position == p and not spec.broken
+    assert spec.relation == "replace_one"
+    settings = spec.settings
+    assert settings["survivors"] == survivors
+    assert (settings["participants"], settings["min_survivors"],
+            settings["shares"]) == (6, 3, 3)
+    assert settings["canary_unit"] == unit
+    assert spec.reported_epsilon == first.reported_epsilon
+    # The claim is the plan's own entry at P_min shares (ε₁ = 2).
+    assert spec.reported_epsilon == pytest.approx(settings["epsilon_pca"])
+    assert 0.99 * 2.0 <= spec.reported_epsilon <= 2.0
+    # Only the canary row differs (e₀ → e₁), and it is a survivor's.
+    diff = np.asarray(jnp.abs(spec.data_0 - spec.data_1))
+    assert diff.sum() == 2.0 and diff[unit].sum() == 2.0
+  broken = specs["feddpdr_distributed_moments_dropout_all_shares"]
+  assert broken.broken and broken.position is None
+  settings = broken.settings
+  assert (settings["participants"], settings["min_survivors"],
+          settings["claimed_shares"], settings["survivors"]) == (9, 1, 9, [0])
+  # The release is the library's (its own claim ε₁ ≈ 2 at one share);
+  # the report is its curve at all 9 shares, far smaller.
+  assert 0.99 * 2.0 <= settings["epsilon_pca"] <= 2.0
+  assert broken.reported_epsilon == settings["claimed_epsilon_pca"]
+  assert broken.reported_epsilon < 0.3 * settings["epsilon_pca"]
+  with pytest.raises(ValueError, match="broken must be"):
+    feddpdr_audit.distributed_moments_dropout_spec(broken="noise_dropped")
+
+
+def test_dropout_spec_releases_the_survivors_sum_only():
+  # What the spec's mechanism releases does not depend on the dropped
+  # participants' rows (1, 3 and 4 never arrive), and is not an abort.
+  spec = feddpdr_audit.distributed_moments_dropout_spec(position="middle")
+  key = jax.random.key(2)
+  run = jax.jit(spec.mechanism)
+  base = np.asarray(run(key, spec.data_1))
+  moved = spec.data_1.at[jnp.asarray([1, 3, 4]), 0, 0].set(1.0)
+  np.testing.assert_array_equal(np.asarray(run(key, moved)), base)
+  assert np.all(np.isfinite(base))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(DROPOUT))
+def test_dropout_small_audit_stays_below_the_claim(specs, name):
+  # As for the specs without dropouts: about 1/√2 of the claim's scale.
+  audit_checks.assert_below_claim(specs[name], DROPOUT[name], power=0.25)

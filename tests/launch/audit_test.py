@@ -44,7 +44,9 @@ EXPECTED = {
     "federated.feddpdr_audit": [
         "feddpdr_participant", "feddpdr_participant_clip_skipped",
         *_at("feddpdr_distributed_moments"),
-        "feddpdr_distributed_moments_share_over_p"],
+        "feddpdr_distributed_moments_share_over_p",
+        *_at("feddpdr_distributed_moments_dropout"),
+        "feddpdr_distributed_moments_dropout_all_shares"],
     "federated.fedsgd_audit": [
         *_at("fedsgd_server", "fedsgd_local", "fedsgd_participant"),
         "fedsgd_participant_compacted_mask@first"],
