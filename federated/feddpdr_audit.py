@@ -34,7 +34,8 @@ has σ/√P = σ/3), reported with the unbroken plan's ε.
 release with dropouts, in the worst case the protocol proceeds with:
 6 participants of one row, ``min_survivors`` P_min = 3, and exactly 3
 arrive, participants 0, 2 and 5 (:data:`DROPOUT_SURVIVORS`: spread, so
-a sum over the first P_min slots instead of the survivors shows); the
+that a sum read from the first P_min slots instead of the survivors loses
+the canary at some positions, which the audits' power check sees); the
 canary row is that of the first, middle or last survivor (the dropped
 participants' rows are 0), ``alive`` going to
 :func:`~federated.feddpdr.secure_moments.release` as the server sees it.
