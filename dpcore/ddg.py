@@ -462,7 +462,9 @@ def _row_sums(round_keys, rotation_key, rows, weights, params):
   """
   count, n, _ = rows.shape
   rows = rows.reshape(count * n, params.dim)
-  weights = weights.reshape(count * n)
+  # float32 as the rows, in both modes (float64 weights under x64 would
+  # scale, rotate and round the rows in float64: other integers).
+  weights = jnp.asarray(weights, jnp.float32).reshape(count * n)
   weights = jnp.clip(jnp.where(jnp.isnan(weights), 0.0, weights), 0.0, 1.0)
   norms = jnp.sqrt(jnp.sum(jnp.square(rows), axis=1))
   finite = jnp.isfinite(norms)

@@ -26,6 +26,11 @@ float that is exactly such a fraction, e.g. 2.5), validated when the
 sampler is called; a float such as 3.7296 has a 50-bit denominator and is
 refused: round it *up* with :func:`round_up` (more noise, never less).
 
+JAX's 64-bit mode (``jax_enable_x64``) changes nothing: every word,
+counter and index the samplers carry is explicitly 32-bit (a Python int or
+a ``jnp.sum`` would widen to int64 under x64), so a key gives bitwise the
+same draws with it or without it.
+
 =====================  ========================  =================  =========
 sampler                returns                   exact for          draws/s
 =====================  ========================  =================  =========
@@ -631,23 +636,27 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
     done = (s.phase == 4) & (lanes < size)  # accepted this step
     values = values.at[jnp.where(done, lanes, size)].set(s.value,
                                                          mode="drop")
-    new = following + jnp.cumsum(done.astype(jnp.int32)) - 1
+    # Counts are int32 in both modes (x64 would widen a sum to int64 and
+    # break the loop's carry).
+    new = following + jnp.cumsum(done, dtype=jnp.int32) - 1
     take = done & (new < size)
     lanes = jnp.where(take, new, jnp.where(done, size, lanes))
     s = jax.tree.map(lambda a, f: a if a.ndim == 0 else jnp.where(take, f, a),
                      s, _fresh_state(s.phase.shape[0]))
-    return s, lanes, following + jnp.sum(done.astype(jnp.int32)), values
+    return s, lanes, following + jnp.sum(done, dtype=jnp.int32), values
 
   def busy(c):  # until all are done, or all started and few still running
     active = c[0].phase < 4
-    return jnp.any(active) & ((c[2] < size) | (jnp.sum(active) > narrow))
+    return jnp.any(active) & ((c[2] < size)
+                              | (jnp.sum(active, dtype=jnp.int32) > narrow))
 
   c = lax.while_loop(busy, refill_body, (
       _fresh_state(width), jnp.arange(width, dtype=jnp.int32),
       jnp.int32(width), jnp.zeros((size,), jnp.int32)))
   if narrow:  # the tail: the unfinished elements' states on fewer lanes
     s, lanes, following, values = c
-    pick = jnp.nonzero(s.phase < 4, size=narrow, fill_value=width)[0]
+    pick = jnp.nonzero(s.phase < 4, size=narrow,
+                       fill_value=width)[0].astype(jnp.int32)
     real = pick < width
     pick = jnp.minimum(pick, width - 1)
     s = jax.tree.map(lambda a: a if a.ndim == 0 else a[pick], s)

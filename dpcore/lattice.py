@@ -77,11 +77,13 @@ def to_lattice(value, granularity: float) -> jax.Array:
   """round(value/γ) as int32, clipped to ±2³⁰ (a contraction) and NaN → 0.
 
   The clip and NaN map are applied identically to every data set and do
-  not increase the distance between neighbours' rounded queries.
+  not increase the distance between neighbours' rounded queries. A float
+  array is rounded in its own dtype; integers and Python numbers in
+  float32 (with or without x64).
   """
   v = jnp.asarray(value)
-  if not jnp.issubdtype(v.dtype, jnp.floating):
-    v = v.astype(jnp.float32)
+  if not jnp.issubdtype(v.dtype, jnp.floating) or v.weak_type:
+    v = v.astype(jnp.float32)  # a Python number: float32 in both modes
   scaled = jnp.round(v / jnp.asarray(granularity, v.dtype))
   limit = float(2 ** 30)
   scaled = jnp.where(jnp.isnan(scaled), 0.0, jnp.clip(scaled, -limit, limit))

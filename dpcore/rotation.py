@@ -79,8 +79,13 @@ def walsh_hadamard(x: jax.Array) -> jax.Array:
 
 
 def signs(key: jax.Array, padded: int, dtype=jnp.float32) -> jax.Array:
-  """The diagonal S: D independent uniform ±1 from the public key."""
-  bits = jax.random.bernoulli(key, 0.5, (padded,))
+  """The diagonal S: D independent uniform ±1 from the public key.
+
+  The coins are float32 uniforms in both JAX modes (a Python 0.5 would
+  draw float64 ones, other words, under x64), so a key gives the same
+  signs with or without x64.
+  """
+  bits = jax.random.bernoulli(key, jnp.float32(0.5), (padded,))
   return jnp.where(bits, 1.0, -1.0).astype(dtype)
 
 

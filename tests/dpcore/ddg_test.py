@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from dpcore import ddg, ddg_accounting, discrete, rotation
+from tests.dpcore import modes
 
 
 def test_docstring_examples():
@@ -384,3 +385,34 @@ def test_choose_params_keeps_each_share_in_the_exact_samplers_range():
 def test_choose_params_refuses(bad):
   with pytest.raises(ValueError, match="bits"):
     _params(**bad)
+
+
+def test_same_messages_with_and_without_x64():
+  # The noise shares (the Gaussian sampler's int32 counters), the rotation
+  # signs (float32 coins) and the rows scaled in float32 even when the
+  # weights come as float64: the same integers and the same decoded sum.
+  # A fine grid (c = 2¹⁴) and 512 rows of D = 128: rows scaled and
+  # rotated in float64 would round a few of their 65,536 coordinates the
+  # other way. One jitted program per mode (compiling is most of the time).
+  count, n = 2, 256
+  p = ddg.choose_params(dim=100, clip_norm=1.0, bits=24,
+                        noise_multiplier=0.05, shares=count,
+                        rows=count * n, steps=1)
+  rows = np.random.default_rng(0).normal(size=(count, n, 100))
+  rows = (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(
+      np.float32)
+  weights = np.full((count, n), 0.7)  # float64
+
+  @jax.jit
+  def run(key, rows, weights):
+    keys = jax.random.split(key, count + 1)
+    rot = jax.random.key(1)
+    msgs = ddg.encode_many(keys[:count], rot, rows, weights, params=p,
+                           shares=ddg.noise_shares(keys[count], count,
+                                                   params=p))
+    one = ddg.encode(keys[0], rot, rows[0], weights[0], params=p)
+    total = jnp.sum(msgs, axis=0, dtype=jnp.uint32)
+    return msgs, one, ddg.decode(total, rot, params=p)
+
+  modes.assert_same_in_both_modes(
+      lambda: run(jax.random.key(0), rows, weights))

@@ -12,6 +12,7 @@ from dp_accounting import rdp
 from scipy import stats
 
 from dpcore import accounting, discrete
+from tests.dpcore import modes
 
 
 def _pmf(log_weight, support):
@@ -248,3 +249,19 @@ def test_ledger_discrete_laplace():
   with pytest.raises(ValueError):
     ledger.record_discrete_gaussian(sigma=1.0, sensitivity=1.0, delta=0.0,
                                     label="x", relation="add_remove")
+
+
+# A Python int, jnp.sum or jnp.nonzero widens to int64 under x64; the
+# samplers keep their words and counters 32-bit, so a key gives the same
+# draws in both modes (σ = 300 at 1,000 draws also runs the tail's lanes).
+@pytest.mark.parametrize("name,draw", [
+    ("bernoulli_exp", lambda k: discrete.bernoulli_exp(
+        k, (200,), numerator=5, denominator=3)),
+    ("discrete_laplace", lambda k: discrete.discrete_laplace(
+        k, (200,), scale=Fraction(7, 3))),
+    ("discrete_gaussian", lambda k: discrete.discrete_gaussian(
+        k, (1000,), sigma=300.0)),
+    ("random_words", lambda k: discrete.random_words(k, (3, 5))),
+])
+def test_same_draws_with_and_without_x64(name, draw):
+  modes.assert_same_in_both_modes(lambda: draw(jax.random.key(0)))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dpcore import lattice
+from tests.dpcore import modes
 
 
 def test_granularity_must_be_a_power_of_two():
@@ -51,3 +52,15 @@ def test_grid_mechanism_noise_is_centred_on_the_rounded_query():
   # 1e-10 of σ²); standard errors from 2·10⁴ draws.
   assert abs(noise.mean()) < 5 * 4 / math.sqrt(20_000)
   assert abs(noise.var() - 16.0) < 5 * 16 * math.sqrt(2 / 20_000)
+
+
+def test_same_release_with_and_without_x64():
+  # A Python number is rounded in float32 in both modes: 0.0625000001/2⁻³
+  # is 0.5 in float32 (rounds to 0) but 0.5000000008 in float64 (to 1).
+  value = np.array([0.1, -2.3, 7.77], np.float32)
+  modes.assert_same_in_both_modes(lambda: (
+      lattice.gaussian_mechanism(jax.random.key(0), value, sensitivity=1.0,
+                                 sigma=8, granularity=2 ** -2)[0],
+      lattice.laplace_mechanism(jax.random.key(1), value, sensitivity=1.0,
+                                scale=3, granularity=2 ** -2)[0],
+      lattice.to_lattice(0.0625000001, 2 ** -3)))

@@ -9,6 +9,7 @@ import pytest
 from scipy import linalg
 
 from dpcore import rotation
+from tests.dpcore import modes
 
 
 def test_docstring_examples():
@@ -86,3 +87,12 @@ def test_a_spike_is_spread_flat():
 def test_unrotate_checks_the_length():
   with pytest.raises(ValueError, match="coordinates"):
     rotation.unrotate(jax.random.key(0), jnp.zeros(8), 3)
+
+
+def test_same_rotation_with_and_without_x64():
+  # A Python 0.5 as the signs' probability draws float64 coins under x64.
+  x = np.linspace(-3.0, 7.0, 9).astype(np.float32)
+  modes.assert_same_in_both_modes(lambda: (
+      rotation.signs(jax.random.key(0), 64),
+      rotation.rotate(jax.random.key(1), x),
+      rotation.unrotate(jax.random.key(1), np.ones(16, np.float32), 9)))
