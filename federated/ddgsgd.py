@@ -224,5 +224,5 @@ def step_sum(key: jax.Array, t, params_model, loss, x, y, mask, alive, *,
   total, ok = secagg.server_sum(masked, alive, correction, bits=p_ddg.bits,
                                 threshold=plan.min_survivors)
   flat_sum = ddg.decode(total, rotation_key, params=p_ddg)
-  dropped_over = jnp.sum((over & alive).astype(jnp.int32))
+  dropped_over = jnp.sum(over & alive, dtype=jnp.int32)
   return unravel(flat_sum), dropped_over, ok

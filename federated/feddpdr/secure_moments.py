@@ -334,14 +334,11 @@ def message(key: jax.Array, rotation_key: jax.Array, setup_key: jax.Array,
   Returns:
     uint32 (D,): Σ ũ + its share, modulo 2^b, masked.
   """
-  # Traced in 32 bits: the exact sampler's loops count in int32, which a
-  # 64-bit trace (feddpdr.train runs under enable_x64) would widen.
-  with jax.enable_x64(False):
-    weights = (clipping.clip_weights(mask) > 0).astype(jnp.float32)
-    encoded = ddg.encode(key, rotation_key, upper_rows(x, mask), weights,
-                         params=params)
-    return secagg.mask_message(setup_key, 0, jnp.int32(index), encoded,
-                               count=count, bits=params.bits)
+  weights = (clipping.clip_weights(mask) > 0).astype(jnp.float32)
+  encoded = ddg.encode(key, rotation_key, upper_rows(x, mask), weights,
+                       params=params)
+  return secagg.mask_message(setup_key, 0, jnp.int32(index), encoded,
+                             count=count, bits=params.bits)
 
 
 def _alive(alive, count: int) -> jax.Array:
@@ -379,14 +376,13 @@ def server_moments(masked: jax.Array, alive: jax.Array,
   count = masked.shape[0]
   threshold = check_min_survivors(min_survivors, count)
   alive = _alive(alive, count)
-  with jax.enable_x64(False):  # as message's
-    correction = secagg.unmasking(setup_key, 0, alive, count=count,
-                                  padded=params.padded, bits=params.bits)
-    total, ok = secagg.server_sum(masked, alive, correction,
-                                  bits=params.bits, threshold=threshold)
-    upper = jnp.where(ok, ddg.decode(total, rotation_key, params=params),
-                      jnp.nan)
-    return dp_noise.symmetric_from_upper(upper, dim)
+  correction = secagg.unmasking(setup_key, 0, alive, count=count,
+                                padded=params.padded, bits=params.bits)
+  total, ok = secagg.server_sum(masked, alive, correction, bits=params.bits,
+                                threshold=threshold)
+  upper = jnp.where(ok, ddg.decode(total, rotation_key, params=params),
+                    jnp.float32(jnp.nan))
+  return dp_noise.symmetric_from_upper(upper, dim)
 
 
 def noisy_moments(key: jax.Array, x: jax.Array, mask: jax.Array,

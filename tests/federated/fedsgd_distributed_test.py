@@ -195,3 +195,18 @@ def test_bad_arguments(bad, match):
 def test_no_noise_has_no_guarantee_to_record():
   with pytest.raises(ValueError, match="no DP"):
     _plan().record(accounting.PrivacyLedger())
+
+
+def test_the_release_is_the_same_with_and_without_x64():
+  # The step's counters are int32 whatever the mode (jax_enable_x64 widened
+  # the dropped-overflow count to int64 and the step's scan refused it).
+  from tests.dpcore.modes import assert_same_in_both_modes  # noqa: PLC0415
+  plan = _plan(steps=2, noise_multiplier=1.0, min_survivors=1)
+  rows = sum(SIZES)
+  x = jax.random.normal(jax.random.key(3), (2, 8, rows), jnp.float32)
+  y = jnp.zeros((2, 8), jnp.int32)
+  mask = jnp.ones((2, 8), jnp.float32).at[1, 5:].set(0.0)
+  alive = jnp.ones((plan.steps, 2), bool).at[1, 0].set(False)
+  assert_same_in_both_modes(lambda: fedsgd.release(
+      jax.random.key(4), plan, _indicator_loss, _params(rows), x, y, mask,
+      optax.sgd(1.0), alive=alive).params)

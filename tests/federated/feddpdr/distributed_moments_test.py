@@ -492,3 +492,17 @@ def test_training_with_dropouts_takes_the_top_k_of_the_survivors_sum():
   # The same subspace (a basis is defined up to signs): |UᵀV| = I.
   np.testing.assert_allclose(np.abs(got.T @ basis), np.eye(2), atol=1e-4)
   assert np.all(np.isfinite(out.global_betas))
+
+
+def test_the_release_is_the_same_with_and_without_x64():
+  # feddpdr.train traces under enable_x64: the encoder, masks and decoder
+  # must draw and add the same words as under 32 bits.
+  from tests.dpcore.modes import assert_same_in_both_modes  # noqa: PLC0415
+  count, n, d = 3, 3, 3
+  x = jnp.asarray(_rows(count, n, d, 1))
+  mask = jnp.ones((count, n), jnp.float32)
+  plan = sm.make_plan(epsilon=1.0, delta=1e-5, dim=d, count=count,
+                      rows=count * n, min_survivors=2)
+  alive = jnp.asarray([True, False, True])
+  assert_same_in_both_modes(
+      lambda: sm.release(jax.random.key(4), plan, x, mask, alive))
