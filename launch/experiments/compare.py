@@ -81,6 +81,14 @@ LVQ_RECIPE = {"q": 0.01, "clip": 0.5, "epochs": 50, "learning_rate": 0.05,
               "bounds": "data_minmax"}
 LVQ_FOLDS = 5
 
+# The FedDPDR rows that aggregate second moments instead of the
+# participants' bases: every participant's own noisy XᵢᵀXᵢ (local noise),
+# or their secure sum with distributed noise (d ≤ 361: digits only).
+FEDDPDR_AGGREGATION = {
+    "feddpdr_moments": options.Aggregation.MOMENTS,
+    "feddpdr_secure_moments": options.Aggregation.DISTRIBUTED_MOMENTS,
+}
+
 # --features=scattering: the image side and J of each image set (J = 1
 # for 8 x 8, J = 2 for 28 x 28), L orientations, three channels a group.
 IMAGE_FEATURES = {"digits": (8, 1), "mnist": (28, 2),
@@ -247,7 +255,7 @@ class Setting:
       raise ValueError(
           f"--methods={','.join(self.methods)} runs nothing on "
           f"--datasets={','.join(self.datasets)}: " + "; ".join(
-              f"{d} takes {', '.join(family_methods(DATASETS[d]))}"
+              f"{d} takes {', '.join(family_methods(DATASETS[d], d))}"
               for d in self.datasets))
     if self.features is not None:
       if self.features not in FEATURES:
@@ -289,7 +297,7 @@ class Setting:
   def plan(self) -> dict[str, list[str]]:
     """{data set: its methods, in order}: the family's, filtered by
     ``methods``."""
-    return {d: [m for m in family_methods(DATASETS[d])
+    return {d: [m for m in family_methods(DATASETS[d], d)
                 if self.methods is None or m in self.methods]
             for d in self.datasets}
 
@@ -344,8 +352,11 @@ class Setting:
             "features": self.features_for(run.dataset), **variant}
 
 
-def family_methods(family: str) -> list[str]:
-  return [m for m, spec in METHODS.items() if spec.family == family]
+def family_methods(family: str, dataset: str | None = None) -> list[str]:
+  """The methods of ``family`` (that run on ``dataset``, if given)."""
+  return [m for m, spec in METHODS.items() if spec.family == family
+          and (dataset is None or spec.datasets is None
+               or dataset in spec.datasets)]
 
 
 def select(records, key: dict) -> dict | None:
@@ -473,13 +484,14 @@ def _feddpdr(data: FedData, run: Run, s: Setting) -> dict:
   from launch.experiments import feddpdr as fx  # noqa: PLC0415
   config = feddpdr.Config(
       mechanism=METHODS[run.method].option, epsilon=run.epsilon or 1.0,
-      delta=s.delta, k=data.setup["k"], lam=data.setup["lam"])
+      delta=s.delta, k=data.setup["k"], lam=data.setup["lam"],
+      aggregation=_aggregation(run.method))
   rec = fx.run_one(data.prepared, sizes=data.sizes, seed=0,
                    seeds=_seeds(run, s), config=config)
   return _fed_outcome(rec, data, (
       "participants", "sizes", "k", "lam", "test_rows", "num_classes",
       "epsilon_pca", "epsilon_per_classifier", "sigma_pca", "iterations_max",
-      "accuracy_per_participant"))
+      "accuracy_per_participant", "aggregation", "secure_aggregation"))
 
 
 _FEDSGD_KEEP = ("participants", "sizes", "test_rows", "num_classes",
@@ -730,12 +742,18 @@ def _softmax(data: LVQData, run: Run, s: Setting) -> dict:
 # -- the recipes and the method table ------------------------------------------
 
 
+def _aggregation(method: str) -> str:
+  """How the FedDPDR pipeline of ``method`` aggregates its PCA bases."""
+  return FEDDPDR_AGGREGATION.get(method, options.Aggregation.SUBSPACE)
+
+
 def _pipeline_recipe(dataset: str, method: str) -> dict:
   from federated import feddpdr  # noqa: PLC0415
   setup = FEDDPDR_SETUP[dataset]
   reduces = feddpdr.describe(METHODS[method].option).reduces
   return {**setup, "k": setup["k"] if reduces
-          else None, "loss": "huber", "aggregation": "subspace",
+          else None, "loss": "huber",
+          "aggregation": str(_aggregation(method)),
           "model_aggregation": "weighted", "calibration": "analytic",
           "neighbouring": "replace", "pca_fraction": 0.5,
           "budget_per_classifier": False}
@@ -766,7 +784,8 @@ class Method(NamedTuple):
   public recipe ``recipe(dataset, method) -> dict``; its guarantee
   (``"dp"``: the ledger's ε holds; ``"nominal"``: a paper's ε, none;
   ``"none"``: run once, ε null), whether one fit stands for every seed,
-  and the option its runner reads (a trust model, an LVQ model)."""
+  the option its runner reads (a trust model, an LVQ model), and the
+  data sets it runs on (None: every set of its family)."""
   family: str
   label: str
   run: Callable[..., dict]
@@ -774,6 +793,7 @@ class Method(NamedTuple):
   guarantee: str = "dp"
   deterministic: bool = False
   option: Any = None
+  datasets: tuple[str, ...] | None = None
 
 
 _Mech, _Trust, _Model = (options.FedDPDRMechanism, options.Trust,
@@ -789,6 +809,14 @@ METHODS = {
                       _pipeline_recipe, option=_Mech.FEDDPDR),
     "dpml": Method("feddpdr", "DPML (paper's baseline)", _feddpdr,
                    _pipeline_recipe, option=_Mech.DPML),
+    "feddpdr_moments": Method(
+        "feddpdr", "FedDPDR-DPML, moments aggregation (local noise)",
+        _feddpdr, _pipeline_recipe, option=_Mech.FEDDPDR,
+        datasets=("digits",)),
+    "feddpdr_secure_moments": Method(
+        "feddpdr", "FedDPDR-DPML, secure moments (distributed noise)",
+        _feddpdr, _pipeline_recipe, option=_Mech.FEDDPDR,
+        datasets=("digits",)),
     "fedsgd_server": Method("feddpdr", "Fed DP-SGD, server noise", _fedsgd,
                             _fedsgd_recipe, option=_Trust.SERVER),
     "fedsgd_local": Method("feddpdr", "Fed DP-SGD, local noise", _fedsgd,

@@ -299,6 +299,23 @@ def test_setting_plan_runs_and_keys():
       "distributed")
 
 
+def test_second_moment_rows_run_on_digits_only():
+  from launch.experiments import compare  # pylint: disable=g-import-not-at-top
+  s = compare.Setting(datasets=("digits", "mnist"))
+  assert {"feddpdr_moments", "feddpdr_secure_moments"} <= set(
+      s.plan["digits"])
+  assert not {"feddpdr_moments", "feddpdr_secure_moments"} & set(
+      s.plan["mnist"])
+  assert compare.recipe("digits", "feddpdr_secure_moments")[
+      "aggregation"] == "distributed_moments"
+  assert compare.recipe("digits", "feddpdr_moments")[
+      "aggregation"] == "moments"
+  assert compare.recipe("digits", "feddpdr")["aggregation"] == "subspace"
+  with pytest.raises(ValueError, match="runs nothing on --datasets=mnist"):
+    compare.Setting(datasets=("mnist",),
+                    methods=("feddpdr_secure_moments",)).check()
+
+
 def test_table_marks_guarantees_and_missing_cells():
   from launch import plot_compare  # pylint: disable=g-import-not-at-top
   from launch.experiments import compare  # pylint: disable=g-import-not-at-top
