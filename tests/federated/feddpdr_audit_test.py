@@ -87,12 +87,12 @@ def test_unclipped_participant_is_train_on_rows_of_norm_at_most_one():
     "feddpdr_participant_clip_skipped",
     # 15-75 s (its exact sampler runs vmapped over 3,000 trials): slow;
     # the default suite has the noise-scale test of
-    # tests/federated/feddpdr/distributed_moments_test.py, which rejects
+    # tests/federated/feddpdr/secure_moments_test.py, which rejects
     # the same σ/P shares.
     pytest.param("feddpdr_distributed_moments_share_over_p",
                  marks=pytest.mark.slow),
     # ~35 s: slow; the default suite's share-count tests of
-    # distributed_moments_test.py reject the same claim at P shares.
+    # secure_moments_test.py reject the same claim at P shares.
     pytest.param("feddpdr_distributed_moments_dropout_all_shares",
                  marks=pytest.mark.slow)])
 def test_broken_variant_is_caught(specs, name):
