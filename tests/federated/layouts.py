@@ -36,6 +36,7 @@ the spectra checked below are the same under every JAX PRNG setting.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -102,15 +103,17 @@ def config(mechanism: str) -> feddpdr.Config:
 
 
 def train(parts, mechanism: str, *, seeds: int = 2, mesh=None,
-          chunk=None) -> dict:
+          chunk=None, aggregation: str = "subspace") -> dict:
   """The per-seed outputs of :func:`feddpdr.train`, as NumPy arrays."""
-  cfg = config(mechanism)
+  cfg = dataclasses.replace(config(mechanism), aggregation=aggregation)
   plan = feddpdr.make_plan(parts.sizes, dim=D, num_classes=NUM_CLASSES,
                          config=cfg)
+  program = (cfg if plan.secure_sum is None
+             else feddpdr.program(cfg, secure_sum=plan.secure_sum))
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan,
                                    seeds=seeds, mesh=mesh)
-    out = jax.jit(partial(feddpdr.train, config=cfg,
+    out = jax.jit(partial(feddpdr.train, config=program,
                           num_classes=NUM_CLASSES, mesh=mesh,
                           chunk=chunk))(*args)
     out = jax.device_get(out)

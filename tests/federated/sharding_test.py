@@ -52,6 +52,35 @@ def test_sharded_participants_give_the_same_runs(tmp_path):
       layouts.assert_same_runs(got, plain, parts, x_test, mechanism=mech)
 
 
+# aggregation="distributed_moments" on a mesh: each device encodes and
+# masks its participants' messages, the server's modular sum and decoding
+# see them all. The sum is of integers, so the basis is bitwise the
+# unsharded one.
+_SECURE_SHARDED = """
+    import numpy as np
+    from federated import sharding
+    from tests.federated import layouts
+    parts, _, _ = layouts.problem(6)
+    mesh = sharding.participant_mesh(6)
+    assert mesh.size == 2, mesh
+    np.savez(OUT, **layouts.train(parts, "feddpdr", seeds=1, mesh=mesh,
+                                  aggregation="distributed_moments"))
+"""
+
+
+@pytest.mark.slow
+def test_secure_moments_on_a_mesh_give_the_unsharded_basis(tmp_path):
+  parts, _, _ = layouts.problem(6)
+  got = layouts.run_on_devices(_SECURE_SHARDED, 2, tmp_path / "secure.npz",
+                               timeout=1800)
+  want = layouts.train(parts, "feddpdr", seeds=1,
+                       aggregation="distributed_moments")
+  np.testing.assert_array_equal(got["global_basis"], want["global_basis"])
+  np.testing.assert_allclose(got["global_betas"], want["global_betas"],
+                             rtol=0, atol=layouts.MODEL_TOL)
+  assert np.all(np.isfinite(want["global_basis"]))
+
+
 # Each device's participants: DP-PCA (batched eigh) and the subspace
 # aggregate (thin SVD of the stacked bases) under shard_map, vmapped over 2
 # repeats as feddpdr.train does: with jnp.linalg's batched kernels this
