@@ -220,33 +220,44 @@ def distributed_moments_spec(*, position: str = "first",
             secure.noise_multiplier * p.norm / participants)))
     extra = {"run_sigma_share": float(run.params.sigma_share)}
   unit = canary_index(participants * rows, position)
-  x_0 = jnp.zeros((participants, rows, dim), jnp.float32)
-  x_1 = x_0.at[unit // rows, unit % rows, 1].set(1.0)
-  x_0 = x_0.at[unit // rows, unit % rows, 0].set(1.0)
-  mask = jnp.ones((participants, rows), jnp.float32)
+  x_0, x_1, mask = _canary_rows(participants, rows, dim, unit)
 
   def mechanism(key, x):
     return secure_moments.release(key, run, x, mask)
 
-  def statistic(m):
-    return m[1, 1] - m[0, 0]
-
-  settings = {k: v for k, v in secure.settings().items()
-              if k != "assumption"}
   name = ("feddpdr_distributed_moments" if broken is None
           else f"feddpdr_distributed_moments_{broken}")
   return AuditSpec(
       name=spec_name(name, position if broken is None else None),
       relation="replace_one",
-      settings={**settings, **extra, "participants": participants,
+      settings={**_public_settings(secure), **extra,
+                "participants": participants,
                 "rows": rows, "d": dim, "canary_unit": unit,
                 "canary": "e0 -> e1", "unit": "row",
                 "variant": broken or "library"},
-      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
+      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=_diagonal_move,
       delta=audit_delta, reported_epsilon=reported,
       default_trials=30_000 if broken is None else 10_000,
       broken=broken is not None,
       position=position if broken is None else None)
+
+
+def _canary_rows(participants: int, rows: int, dim: int, unit: int):
+  """(data_0, data_1, mask): every row 0 (rounds to exactly 0) but row
+  ``unit`` of all participants' rows, e₀ in data_0 and e₁ in data_1."""
+  x_0 = jnp.zeros((participants, rows, dim), jnp.float32)
+  x_1 = x_0.at[unit // rows, unit % rows, 1].set(1.0)
+  x_0 = x_0.at[unit // rows, unit % rows, 0].set(1.0)
+  return x_0, x_1, jnp.ones((participants, rows), jnp.float32)
+
+
+def _diagonal_move(m):
+  """M₁₁ − M₀₀ of the decoded matrix: the direction u(e₁) − u(e₀)."""
+  return m[1, 1] - m[0, 0]
+
+
+def _public_settings(secure) -> dict:
+  return {k: v for k, v in secure.settings().items() if k != "assumption"}
 
 
 DROPOUT_BROKEN = ("all_shares",)
@@ -291,19 +302,11 @@ def distributed_moments_dropout_spec(*, position: str = "first",
   alive = jnp.zeros((participants,), bool).at[jnp.asarray(survivors)].set(
       True)
   unit = survivors[canary_index(len(survivors), position)]
-  x_0 = jnp.zeros((participants, 1, dim), jnp.float32)
-  x_1 = x_0.at[unit, 0, 1].set(1.0)
-  x_0 = x_0.at[unit, 0, 0].set(1.0)
-  mask = jnp.ones((participants, 1), jnp.float32)
+  x_0, x_1, mask = _canary_rows(participants, 1, dim, unit)
 
   def mechanism(key, x):
     return secure_moments.release(key, secure, x, mask, alive)
 
-  def statistic(m):
-    return m[1, 1] - m[0, 0]
-
-  settings = {k: v for k, v in secure.settings().items()
-              if k != "assumption"}
   extra = ({} if broken is None else
            {"claimed_shares": participants, "claimed_epsilon_pca": reported})
   name = ("feddpdr_distributed_moments_dropout" if broken is None
@@ -311,11 +314,11 @@ def distributed_moments_dropout_spec(*, position: str = "first",
   return AuditSpec(
       name=spec_name(name, position if broken is None else None),
       relation="replace_one",
-      settings={**settings, **extra, "rows": 1, "d": dim,
+      settings={**_public_settings(secure), **extra, "rows": 1, "d": dim,
                 "survivors": list(survivors), "canary_unit": unit,
                 "canary": "e0 -> e1", "unit": "row",
                 "variant": broken or "library"},
-      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
+      mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=_diagonal_move,
       delta=audit_delta, reported_epsilon=reported,
       default_trials=30_000 if broken is None else 10_000,
       broken=broken is not None,
