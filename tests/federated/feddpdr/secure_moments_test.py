@@ -494,6 +494,7 @@ def test_training_with_dropouts_takes_the_top_k_of_the_survivors_sum():
   assert np.all(np.isfinite(out.global_betas))
 
 
+@pytest.mark.slow  # an equal-path check; the encoder's own is default
 def test_the_release_is_the_same_with_and_without_x64():
   # feddpdr.train traces under enable_x64: the encoder, masks and decoder
   # must draw and add the same words as under 32 bits.
