@@ -232,6 +232,48 @@ def _pad_runs(chunk: int, runs: int, *arrays):
                for a in arrays)
 
 
+def _run_rows(split_key, n: int, y, pr: Protocol, *,
+              num_classes: int) -> list:
+  """The runs' row indices: [train, test] (and validation, when ``pr``
+  holds rows out), every run's training rows checked to hold every
+  class (one line naming the run otherwise)."""
+  train_idx, test_idx = cv_splits(split_key, n, folds=pr.folds,
+                                  repeats=pr.repeats,
+                                  train_on_one_fold=pr.train_on_one_fold)
+  index = [train_idx, test_idx]
+  if pr.validation_fraction is not None:
+    train_idx, val_idx = carve_validation(train_idx, pr.validation_fraction)
+    index = [train_idx, test_idx, val_idx]
+  for i, idx in enumerate(train_idx):
+    try:
+      lvq_init.check_classes_present(y[idx], num_classes)
+    except ValueError as err:
+      raise ValueError(
+          f"training rows of run {i} (repeat {i // pr.folds}, fold "
+          f"{i % pr.folds}): {err} Use fewer folds, train on the larger "
+          f"part or hold out fewer rows.") from None
+  return index
+
+
+def _run_chunks(compiled, shared, args, *, chunk: int, runs: int, what: str,
+                progress):
+  """The compiled runs, ``chunk`` at a time: (errors, overflows, costs,
+  correct validation rows), one entry a run."""
+  outs = []
+  start = time.perf_counter()
+  for c in range(-(-runs // chunk)):
+    sl = slice(c * chunk, (c + 1) * chunk)
+    outs.append(jax.device_get(jax.block_until_ready(
+        compiled(*shared, *(a[sl] for a in args)))))
+    if progress is not None:
+      done = min((c + 1) * chunk, runs)
+      errs = np.concatenate([o[0] for o in outs])[:done]
+      progress(f"{what}: {done}/{runs} runs, "
+               f"{time.perf_counter() - start:.1f}s, mean error so far "
+               f"{errs.mean():.4f}")
+  return tuple(np.concatenate(o)[:runs] for o in zip(*outs, strict=True))
+
+
 def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
              config: lvq_train.TrainConfig, protocol: Protocol, *,
              plan: lvq_train.DPLVQPlan | None = None,
@@ -278,21 +320,9 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
   parallel_runs = validation.check_positive_int(pr.parallel_runs,
                                                 "parallel_runs")
   budget = memory.resolve_budget(pr.memory_budget)
-  train_idx, test_idx = cv_splits(split_key, x.shape[0], folds=pr.folds,
-                                  repeats=pr.repeats,
-                                  train_on_one_fold=pr.train_on_one_fold)
-  index = [train_idx, test_idx]
-  if pr.validation_fraction is not None:
-    train_idx, val_idx = carve_validation(train_idx, pr.validation_fraction)
-    index = [train_idx, test_idx, val_idx]
-  for i, idx in enumerate(train_idx):
-    try:
-      lvq_init.check_classes_present(y[idx], config.num_classes)
-    except ValueError as err:
-      raise ValueError(
-          f"training rows of run {i} (repeat {i // pr.folds}, fold "
-          f"{i % pr.folds}): {err} Use fewer folds, train on the larger "
-          f"part or hold out fewer rows.") from None
+  index = _run_rows(split_key, x.shape[0], y, pr,
+                    num_classes=config.num_classes)
+  train_idx, test_idx = index[:2]
   runs = train_idx.shape[0]
   cache = {} if cache is None else cache
   shared = (plan, jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32))
@@ -319,22 +349,11 @@ def evaluate(split_key: jax.Array, train_key: jax.Array, x, y,
              f"(estimated {memory.size_text(estimate)} of a "
              f"{memory.size_text(budget)} memory budget; memory_budget to "
              f"change)")
-  args = _pad_runs(chunk, runs, *args)
-  outs = []
   start = time.perf_counter()
-  for c in range(-(-runs // chunk)):
-    sl = slice(c * chunk, (c + 1) * chunk)
-    outs.append(jax.device_get(jax.block_until_ready(
-        compiled(*shared, *(a[sl] for a in args)))))
-    if progress is not None:
-      done = min((c + 1) * chunk, runs)
-      errs = np.concatenate([o[0] for o in outs])[:done]
-      progress(f"{what}: {done}/{runs} runs, "
-               f"{time.perf_counter() - start:.1f}s, mean error so far "
-               f"{errs.mean():.4f}")
+  err, over, cost, correct = _run_chunks(
+      compiled, shared, _pad_runs(chunk, runs, *args), chunk=chunk,
+      runs=runs, what=what, progress=progress)
   seconds = time.perf_counter() - start
-  err, over, cost, correct = (np.concatenate(o)[:runs] for o in zip(
-      *outs, strict=True))
   shape = (pr.repeats, pr.folds)
   return CVResult(
       err.reshape(shape),
