@@ -540,6 +540,35 @@ def _hold_out(parts):
   return (x_fit, y_fit, mask_fit, n_fit), (x_all[val], y_all[val], n_val)
 
 
+def _tuning_record(results, s: Setting, *, target: float, candidates,
+                   fit_rows, validation_rows) -> dict:
+  """The record's ``tuning``: what each seed's tuning released and what
+  the whole tuning cost (seed 0's guarantee; every seed's is the same)."""
+  guarantee = results[0].guarantee
+  return {
+      **results[0].record(),
+      "winner": [r.winner for r in results],
+      "score": [r.score for r in results],
+      "winning_settings": [None if r.winner is None
+                           else s.candidates[r.winner] for r in results],
+      "epsilon_per_trial_target": target,
+      "epsilon_per_trial": guarantee.trial_epsilon,
+      "epsilon": guarantee.epsilon, "delta": guarantee.delta,
+      "score_epsilon": s.score_epsilon, "candidates": candidates,
+      "fit_rows": fit_rows.tolist(),
+      "validation_rows": validation_rows.tolist(),
+      "validation": (f"each participant's last "
+                     f"{TUNE_VALIDATION_FRACTION:g} of its training rows "
+                     f"(rounded down; its rows are in the partition's "
+                     f"random order); test rows unused until the released "
+                     f"model is scored"),
+      "scope": "one independent tuning per seed; privacy is that of one "
+               "seed's tuning (seed 0's ledger)",
+      "released_when_no_trial": "the zero start (K = 0)",
+      "source": s.tune,
+  }
+
+
 def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
   """Fed DP-SGD (server noise) with its recipe chosen privately.
 
@@ -610,28 +639,8 @@ def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
   # K = 0 (Poisson only) releases nothing: the zero start stands in.
   released = [fedsgd.softmax_params(p.x_train.shape[1], num_classes)
               if r.output is None else r.output for r in results]
-  guarantee = results[0].guarantee
-  tuned = {
-      **results[0].record(),
-      "winner": [r.winner for r in results],
-      "score": [r.score for r in results],
-      "winning_settings": [None if r.winner is None
-                           else s.candidates[r.winner] for r in results],
-      "epsilon_per_trial_target": epsilon,
-      "epsilon_per_trial": guarantee.trial_epsilon,
-      "epsilon": guarantee.epsilon, "delta": guarantee.delta,
-      "score_epsilon": s.score_epsilon, "candidates": facts,
-      "fit_rows": n_fit.tolist(), "validation_rows": n_val.tolist(),
-      "validation": (f"each participant's last "
-                     f"{TUNE_VALIDATION_FRACTION:g} of its training rows "
-                     f"(rounded down; its rows are in the partition's "
-                     f"random order); test rows unused until the released "
-                     f"model is scored"),
-      "scope": "one independent tuning per seed; privacy is that of one "
-               "seed's tuning (seed 0's ledger)",
-      "released_when_no_trial": "the zero start (K = 0)",
-      "source": s.tune,
-  }
+  tuned = _tuning_record(results, s, target=epsilon, candidates=facts,
+                         fit_rows=n_fit, validation_rows=n_val)
   return {
       "accuracies": [float(fedsgd.accuracy(w, p.x_test, p.y_test))
                      for w in released],
