@@ -6,83 +6,27 @@ One setting (5 vmapped repeats, the paper's protocol)::
   python -m launch.dpwss --dataset=heart --wss=dpwss --selection_epsilon=1 \
       --sigma=0.7 --shrinking
 
-Table mode: the paper's Table 3 grid — WSS2, and DPWSS at σ ∈ {0.1, 0.3,
-0.5, 0.7} with ε = 1 and ε ∈ {0.5, 0.1} with σ = 0.7, shrinking on and
-off — on every dataset given (comma-separated), as JSON lines plus a
-Markdown table shaped like the paper's (``--table_md``)::
+The paper's Table 3 grid, on every data set given::
 
   python -m launch.dpwss --table --dataset=heart,breast_cancer \
       --scaling=auto_minmax --out=results/dpwss_table3.jsonl \
       --table_md=results/dpwss_table3.md
 
-The private selection (both indices drawn by the exponential mechanism,
-exactly ``--max_iter`` iterations; ``--epsilon`` is then a real budget,
-split evenly over the 2·max_iter draws)::
+The private selection (``--epsilon``: a total budget over the 2·max_iter
+draws)::
 
   python -m launch.dpwss --selection=private --epsilon=10 \
       --max_iter=2000 --sigma=0.5
 
-Flags are spelt as the library's parameters (``mechanisms.svm.dpwss.
-make_plan``'s ``selection_epsilon``, ``epsilon``, ``sigma``, ``delta``,
-``max_iter``; the solver's ``c``, ``eps``, ``kernel``, ``gamma``, …), so
-a refusal names the flag to change. ``--epsilon`` is a total budget, as
-everywhere in the library; the ε of each draw is ``--selection_epsilon``.
-Old spellings stay as aliases: ``--total_epsilon`` (``--epsilon``),
-``--eps_stop`` (``--eps``), ``--total_epsilons`` (``--epsilons``).
-
-Selection mode: WSS2, the paper's selection and the private one, side by
-side (``results/dpwss_private_selection.jsonl`` in the README)::
+WSS2, the paper's selection and the private one, side by side::
 
   python -m launch.dpwss --selection_table --dataset=heart,breast_cancer \
       --scaling=auto_minmax --epsilons=1,10,100 \
       --out=results/dpwss_private_selection.jsonl \
       --table_md=results/dpwss_private_selection.md
 
-Protocol. The paper trains with LIBSVM's defaults (C = 1, RBF, γ = 1/d,
-eps = 1e-3) and, judging from its confusion counts (e.g. heart: recall
-98/120 on 270 rows), evaluates on the training set; ``--eval=train`` does
-the same (default) and ``--eval=test`` uses the dataset's own test split.
-Metrics are averaged over the repeats; objError = |obj_DPWSS − obj_WSS2|
-and iterationRatio = #iter_DPWSS / #iter_WSS2 use a WSS2 run with the same
-settings.
-
-Scaling (``--scaling``): ``auto`` maps public bounds to [−1, 1] (``box``:
-heart's published [−1, 1], digits' pixel range 0..16), keeps other LIBSVM
-files as published (``none``) and refuses tabular sets without public
-bounds (breast_cancer). ``auto_minmax`` does the same but applies
-``minmax`` to those sets: per-feature min/max of the training data to
-[−1, 1], what LIBSVM's ``svm-scale`` did to the paper's datasets. That reads
-the data and is outside any guarantee, so it has to be asked for by name
-(the record's ``resolved.scaling`` says which rule ran).
-``unit_rows`` (per-row norm 1) and ``unit_ball`` (x/max(1, ‖x‖)) are
-data-independent.
-``--release=output_perturbation`` requires a data-independent scaling and
-projects rows onto the unit ball.
-
-Privacy, plainly. Every record's ``privacy`` has the fields of
-``dpcore.accounting.PRIVACY_FIELDS``; DPWSS-specific figures are under
-``dpwss``. ``--selection=paper`` (default, the paper's algorithm)
-has no DP guarantee: the record's ``privacy.epsilon`` is null, and the
-paper's figure is ``privacy.epsilon_nominal`` (with
-``dpwss.epsilon_nominal_basic``/``_composed``: what composing the paper's
-per-selection claim would give, were it true; it is not — see
-``mechanisms/svm/dpwss.py``). ``--selection=private`` reports the ledger's
-composition of its 2T draws at ``--delta`` in ``privacy.epsilon``; it
-covers the transcript only. In both, the trained SMO model is NOT
-differentially private (``model_is_private`` is false) unless
-``--release=output_perturbation`` (linear kernel only): the released noisy
-(w, b), under ``released_model``, is ε_release-DP on its own, and one more
-entry in the same ledger. The SMO model's metrics, objective and iteration
-counts in the record are diagnostics computed on non-private outputs.
-
-Every flag is checked, and every data set of a list found, before any data
-is read or code compiled; a mistake ends with one ``error:`` line and exit
-status 2. Records are printed, then appended to ``--out``; runs already in
-``--out`` (same settings: a record's first fields, the flags of
-``launch.experiments.dpwss.Setting``) are skipped (``skipping N finished
-runs``), so an interrupted table resumes. Files keep their precision:
-``svmlight:`` sets load as float64, so with ``--shrinking=false
---dtype=float64`` WSS2 follows LIBSVM's iterations on the same file.
+The protocol, the flags, scaling (``--scaling``) and the privacy of every
+record: docs/dpwss.md.
 """
 
 from __future__ import annotations
