@@ -5,41 +5,19 @@ One run: repeated k-fold CV of one (model, trainer, ε) setting::
   python -m launch.dplvq --dataset=digits --model=gmlvq --trainer=dpsgd \
       --epsilon=2.5 --repeats=1
 
-Table mode: Table 1 (ε ∈ {0.75, 1.5, 2.5} plus the non-private SGD and
-L-BFGS baselines, GLVQ and GMLVQ) and Fig. 1 (error against ε), written as
-JSON lines (``--out``), a Markdown table and a PNG beside it::
+The paper's Table 1 and Fig. 1 (``--table``)::
 
   python -m launch.dplvq --dataset=mnist --table --repeats=5 \
       --out=results/dplvq_mnist.jsonl
 
-Features are mapped to [−1, 1] by ``dpcore.clipping.scale_to_box`` with
-public bounds (pixels: (0, 255); HAR: (−1, 1), as its documentation
-states). A tabular set without public bounds (Segment, WDBC) is refused by
-``--bounds=auto``: pass public bounds with ``--bounds=LOW,HIGH``, or ask
-for the paper's setting with ``--bounds=data_minmax``, the pooled data's
-per-feature min and max: the record says ``"scaling": "data_minmax"``,
-and this step, which reads the private data, is NOT covered by the
-reported guarantee (the paper does the same without saying so).
-
-Private selection of a recipe (``dpcore.tuning``, docs/tuning.md): give
-a JSON list of candidate settings (keys ``learning_rate``, ``clip_norm``,
-``epochs``, ``sampling_rate``, ``init_fraction``; the flags give the
-rest)::
+Private selection of a recipe from a JSON list of candidates (``--tune``)::
 
   python -m launch.dplvq --dataset=digits --model=glvq --epsilon=1.5 \
       --tune=candidates.json --tune_expected_trials=10 \
       --tune_distribution=geometric --folds=2 --repeats=1
 
-With ``--tune``, ``--epsilon`` is each trial's target; the record's
-``privacy.epsilon`` covers the whole tuning (docs/dplvq.md).
-
-The flags are the fields of ``launch.experiments.dplvq.Setting`` (the
-library's names; the old spellings ``--q``, ``--clip``, ``--lr``,
-``--phi`` and ``--parallel`` are aliases), checked before any data is read
-or code compiled (a mistake ends with one ``error:`` line and exit status
-2). Every run prints its record as the last stdout line and appends it to
-``--out``; finished runs found there are skipped, so an interrupted table
-resumes where it stopped.
+The protocol, the feature bounds (``--bounds``), the flags and the
+records: docs/dplvq.md; ``--tune``: docs/tuning.md.
 """
 
 from __future__ import annotations
