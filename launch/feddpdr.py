@@ -1,77 +1,26 @@
 r"""FedDPDR-DPML (Wang et al. 2024): accuracy against ε, or a paper sweep.
 
-The main command (scikit-learn's digits, bundled, no download)::
+The main command (scikit-learn's digits, bundled, no download), then the
+paper's settings::
 
   python -m launch.feddpdr
-
-runs FedDPDR-DPML at ε ∈ {0.5, 2, 8} and the non-private baseline (one
-compiled program serves every ε) and, beside them, federated DP-SGD on the
-same participants (docs/fedsgd.md), prints progress and then a table of
-test accuracy against the ε that holds (the privacy ledger's composition,
-per participant) on stderr, and one JSON record per run on stdout,
-appended to ``--out`` (default ``runs/feddpdr.jsonl``, untracked). Its
-defaults (2 participants × 600 rows, k = 10, λ = 1, 3 seeds) are chosen so
-that digits shows a trend above chance; the paper's settings are flags::
-
   python -m launch.feddpdr --dataset=mnist --epsilon=0.1 --k=20 --lam=0.01 \
       --participants=5 --n_per_participant=10000 --seeds=1
 
-A command runs what it asks for: federated DP-SGD runs in the main job
-(no ``--mechanism``, ``--dataset`` or ``--sweep``), or when asked for by
-``--fedsgd`` or a ``--fedsgd_*`` flag (``--fedsgd_trust=server,distributed``
-adds the distributed discrete-Gaussian row: ~20 s per ε on digits on a
-2-core CPU, most of it compiling, since its σ is static).
-
-Sweeps reproduce the paper's Figs. 2–5 and Table 3, with the paper's k, λ,
-N, n and ε for every one of those flags not given::
+A sweep of the paper's Figs. 2–5 and Table 3 (``--sweep``: ``fig2`` …
+``fig5``, ``table3`` or ``all``)::
 
   python -m launch.feddpdr --dataset=mnist --sweep=fig3 --seeds=5 \
       --out=runs/feddpdr_mnist.jsonl
 
-``--sweep`` takes ``fig2`` (k), ``fig3`` (ε), ``fig4`` (n), ``fig5``
-(uneven sizes), ``table3`` (running time) or ``all``; finished runs found in
-``--out`` are skipped (resume), and PNG plots are written beside ``--out``
-(``launch/plot_feddpdr.py``).
-
-The flags are spelled as the library's arguments (``--relation``, was
-``--neighbouring``; ``--fedsgd_clip_norm``, was ``--fedsgd_clip``; the old
-spellings are aliases) and fill one ``launch.experiments.feddpdr.Setting``,
-checked before any data is loaded or any program compiled (a mistake ends
-with one ``error: …`` line naming the setting, exit status 2).
-Compiled programs are kept in JAX's persistent cache (``--jax_cache_dir``),
-so a second run starts in seconds.
-
-Data: rows are divided by the public pixel bound and normalised to unit L2
-norm (``dpcore.clipping.unit_rows``); CIFAR-10 goes through HOG first
-(``mechanisms.features.hog``), then unit rows. A data set without a test split
-(digits) is split 70/30 with a key derived from ``--seed``. Participants get
-disjoint random training rows (``--sizes``, or ``--participants`` ×
-``--n_per_participant``, which must fit in the training rows). The
-partition comes from ``--seed``; the ``--seeds`` repeats share it and differ
-in the noise (vmapped over keys). Evaluation of each mechanism: see
-``federated/feddpdr/__init__.py``.
-
-Many participants: ``--dataset=synthetic:rows=1600000,d=64`` (a generated
-class mixture, ``launch.data.loaders.synthetic``) holds 200,000
-participants × 8 rows; ``--participant_chunk`` bounds the memory::
+Many participants (``--participant_chunk`` bounds the memory)::
 
   python -m launch.feddpdr --dataset=synthetic:rows=1600000,d=64 \
       --participants=200000 --n_per_participant=8 --k=5 --epsilon=2 \
       --seeds=1 --baseline=false --participant_chunk=20000
 
-Each record has ``participants_per_second`` (participants × seeds per
-second of training), ``devices``, ``processes``, ``chunk``, ``topk`` (the
-solver and its settings, ``--topk``), the peak host and device memory,
-``buckets`` and ``padding_efficiency`` (real rows / padded rows), and
-``compiler_options`` (on the CPU the training program is compiled at XLA's
-backend optimisation level 1: the same results, a shorter compile;
-``launch.experiments.feddpdr.CPU_COMPILER_OPTIONS``).
-
-Very unequal ``--sizes`` (padding to the longest would waste more than
-half the rows) run in buckets of similar padded length, one compiled
-program (``--buckets``, on by default; one process only, the multi-process
-run pads to the longest). Many tiny participants: ``--aggregation=moments``
-(docs/many_participants.md).
+What runs, the flags, the data and the records: docs/feddpdr.md (federated
+DP-SGD beside it: docs/fedsgd.md).
 """
 
 from __future__ import annotations
