@@ -8,29 +8,8 @@ The comparison of docs/random_features.md (3 seeds, ε ∈ {0.5, 1, 2, 4, 8},
       --out=results/kernel_compare.jsonl \
       --table_md=results/kernel_compare.md
 
-Methods (``--methods``, default all): ``libsvm`` (LIBSVM's C-SVC, RBF,
-C = 1, γ = 1/d; non-private), ``wss2`` (the library's SMO, same problem),
-``dpwss_paper`` (the paper's DPWSS at a nominal per-selection ε: no
-guarantee), ``linear_output_perturbation`` (the DPWSS harness's private
-release: a linear C-SVC on unit-ball rows with output perturbation),
-``rff_dpsgd`` and ``rff_output_perturbation`` (random Fourier features of
-the RBF kernel, then DP-SGD or output perturbation:
-``mechanisms.svm.random_features``). Each method's settings are fixed in
-``launch.experiments.kernel_compare.RECIPE``.
-
-Privacy, plainly. Every record's ``privacy`` has the fields of
-``dpcore.accounting.PRIVACY_FIELDS``: a private method's comes from its
-ledger at ``--delta`` (``neighbouring`` says for which relation: add/remove
-for DP-SGD, replace-one for output perturbation); the non-private
-baselines and the paper's DPWSS (``epsilon_nominal``) claim nothing. The
-default ``--scaling=auto_minmax`` min/max-scales breast_cancer from its
-training rows (no public bounds): that step reads the data, and the
-record says so (``scaling_reads_data``); pass ``--scaling=unit_rows`` for
-a data-independent rule (breast_cancer then sits at its majority class).
-
-Every flag is checked, and every data set found, before any data is read;
-a mistake ends with one ``error:`` line and exit status 2. Records are
-printed, then appended to ``--out``; runs already there are skipped.
+The methods (``--methods``), their recipes, the scaling, the privacy of
+every record and the results: docs/random_features.md.
 """
 
 from __future__ import annotations

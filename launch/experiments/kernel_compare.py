@@ -2,36 +2,9 @@
 
 Private kernel SVMs against non-private RBF SVMs on the DPWSS paper's data
 sets that the loaders have. See ``launch/kernel_compare.py`` for the
-command line and ``docs/random_features.md`` for the recipe and results.
-
-Protocol (fixed before any test accuracy was looked at):
-
-* Data: each set split once into train and test by a permutation from
-  ``jax.random.key(split_seed)`` (default 0), the first ``round(0.3·n)``
-  permuted rows for test. Multi-class sets keep two classes (``classes``,
-  POS→+1, NEG→−1; digits 3 vs 8 as in docs/dpwss.md).
-* Scaling: the DPWSS harness's rules
-  (:func:`launch.experiments.dpwss.resolve_scaling`), fitted on the
-  training rows only: ``auto_minmax`` (the default) maps the public bounds
-  of heart ([−1, 1]) and digits (0..16) to [−1, 1] and min/max-scales
-  breast_cancer, which has no public bounds. That min/max READS the data:
-  the record says ``scaling_reads_data: true`` and no learner's ε covers
-  it (``privacy_scope``). ``unit_rows``/``unit_ball``/``none`` read
-  nothing.
-* γ = 1/d (LIBSVM's default, data-independent) for every kernel method.
-* Methods (:data:`METHODS`): LIBSVM's RBF C-SVC (``libsvm-official``,
-  C = 1); the library's WSS2 SMO (same problem); the paper's DPWSS
-  (nominal ε per selection, σ = 0.5, no guarantee); the DPWSS harness's
-  private release, output perturbation of a linear C-SVC on rows in the
-  unit ball (``mechanisms.erm.output_perturbation``; the private selection
-  transcript is not needed by the released model, so the whole ε goes to
-  the release); and the two random-feature learners of
-  :mod:`mechanisms.svm.random_features`. Their settings are
-  :data:`RECIPE`.
-* Each record: one (data set, method, ε) with the test accuracy of every
-  seed, mean and sd. Seed s derives the public feature key and the
-  training key from ``jax.random.key(s)``; every seed is its own run and
-  the record's ``privacy`` is that of one run.
+command line and ``docs/random_features.md`` for the protocol, fixed before
+any test accuracy was looked at (the split, the scaling, the methods of
+:data:`METHODS` and their :data:`RECIPE`), the records and the results.
 """
 
 from __future__ import annotations
