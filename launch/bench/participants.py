@@ -2,38 +2,16 @@ r"""Benchmark: FedDPDR participants per second, vmapped against a loop.
 
 End to end (each participant's noisy XᵀX and top-k, the server's basis
 aggregation, the projection, each participant's one-vs-rest fits, the
-model average), timed two ways in one run on the same data and keys:
-
-* ``vmapped``: the library's pipeline, :func:`federated.feddpdr.train`
-  (one jitted program, ``--bench_chunk`` participants mapped at a time);
-* ``loop``: a Python loop over jitted per-participant calls (DP-PCA, then
-  projection and fits; timed on its second run, the first compiling),
-  each participant's keys derived by ``fold_in(key, i)`` as
-  :func:`federated.feddpdr.participant_keys` does,
-  so both give the same numbers up to rounding (recorded).
-
-Participants per second are participants / seconds of one call after
-compilation (one seed). The data: MNIST at d = 784 where it is on the
-machine (``launch.data``), else the synthetic mixture
-(``launch.data.loaders.synthetic``), which is always used at other d; the
-record's ``dataset`` says which. Utility beside the speed, so that no speed
-comes from a worse basis: test accuracy of the global model, the
-noise-free variance the global basis captures relative to the exact top k
-of all the participants' rows pooled (the non-private basis), and, per
-participant, what the exact top k of its noisy matrix captures of its own
-rows' best k (``local_captured_fraction``) beside what a random k-subspace
-would (``local_random_fraction``). Load averages before and after (the CPU
-may be shared). One JSON line per (d, top-k solver, ε)::
+model average), timed two ways in one run on the same data and keys: the
+library's pipeline and a Python loop over jitted per-participant calls,
+with the utility beside the speed. One JSON line per (d, top-k solver, ε)::
 
   python -m launch.bench.participants --bench_dims=784,64 \
       --bench_participants=200 --bench_rows=60 --bench_k=20
 
-The privacy record is each participant's (the run is the real mechanism;
-the loop repeats the same releases with the same keys).
-
-``--bench_aggregation=moments`` times the server-side aggregate of the
-participants' noisy second moments instead (no local top-k; the loop sums
-the per-participant noisy matrices, then takes one top-k).
+How each side is timed, the data, what the record holds (the captured
+variance, the privacy record) and ``--bench_aggregation=moments``:
+docs/benchmarks.md (Many participants).
 """
 
 from __future__ import annotations

