@@ -1,26 +1,12 @@
 r"""Every method beside the best proven-private one: accuracy against ε.
 
-The full comparison (docs/compare.md)::
+The full comparison (one JSON line per data set, method and ε; resumes)::
 
   python -m launch.compare --data_dir=DIR --out=results/compare.jsonl \
       --table_md=results/compare.md --plots=results
 
-Flags in, one :class:`launch.experiments.compare.Setting` (checked, with
-every data set's files found, before any work), one call of
-:func:`launch.experiments.compare.run`, records out: one JSON line per
-(data set, method, ε) that ``--out`` lacks (the ε that holds, from the
-method's ledger, in ``privacy``), so an interrupted sweep resumes.
-``--table_md`` gets one Markdown table per data set and ``--plots`` one
-PNG per data set (:mod:`launch.plot_compare`), both from every matching
-record in ``--out``.
-
-``--features=scattering`` maps the image sets (digits, mnist,
-fashion_mnist) through the scattering transform and group normalisation
-first. ``--tune=candidates.json`` (with ``--expected_trials``,
-``--distribution``, ``--score_epsilon``) selects the recipe of
-``fedsgd_server`` privately (:mod:`dpcore.tuning`); the record's ε covers
-the whole tuning. A mistake ends with one ``error: …`` line and exit
-status 2.
+The methods, the flags (``--features``, ``--tune``), what each record
+holds and the results: docs/compare.md.
 """
 
 from __future__ import annotations
