@@ -10,25 +10,8 @@ finds them all::
   python -m launch.audit                            # every spec, defaults
   python -m launch.audit --only=gaussian,laplace --trials=100000
 
-One JSON line per spec is appended to ``--out`` as soon as it finishes,
-and ``--table`` is rewritten after every spec as a Markdown page (the
-command, what the columns mean, the table).
-
-Memory. Before a spec runs, its chunk of ``--chunk`` trials is compiled
-and XLA's count of the program's buffers, plus 64 bytes per trial for the
-statistics held on the host, is compared with ``--memory_budget``
-(default: 3/4 of the memory the system reports available). Where it does
-not fit, the chunk is drawn in the largest vmapped batch that does (the
-same keys and trials; the progress line and the record's ``batch`` say
-so); where even one trial at a time does not fit, the spec is refused in
-one line naming the estimate and the budget, before any trial runs.
-
-Exit status. A lower bound above the reported ε of an unbroken spec is a
-privacy bug: it is printed loudly and the script exits with status 1. So
-does a deliberately broken spec (``broken=True``) whose bound does NOT
-exceed its reported ε: the audit then lacks the power it claims. A bound
-above a paper's nominal ε (where the library reports a different one) is a
-finding, written plainly in the table, not a failure.
+What it writes, its memory check and its exit status: docs/privacy.md
+(The audit); the table it writes: docs/privacy_audit.md.
 """
 
 from __future__ import annotations
