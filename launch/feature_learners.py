@@ -1,10 +1,7 @@
 r"""Federated DP-SGD and DP-G(M)LVQ on scattering features.
 
-Flags in, one :class:`launch.experiments.feature_learners.Setting` (checked
-before any data is read), one call of
-:func:`launch.experiments.feature_learners.run`, one JSON record per run
-out (``--out``), the ledger's ε in ``privacy`` and the command in
-``command``::
+One JSON record per run (``--out``), the ledger's ε in ``privacy`` and the
+command in ``command``::
 
   python -m launch.feature_learners --learner=fedsgd --trust=server \
       --participants=5 --rows_per_participant=10000 --epsilon=1 \
@@ -12,8 +9,8 @@ out (``--out``), the ledger's ε in ``privacy`` and the command in
   python -m launch.feature_learners --learner=dplvq --inputs=features \
       --epsilon=1 --out=results/features_dplvq_mnist.jsonl
 
-The recipe flags default to the fixed public recipes of
-docs/features_learners.md.
+The fixed public recipes the flags default to, the feature map and the
+results: docs/features_learners.md.
 """
 
 from __future__ import annotations
