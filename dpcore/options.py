@@ -214,6 +214,14 @@ class InitMechanism(enum.StrEnum):
   GAUSSIAN = "gaussian"
 
 
+class FeatureNorm(enum.StrEnum):
+  """How the scattering channels are normalised before a private head:
+  per example (free), by private data statistics, or not at all."""
+  GROUP = "group"
+  DATA = "data"
+  NONE = "none"
+
+
 class Phi(enum.StrEnum):
   """GLVQ's squashing function Φ."""
   IDENTITY = "identity"
@@ -260,8 +268,9 @@ class Trust(enum.StrEnum):
 
 
 __all__ = [
-    "Aggregation", "ERMLoss", "FedDPDRMechanism", "InitMechanism",
-    "Kernel", "LEGACY_RELATIONS", "LVQModel", "LVQTrainer", "ModelAggregation",
+    "Aggregation", "ERMLoss", "FedDPDRMechanism", "FeatureNorm",
+    "InitMechanism", "Kernel", "LEGACY_RELATIONS", "LVQModel", "LVQTrainer",
+    "ModelAggregation",
     "PairFlags", "PcaCalibration", "PcaNoise", "Phi", "RELATIONS",
     "RELATION_SPELLINGS", "RFFLoss", "Relation", "Sampler", "Selection",
     "SigmaRule", "TopK", "TrialDistribution", "Trust", "parse",

@@ -5,8 +5,8 @@ Participants hold disjoint rows, stacked as an array axis
 mask for the padding). Every step, every participant works on its own rows
 in one ``vmap`` (``chunk`` participants at a time when memory asks for it),
 and a server combines what they send. One model is trained for all
-classes (softmax regression by default, :func:`softmax_loss`), so no ε is
-split over classes.
+classes (e.g. softmax regression, :mod:`mechanisms.erm.softmax`), so no ε
+is split over classes.
 
 Trust models (``trust``), each with its own accounting:
 
@@ -90,8 +90,7 @@ from federated import ddgsgd
 PyTree = Any
 
 __all__ = [
-    "FedSGDPlan", "RELATION", "accuracy", "make_plan",
-    "release", "softmax_loss", "softmax_params",
+    "FedSGDPlan", "RELATION", "make_plan", "release",
 ]
 
 RELATION = options.Relation.ADD_REMOVE
@@ -479,37 +478,6 @@ def _guarantee(plan: FedSGDPlan) -> float | None:
   return accounting.plan_epsilon(plan)
 
 
-def softmax_params(dim: int, num_classes: int) -> dict:
-  """Zero softmax-regression parameters (data-independent) for ``dim``
-  features."""
-  dim = validation.check_positive_int(dim, "dim")
-  num_classes = validation.check_positive_int(num_classes, "num_classes")
-  return {"out": {"w": jnp.zeros((dim, num_classes)),
-                  "b": jnp.zeros((num_classes,))}}
-
-
-@ghost.layered
-def softmax_loss(layers, example):
-  """Cross-entropy of softmax regression on one (x, label) example."""
-  x, y = example
-  return optax.softmax_cross_entropy_with_integer_labels(
-      layers.dense("out", x), y)
-
-
-def accuracy(params: dict, x, y, loss: ghost.LayeredLoss = softmax_loss):
-  """Test accuracy of a layered model whose last layer gives the logits.
-
-  For :func:`softmax_loss` the logits are ``x @ w + b``; another layered
-  loss needs its own prediction (``ghost.apply``).
-  """
-  if loss is not softmax_loss:
-    raise ValueError("accuracy knows softmax_loss's prediction only; use "
-                     "dpcore.ghost.apply with your model's logits.")
-  logits = ghost.apply(lambda layers, v: layers.dense("out", v), params,
-                       jnp.asarray(x))
-  return jnp.mean(jnp.argmax(logits, axis=-1) == jnp.asarray(y))
-
-
 def _check_participants(plan, x, y, mask):
   shape = (plan.num_participants, plan.rows)
   if jnp.shape(x)[:2] != shape or jnp.shape(y)[:2] != shape or (
@@ -547,7 +515,8 @@ def release(key: jax.Array, plan: FedSGDPlan,
       t folds in t, so no key is used twice.
     plan: from :func:`make_plan`.
     loss: per-example loss ``loss(params, (x_row, y_row))``; a
-      :class:`dpcore.ghost.LayeredLoss` (e.g. :func:`softmax_loss`) takes
+      :class:`dpcore.ghost.LayeredLoss` (e.g.
+      :func:`mechanisms.erm.softmax.loss`) takes
       the fast clipping path.
     params: initial model (data-independent).
     x, y, mask: (P, n, ...) rows, labels and the 0/1 row mask of the

@@ -84,7 +84,9 @@ _RECIPE_FLAGS = ("J", "L", "norm", "num_groups", "norm_noise_multiplier",
 def _recipe(features):
   """The recipe: --recipe's candidate (or the default), flags given win."""
   import dataclasses  # pylint: disable=g-import-not-at-top
-  base = features.Recipe()
+
+  from mechanisms.features import scatternet  # pylint: disable=g-import-not-at-top
+  base = scatternet.Recipe()
   if _RECIPE.value is not None:
     if _RECIPE.value not in features.CANDIDATES:
       raise ValueError(f"--recipe={_RECIPE.value!r} is not one of "

@@ -3,6 +3,7 @@
 Shared by the law tests of every call site that subsamples
 (``tests/dpcore/trainer_law_test.py``, ``tests/federated/
 fedsgd_law_test.py``, ``tests/mechanisms/lvq/train_law_test.py``,
+``tests/mechanisms/features/scatternet_law_test.py``,
 ``tests/mechanisms/svm/random_features_law_test.py``). Each test runs the
 mechanism itself many times (σ = 0, a clip that never binds, a loss whose
 gradient puts every unit on its own coordinate), reads back from the
@@ -50,6 +51,8 @@ SITES = {
     "federated/fedsgd_audit.py": "tests/federated/fedsgd_audit_test.py",
     "federated/fedsgd.py": "tests/federated/fedsgd_law_test.py",
     "federated/ddgsgd.py": "tests/federated/fedsgd_law_test.py",
+    "mechanisms/features/scatternet.py":
+        "tests/mechanisms/features/scatternet_law_test.py",
     "mechanisms/lvq/train.py": "tests/mechanisms/lvq/train_law_test.py",
     "mechanisms/svm/random_features.py":
         "tests/mechanisms/svm/random_features_law_test.py",

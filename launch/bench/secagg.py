@@ -97,6 +97,7 @@ def make_paths(key, *, count, rows, bits, steps, dim, classes, batch,
 
   from dpcore import ddg, discrete, dpsgd
   from federated import fedsgd, secagg
+  from mechanisms.erm import softmax
 
   q = min(1.0, batch / (count * rows))
   kx, ky, kr = jax.random.split(jax.random.fold_in(key, 1), 3)
@@ -104,7 +105,7 @@ def make_paths(key, *, count, rows, bits, steps, dim, classes, batch,
   x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
   y = jax.random.randint(ky, (count, rows), 0, classes)
   mask = jnp.ones((count, rows), jnp.float32)
-  params = fedsgd.softmax_params(dim, classes)
+  params = softmax.initial_params(dim, classes)
   size = ravel_pytree(params)[0].size
   common_kw = dict(sampling_rate=q, clip_norm=1.0, steps=steps,
                    noise_multiplier=sigma, delta=1e-5)
@@ -116,7 +117,7 @@ def make_paths(key, *, count, rows, bits, steps, dim, classes, batch,
 
   def run(plan):
     return jax.jit(lambda k: fedsgd.release(
-        k, plan, fedsgd.softmax_loss, params, x, y, mask, sgd).params)
+        k, plan, softmax.loss, params, x, y, mask, sgd).params)
 
   def encode_no_noise(k):
     quiet = dataclasses.replace(p, sigma_share=None)
@@ -126,7 +127,7 @@ def make_paths(key, *, count, rows, bits, steps, dim, classes, batch,
         b = dpsgd.poisson_batch(jax.random.fold_in(jax.random.fold_in(
             k, i), t), rows, sampling_rate=q,
             max_batch=dist.row_plan.max_batch, method=dist.row_plan.sampler)
-        g = jax.vmap(jax.grad(fedsgd.softmax_loss), in_axes=(None, 0))(
+        g = jax.vmap(jax.grad(softmax.loss), in_axes=(None, 0))(
             params, (xp[b.indices], yp[b.indices]))
         flat = jax.vmap(lambda v: ravel_pytree(v)[0])(g)
         return flat, b.slot_mask * mp[b.indices]

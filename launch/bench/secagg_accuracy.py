@@ -89,6 +89,7 @@ def run(trust: str) -> dict:
 
   from dpcore import accounting, dpsgd
   from federated import fedsgd, partition
+  from mechanisms.erm import softmax
 
   x_train, y_train, x_test, y_test, k = prepare(_DATASET.value,
                                                 _DATA_DIR.value, _SEED.value)
@@ -112,7 +113,7 @@ def run(trust: str) -> dict:
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   train = jax.jit(lambda key: fedsgd.release(
-      key, plan, fedsgd.softmax_loss, fedsgd.softmax_params(d, k), parts.x,
+      key, plan, softmax.loss, softmax.initial_params(d, k), parts.x,
       parts.y.astype(np.int32), parts.mask, optax.sgd(LEARNING_RATE),
       chunk=_CHUNK.value).params)
   keys = jax.random.split(jax.random.fold_in(key, 3), _SEEDS.value)
@@ -124,7 +125,7 @@ def run(trust: str) -> dict:
     t0 = time.perf_counter()
     params = common.block(train(keys[i]))
     seconds.append(time.perf_counter() - t0)
-    accs.append(float(fedsgd.accuracy(params, x_test, y_test)))
+    accs.append(float(softmax.accuracy(params, x_test, y_test)))
     common.progress(f"{trust}: seed {i + 1} accuracy {accs[-1]:.4f} "
                     f"({seconds[-1]:.0f} s)")
   return {

@@ -587,6 +587,7 @@ def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
   from dpcore import accounting, tuning  # noqa: PLC0415
   from federated import fedsgd, partition  # noqa: PLC0415
   from launch.experiments import fedsgd as fx  # noqa: PLC0415
+  from mechanisms.erm import softmax  # noqa: PLC0415
   p, epsilon = data.prepared, run.epsilon
   parts = partition.partition_auto(  # the partition of fedsgd.run
       jax.random.fold_in(jax.random.key(0), 0), p.x_train, p.y_train,
@@ -622,7 +623,7 @@ def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
     params = jax.tree.map(lambda a: a[0], fx.fedsgd_program(
         args, learning_rate=fed.learning_rate, dim=x_fit.shape[-1],
         num_classes=num_classes, chunk=None)(*args))
-    correct = round(float(fedsgd.accuracy(params, x_val, y_val)) * rows)
+    correct = round(float(softmax.accuracy(params, x_val, y_val)) * rows)
     return float(tuning.noisy_accuracy(k_score, correct, rows,
                                        epsilon=s.score_epsilon)), params
 
@@ -637,12 +638,12 @@ def _tuned_fedsgd(data: FedData, run: Run, s: Setting) -> dict:
                            label="compare_tuning")
              for i in range(s.seeds)]
   # K = 0 (Poisson only) releases nothing: the zero start stands in.
-  released = [fedsgd.softmax_params(p.x_train.shape[1], num_classes)
+  released = [softmax.initial_params(p.x_train.shape[1], num_classes)
               if r.output is None else r.output for r in results]
   tuned = _tuning_record(results, s, target=epsilon, candidates=facts,
                          fit_rows=n_fit, validation_rows=n_val)
   return {
-      "accuracies": [float(fedsgd.accuracy(w, p.x_test, p.y_test))
+      "accuracies": [float(softmax.accuracy(w, p.x_test, p.y_test))
                      for w in released],
       "privacy": ledger.report(
           s.delta, nominal_epsilon=epsilon,
@@ -706,8 +707,8 @@ def _softmax(data: LVQData, run: Run, s: Setting) -> dict:
   import optax  # noqa: PLC0415
 
   from dpcore import accounting, clipping, trainer  # noqa: PLC0415
-  from federated import fedsgd  # noqa: PLC0415
   from launch.experiments import lvq_eval  # noqa: PLC0415
+  from mechanisms.erm import softmax  # noqa: PLC0415
   p, private = data.prepared, run.epsilon is not None
   x = np.asarray(clipping.unit_rows(p.x), np.float32)
   train_idx, test_idx = lvq_eval.cv_splits(
@@ -726,10 +727,10 @@ def _softmax(data: LVQData, run: Run, s: Setting) -> dict:
   xs, ys = jnp.asarray(x), jnp.asarray(p.y, jnp.int32)
 
   def one(key, tr, te):
-    res = trainer.train(key, plan, fedsgd.softmax_loss,
-                        fedsgd.softmax_params(d, k), (xs[tr], ys[tr]),
+    res = trainer.train(key, plan, softmax.loss,
+                        softmax.initial_params(d, k), (xs[tr], ys[tr]),
                         optimizer)
-    return fedsgd.accuracy(res.params, xs[te], ys[te]), res.overflow_steps
+    return softmax.accuracy(res.params, xs[te], ys[te]), res.overflow_steps
 
   root = jax.random.fold_in(jax.random.key(0), zlib.crc32(
       f"{run.dataset}/{run.method}/{run.epsilon}".encode()))

@@ -89,7 +89,7 @@ class Setting:
 
   Every number here is public and was fixed before any test result was
   read (docs/features_learners.md). The federated fields start from the
-  central recipe of :class:`launch.experiments.features.Recipe`; the LVQ
+  central recipe of :class:`mechanisms.features.scatternet.Recipe`; the LVQ
   fields (``lvq_*``) default to the paper's recipe of
   :class:`launch.experiments.dplvq.Setting`.
 
@@ -412,11 +412,12 @@ def _fedsgd_program(learning_rate: float, momentum: float, d: int,
   import optax  # pylint: disable=g-import-not-at-top
 
   from federated import fedsgd  # pylint: disable=g-import-not-at-top
+  from mechanisms.erm import softmax  # pylint: disable=g-import-not-at-top
 
   def train(key, plan, x, y, mask):
     opt = optax.sgd(learning_rate, momentum=momentum or None)
-    return fedsgd.release(key, plan, fedsgd.softmax_loss,
-                          fedsgd.softmax_params(d, num_classes), x, y, mask,
+    return fedsgd.release(key, plan, softmax.loss,
+                          softmax.initial_params(d, num_classes), x, y, mask,
                           opt, chunk=chunk).params
   return jax.jit(train)
 
@@ -427,6 +428,7 @@ def run_fedsgd(setting: Setting, images: Images, progress=None):
 
   from dpcore import accounting  # pylint: disable=g-import-not-at-top
   from federated import fedsgd, partition  # pylint: disable=g-import-not-at-top
+  from mechanisms.erm import softmax  # pylint: disable=g-import-not-at-top
   s = setting
   say = progress or (lambda _: None)
   train, test, feature_s = _features(images, s, say)
@@ -460,7 +462,7 @@ def run_fedsgd(setting: Setting, images: Images, progress=None):
   say(f"{s.trust} noise, {s.participants} × {s.rows_per_participant}: "
       f"q={q:.4g}, T={plan.steps}, σ={plan.noise_multiplier:.3f}, ε "
       f"{privacy.get('epsilon')}; compiled in {compile_s:.1f} s")
-  accuracy = jax.jit(fedsgd.accuracy)
+  accuracy = jax.jit(softmax.accuracy)
   for seed in s.seeds:
     start, cpu = time.perf_counter(), time.process_time()
     params = jax.block_until_ready(

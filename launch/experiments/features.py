@@ -1,52 +1,30 @@
-"""Scattering features + a DP-SGD linear softmax head (flag-free logic).
+"""The linear ScatterNet on a data set: load, features, records.
 
-The recipe of Tramèr & Boneh's linear ScatterNet (ICLR 2021): pixels
-scaled to [0, 1] by their public range, the order-2 scattering transform
-(J = 2, L = 8: 81 × 7 × 7 for 28 × 28 images;
-:mod:`mechanisms.features.scattering`), one normalisation
-(:mod:`mechanisms.features.normalization`: ``"group"`` per example, free;
-``"data"`` private per-channel statistics, one Gaussian entry in the
-ledger; ``"none"``), then softmax regression on the 3,969 features trained
-by central DP-SGD (:mod:`dpcore.trainer`, Poisson sampling, the layered
-loss :func:`federated.fedsgd.softmax_loss`: per-example norms without
-per-example gradients), momentum SGD.
-
-The ε reported is the ledger's: the DP-SGD plan's record and, for
-``"data"``, the normalisation's, composed in one
-:class:`dpcore.accounting.PrivacyLedger` at δ. For ``"data"`` the DP-SGD
-noise is calibrated (bisection over σ) so that the composition meets the
-target ε.
+The method (recipe, normalisation, DP-SGD head, the tuning's calibration)
+is :mod:`mechanisms.features.scatternet`; this adds the data (pixels
+scaled to [0, 1] by their public range, a validation split), a cache of
+the scattering features, the recipes compared (:data:`CANDIDATES`) and
+the records. The ε reported is the ledger's: the normalisation's release
+(``norm="data"``) and DP-SGD's, composed at δ.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 
+import jax
 import numpy as np
 
-__all__ = ["CANDIDATES", "TUNE_CANDIDATES", "TUNE_SCORE_EPSILON", "Recipe",
-           "calibrate_tuning", "features",
-           "run", "run_tuned", "summary", "train_head"]
+from dpcore import accounting, tuning
+from launch.data import loaders
+from mechanisms.erm import softmax
+from mechanisms.features import scattering, scatternet
+from mechanisms.features.scatternet import Recipe
 
-
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-  """The public recipe, fixed before any test data is read."""
-  J: int = 2  # noqa: N815
-  L: int = 8  # noqa: N815
-  norm: str = "group"
-  num_groups: int = 27
-  norm_noise_multiplier: float = 8.0
-  clip_mean: float = 1.0
-  clip_square: float = 1.0
-  batch_size: int = 8192
-  epochs: float = 40.0
-  clip_norm: float = 0.1
-  learning_rate: float = 4.0
-  momentum: float = 0.9
+__all__ = ["CANDIDATES", "TUNE_CANDIDATES", "features", "run", "run_tuned",
+           "summary"]
 
 
 CANDIDATES = {
@@ -79,7 +57,6 @@ def features(images: np.ndarray, *, J: int, L: int,  # noqa: N803
   ``cache``: a .npy path read if present, else written (the transform is
   data-independent and deterministic; the cache is keyed by the caller).
   """
-  from mechanisms.features import scattering  # pylint: disable=g-import-not-at-top
   if cache is not None and os.path.exists(cache):
     return np.load(cache, mmap_mode="r")
   out = scattering.transform(images, J=J, L=L, chunk=chunk)
@@ -87,55 +64,6 @@ def features(images: np.ndarray, *, J: int, L: int,  # noqa: N803
     os.makedirs(os.path.dirname(cache) or ".", exist_ok=True)
     np.save(cache, out)
   return out
-
-
-def _normalise(key, recipe: Recipe, train, test, delta):
-  """(train rows, test rows, norm plan or None), flattened."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  from mechanisms.features import normalization  # pylint: disable=g-import-not-at-top
-  plan = None
-  if recipe.norm == "group":
-    fn = functools.partial(normalization.group_norm,
-                           num_groups=recipe.num_groups)
-    train, test = fn(jnp.asarray(train)), fn(jnp.asarray(test))
-  elif recipe.norm == "data":
-    plan = normalization.make_plan(
-        epsilon=None, noise_multiplier=recipe.norm_noise_multiplier,
-        delta=delta, num_examples=len(train), channels=train.shape[1],
-        clip_mean=recipe.clip_mean, clip_square=recipe.clip_square)
-    stats = normalization.release(key, plan, train)
-    train = normalization.standardize(train, stats)
-    test = normalization.standardize(test, stats)
-  elif recipe.norm != "none":
-    raise ValueError(f"norm must be 'group', 'data' or 'none', got "
-                     f"{recipe.norm!r}.")
-  flat = lambda v: np.asarray(v, np.float32).reshape(len(v), -1)  # noqa: E731
-  return flat(train), flat(test), plan
-
-
-def _dpsgd_plan(n, recipe: Recipe, epsilon, delta, norm_plan):
-  """The recipe's DP-SGD plan, σ calibrated on the ledger's total ε
-  (:func:`dpcore.trainer.make_ledger_plan`)."""
-  from dpcore import trainer  # pylint: disable=g-import-not-at-top
-  return trainer.make_ledger_plan(
-      n, epsilon=epsilon, delta=delta,
-      sampling_rate=recipe.batch_size / n, clip_norm=recipe.clip_norm,
-      epochs=recipe.epochs, before=() if norm_plan is None else (norm_plan,))
-
-
-def train_head(key, plan, recipe: Recipe, x, y, num_classes):
-  """Runs DP-SGD of the softmax head; returns the parameters."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-
-  from dpcore import trainer  # pylint: disable=g-import-not-at-top
-  from federated import fedsgd  # pylint: disable=g-import-not-at-top
-  params = fedsgd.softmax_params(x.shape[1], num_classes)
-  opt = optax.sgd(recipe.learning_rate, momentum=recipe.momentum)
-  fn = jax.jit(lambda k, xx, yy: trainer.train(
-      k, plan, fedsgd.softmax_loss, params, (xx, yy), opt).params)
-  return fn(key, x, y)
 
 
 def _load(dataset: str, recipe: Recipe, *, data_dir, cache_dir,
@@ -146,7 +74,6 @@ def _load(dataset: str, recipe: Recipe, *, data_dir, cache_dir,
   evaluation rows and the test set is not read at all; else all the
   training rows are fitted and the test set is evaluated.
   """
-  from launch.data import loaders  # pylint: disable=g-import-not-at-top
   data = loaders.load_dataset(dataset, data_dir=data_dir)
   h, w, _ = data.image_shape
   low, high = data.bounds
@@ -188,11 +115,6 @@ def run(*, dataset: str, epsilons, seeds, delta: float, recipe: Recipe,
   the record's ``accuracy`` is then the validation accuracy and its
   ``split`` says so.
   """
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from dpcore import accounting  # pylint: disable=g-import-not-at-top
-  from federated import fedsgd  # pylint: disable=g-import-not-at-top
-
   say = progress or (lambda _: None)
   train, y_train, test, y_test, facts = _load(
       dataset, recipe, data_dir=data_dir, cache_dir=cache_dir,
@@ -203,19 +125,21 @@ def run(*, dataset: str, epsilons, seeds, delta: float, recipe: Recipe,
       key = jax.random.key(seed)
       norm_key, train_key = jax.random.split(key)
       start = time.perf_counter()
-      x, xt, norm_plan = _normalise(norm_key, recipe, train, test, delta)
-      plan = _dpsgd_plan(n, recipe, epsilon, delta, norm_plan)
+      x, xt, norm_plan = scatternet.normalise(norm_key, recipe, train, test,
+                                              delta=delta)
+      plan = scatternet.make_plan(n, recipe, epsilon=epsilon, delta=delta,
+                                  normalisation=norm_plan)
       ledger = accounting.PrivacyLedger()
       if norm_plan is not None:
         norm_plan.record(ledger)
       plan.record(ledger)
       prepare_s = time.perf_counter() - start
       start = time.perf_counter()
-      params = train_head(train_key, plan, recipe, x, y_train,
-                          facts["num_classes"])
+      params = scatternet.release(train_key, plan, recipe, x, y_train,
+                                facts["num_classes"])
       jax.block_until_ready(params)
       train_s = time.perf_counter() - start
-      acc = float(fedsgd.accuracy(params, xt, y_test))
+      acc = float(softmax.accuracy(params, xt, y_test))
       say(f"{dataset} ε={epsilon} seed={seed}: {facts['split'][:10]} "
           f"accuracy {acc:.4f} ({train_s:.1f} s)")
       yield {
@@ -237,46 +161,9 @@ def run(*, dataset: str, epsilons, seeds, delta: float, recipe: Recipe,
       }
 
 
-TUNE_SCORE_EPSILON = 0.5
-"""ε of each trial's noisy validation count (Laplace; 0.5 moves a count of
-10,000 rows by about 3 in 10⁴)."""
-
-
-def calibrate_tuning(n: int, candidates, *, epsilon: float, delta: float,
-                     count, score_epsilon: float = TUNE_SCORE_EPSILON):
-  """Per-trial DP-SGD plans whose whole tuning is (``epsilon``, δ)-DP.
-
-  Every candidate's σ is calibrated (RDP, the curve the tuning theorem
-  takes) for one per-trial target ε′, found by
-  :func:`dpcore.tuning.calibrate`; one trial draws a candidate at random,
-  trains it on the fit rows and scores it on the held-out rows
-  (:func:`dpcore.tuning.scored_trials`).
-
-  Returns:
-    ``(plans, trial privacy, guarantee, ε′)``.
-  """
-  from dpcore import trainer, tuning  # pylint: disable=g-import-not-at-top
-  for c in candidates:
-    if c.norm == "data":
-      raise ValueError("a tuning candidate cannot use norm='data' (a "
-                       "release per trial); use 'group' or 'none'.")
-
-  def build(trial_epsilon):
-    plans = [trainer.make_plan(
-        n, sampling_rate=c.batch_size / n, clip_norm=c.clip_norm,
-        epochs=c.epochs, epsilon=trial_epsilon, delta=delta)
-             for c in candidates]
-    return plans, tuning.any_of(
-        *tuning.scored_trials(plans, score_epsilon=score_epsilon),
-        description="one trial: a candidate drawn uniformly at random, "
-        "trained by DP-SGD on the fit rows, scored on the held-out rows")
-
-  return tuning.calibrate(build, epsilon=epsilon, delta=delta, count=count)
-
-
 def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,
               count, validation: int, seed: int = 0,
-              score_epsilon: float = TUNE_SCORE_EPSILON,
+              score_epsilon: float = scatternet.SCORE_EPSILON,
               data_dir: str | None = None, cache_dir: str | None = None,
               progress=None) -> dict:
   """The recipe chosen privately among ``candidates`` (:mod:`dpcore.tuning`).
@@ -291,11 +178,6 @@ def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,
   the guarantee covers goes in the record: the winner, its noisy score,
   the law of K (not K, nor the other trials).
   """
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from dpcore import accounting, tuning  # pylint: disable=g-import-not-at-top
-  from federated import fedsgd  # pylint: disable=g-import-not-at-top
-
   say = progress or (lambda _: None)
   candidates = list(candidates)
   train, y_train, test, y_test, facts = _load(
@@ -311,7 +193,7 @@ def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,
   y_fit, y_held = y_train[:-validation], y_train[-validation:]
   n = len(fit)
   start = time.perf_counter()
-  plans, privacy, guarantee, trial_eps = calibrate_tuning(
+  plans, privacy, guarantee, trial_eps = scatternet.calibrate_tuning(
       n, candidates, epsilon=epsilon, delta=delta, count=count,
       score_epsilon=score_epsilon)
   say(f"tuning: {len(candidates)} candidates, K ~ {count.distribution} "
@@ -323,17 +205,17 @@ def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,
   def rows(c):
     k = (c.norm, c.num_groups)
     if k not in normalised:
-      normalised[k] = _normalise(None, c, fit, np.concatenate([held, test]),
-                                 delta)[:2]
+      normalised[k] = scatternet.normalise(
+          None, c, fit, np.concatenate([held, test]), delta=delta)[:2]
     return normalised[k]
 
   def trial(key, index):
     c = candidates[index]
     k_train, k_score = jax.random.split(key)
     x, rest = rows(c)
-    params = train_head(k_train, plans[index], c, x, y_fit,
-                        facts["num_classes"])
-    correct = round(float(fedsgd.accuracy(params, rest[:validation],
+    params = scatternet.release(k_train, plans[index], c, x, y_fit,
+                              facts["num_classes"])
+    correct = round(float(softmax.accuracy(params, rest[:validation],
                                           y_held)) * validation)
     noisy = tuning.noisy_accuracy(k_score, correct, validation,
                                   epsilon=score_epsilon)
@@ -348,7 +230,7 @@ def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,
   accuracy = None
   if result.winner is not None:
     _, rest = rows(candidates[result.winner])
-    accuracy = float(fedsgd.accuracy(result.output, rest[validation:],
+    accuracy = float(softmax.accuracy(result.output, rest[validation:],
                                      y_test))
   say(f"tuning: winner {result.winner}, test accuracy {accuracy}")
   return {

@@ -25,6 +25,7 @@ from dpcore import accounting, dpsgd, options
 from federated import fedsgd, partition
 from launch import programs
 from launch.experiments import feddpdr as single
+from mechanisms.erm import softmax
 
 __all__ = [
     "FedSGDRecipe", "calibrated_sigma", "fedsgd_program", "make_plan", "run",
@@ -157,8 +158,8 @@ def _program(learning_rate: float, dim: int, num_classes: int,
 
   def run(keys, plan, x, y, mask):
     def one(key):
-      return fedsgd.release(key, plan, fedsgd.softmax_loss,
-                            fedsgd.softmax_params(dim, num_classes), x, y,
+      return fedsgd.release(key, plan, softmax.loss,
+                            softmax.initial_params(dim, num_classes), x, y,
                             mask, optax.sgd(learning_rate),
                             chunk=chunk).params
     return jax.vmap(one)(keys)
@@ -222,7 +223,7 @@ def run(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
   params, timing = single.timed_training(lambda: program(*args), 0,
                                          participants=len(sizes),
                                          seeds=seeds)
-  accs = np.asarray(jax.vmap(lambda p: fedsgd.accuracy(
+  accs = np.asarray(jax.vmap(lambda p: softmax.accuracy(
       p, prepared.x_test, prepared.y_test))(params))
   record = {
       "dataset": prepared.name, "mechanism": "fedsgd", "epsilon": epsilon,

@@ -11,6 +11,9 @@
   data-independent too.
 * :mod:`mechanisms.features.projection`: a public random orthonormal
   projection to fewer dimensions (data-free, no privacy cost).
+* :mod:`mechanisms.features.scatternet`: the linear ScatterNet, scattering
+  features under a softmax head trained by DP-SGD, its normalisation in
+  the same ledger.
 """
 
 from dpcore import lazy

@@ -15,6 +15,7 @@ import pytest
 
 from dpcore import accounting, clipping, ghost, options, shape, trainer
 from federated import fedsgd, partition
+from mechanisms.erm import softmax
 from tests.pinned import accounted
 
 D, K = 6, 3
@@ -28,17 +29,17 @@ def _participants(sizes, key=0):
 
 
 def _one_step(trust, parts, sizes, *, q=1.0, sigma=0.0, clip=0.3, lr=1.0,
-              key=0, chunk=None, loss=fedsgd.softmax_loss):
+              key=0, chunk=None, loss=softmax.loss):
   plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=q, steps=1,
                           clip_norm=clip, noise_multiplier=sigma)
-  init = fedsgd.softmax_params(D, K)
+  init = softmax.initial_params(D, K)
   out = fedsgd.release(jax.random.key(key), plan, loss, init, parts.x,
                      parts.y, parts.mask, optax.sgd(lr), chunk=chunk)
   return plan, out.params
 
 
 def _row_grad(w, x, y):
-  return jax.grad(lambda p: fedsgd.softmax_loss(p, (x, y)))(w)
+  return jax.grad(lambda p: softmax.loss(p, (x, y)))(w)
 
 
 @pytest.mark.parametrize("trust", ["server", "local"])
@@ -49,7 +50,7 @@ def test_row_level_step_is_the_clipped_sum_of_every_real_row(trust):
   parts = parts._replace(x=np.where(parts.mask[..., None] > 0, parts.x,
                                     1e6).astype(np.float32))
   plan, params = _one_step(trust, parts, sizes)
-  init = fedsgd.softmax_params(D, K)
+  init = softmax.initial_params(D, K)
   expected = jax.tree.map(jnp.zeros_like, init)
   for xp, yp in zip(xs, ys, strict=True):
     for xi, yi in zip(xp, yp, strict=True):
@@ -66,7 +67,7 @@ def test_participant_level_step_clips_each_participants_mean_gradient():
   sizes = [5, 2, 4]
   parts, xs, ys = _participants(sizes, key=1)
   plan, params = _one_step("participant", parts, sizes, clip=0.05)
-  init = fedsgd.softmax_params(D, K)
+  init = softmax.initial_params(D, K)
   expected = jax.tree.map(jnp.zeros_like, init)
   for xp, yp in zip(xs, ys, strict=True):
     mean = jax.tree.map(lambda *g: sum(g) / len(g), *[
@@ -98,7 +99,7 @@ def test_noise_has_the_trust_models_scale(trust, factor):
                           clip_norm=clip, noise_multiplier=sigma)
 
   def run(key):
-    out = fedsgd.release(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
+    out = fedsgd.release(key, plan, _flat_loss, softmax.initial_params(D, K),
                        parts.x, parts.y, parts.mask, optax.sgd(1.0))
     return -out.params["out"]["w"].reshape(-1) * plan.divisor
 
@@ -121,8 +122,8 @@ def test_chunks_do_not_change_the_result_and_keys_do():
                           clip_norm=0.5, noise_multiplier=1.0)
 
   def run(key, chunk):
-    return fedsgd.release(key, plan, fedsgd.softmax_loss,
-                        fedsgd.softmax_params(D, K), parts.x, parts.y,
+    return fedsgd.release(key, plan, softmax.loss,
+                        softmax.initial_params(D, K), parts.x, parts.y,
                         parts.mask, optax.sgd(0.5), chunk=chunk).params
 
   whole = run(jax.random.key(5), None)
@@ -182,14 +183,14 @@ def test_bad_input_is_refused():
   plan = fedsgd.make_plan([3, 2, 2], trust="server", sampling_rate=0.5,
                           steps=1, clip_norm=1.0, noise_multiplier=1.0)
   with pytest.raises(ValueError, match="leading axes"):
-    fedsgd.release(jax.random.key(0), plan, fedsgd.softmax_loss,
-                 fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
+    fedsgd.release(jax.random.key(0), plan, softmax.loss,
+                 softmax.initial_params(D, K), parts.x, parts.y, parts.mask,
                  optax.sgd(1.0))
   with pytest.raises(ValueError, match="chunk"):
     fedsgd.release(jax.random.key(0), fedsgd.make_plan(
         [3, 2], trust="server", sampling_rate=0.5, steps=1, clip_norm=1.0,
-        noise_multiplier=1.0), fedsgd.softmax_loss,
-        fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
+        noise_multiplier=1.0), softmax.loss,
+        softmax.initial_params(D, K), parts.x, parts.y, parts.mask,
         optax.sgd(1.0), chunk=0)
 
 
@@ -204,7 +205,7 @@ def test_one_program_serves_every_noise_multiplier():
   @jax.jit
   def run(key, plan):
     traces.append(1)
-    return fedsgd.release(key, plan, _flat_loss, fedsgd.softmax_params(D, K),
+    return fedsgd.release(key, plan, _flat_loss, softmax.initial_params(D, K),
                         parts.x, parts.y, parts.mask,
                         optax.sgd(1.0)).params["out"]["w"]
 
@@ -227,8 +228,8 @@ def test_plan_epsilon_is_the_ledgers_guarantee_after_a_release(trust):
   parts, _, _ = _participants(sizes, key=3)
   plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=0.2, steps=5,
                           clip_norm=1.0, epsilon=1.5, delta=1e-5)
-  fedsgd.release(jax.random.key(0), plan, fedsgd.softmax_loss,
-                 fedsgd.softmax_params(D, K), parts.x, parts.y, parts.mask,
+  fedsgd.release(jax.random.key(0), plan, softmax.loss,
+                 softmax.initial_params(D, K), parts.x, parts.y, parts.mask,
                  optax.sgd(1.0))
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
@@ -255,8 +256,8 @@ def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   @jax.jit
   def run(key, plan):
     traces.append(plan)
-    return fedsgd.release(key, plan, fedsgd.softmax_loss,
-                          fedsgd.softmax_params(D, K), parts.x, parts.y,
+    return fedsgd.release(key, plan, softmax.loss,
+                          softmax.initial_params(D, K), parts.x, parts.y,
                           parts.mask, optax.sgd(1.0)).params["out"]["w"]
 
   plans = [fedsgd.make_plan(sizes, trust="local", sampling_rate=0.5,
@@ -265,8 +266,8 @@ def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   outs = [run(jax.random.key(2), p) for p in plans]
   assert len(traces) == 1
   assert not np.allclose(outs[0], outs[1])
-  closed = fedsgd.release(jax.random.key(2), plans[1], fedsgd.softmax_loss,
-                          fedsgd.softmax_params(D, K), parts.x, parts.y,
+  closed = fedsgd.release(jax.random.key(2), plans[1], softmax.loss,
+                          softmax.initial_params(D, K), parts.x, parts.y,
                           parts.mask, optax.sgd(1.0)).params["out"]["w"]
   np.testing.assert_allclose(outs[1], closed, rtol=1e-6, atol=1e-7)
   run(jax.random.key(2), dataclasses.replace(plans[0], steps=3))
@@ -335,16 +336,16 @@ def test_server_gathers_the_same_rows_as_the_participants_batches():
   for trust in ("server", "local"):
     plan = fedsgd.make_plan(sizes, trust=trust, sampling_rate=0.3, steps=6,
                             clip_norm=0.4, noise_multiplier=0.0)
-    out = fedsgd.release(jax.random.key(8), plan, fedsgd.softmax_loss,
-                         fedsgd.softmax_params(D, K), parts.x, parts.y,
+    out = fedsgd.release(jax.random.key(8), plan, softmax.loss,
+                         softmax.initial_params(D, K), parts.x, parts.y,
                          parts.mask, optax.sgd(0.7))
     runs[trust] = out
   assert runs["server"].overflow_steps == runs["local"].overflow_steps == 0
   for a, b in zip(jax.tree.leaves(runs["server"].params),
                   jax.tree.leaves(runs["local"].params), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-  other = fedsgd.release(jax.random.key(9), plan, fedsgd.softmax_loss,
-                         fedsgd.softmax_params(D, K), parts.x, parts.y,
+  other = fedsgd.release(jax.random.key(9), plan, softmax.loss,
+                         softmax.initial_params(D, K), parts.x, parts.y,
                          parts.mask, optax.sgd(0.7)).params
   assert not np.allclose(other["out"]["w"], runs["local"].params["out"]["w"])
 
@@ -365,8 +366,8 @@ def test_server_batch_is_sized_and_its_overflow_dropped_and_counted():
   small = dataclasses.replace(
       fedsgd.make_plan(sizes, trust="server", sampling_rate=1.0, steps=1,
                        clip_norm=0.3, noise_multiplier=0.0), server_batch=3)
-  init = fedsgd.softmax_params(D, K)
-  out = fedsgd.release(jax.random.key(0), small, fedsgd.softmax_loss, init,
+  init = softmax.initial_params(D, K)
+  out = fedsgd.release(jax.random.key(0), small, softmax.loss, init,
                        parts.x, parts.y, parts.mask, optax.sgd(1.0))
   assert out.overflow_steps == 1
   expected = jax.tree.map(jnp.zeros_like, init)

@@ -1,46 +1,14 @@
-"""launch.experiments.features: σ calibrated on the ledger's ε, the
-validation split, the private tuning's record."""
+"""launch.experiments.features: the records of a run on a data set, its
+validation split, the private tuning's record (the method itself:
+tests/mechanisms/features/scatternet_test.py)."""
 
 import numpy as np
 import pytest
 
-from dpcore import accounting, tuning
+from dpcore import tuning
 from launch.data import loaders
 from launch.experiments import features
-from mechanisms.features import normalization
-
-
-def test_dpsgd_noise_leaves_room_for_the_data_normalisation():
-  recipe = features.Recipe(norm="data", epochs=5.0, batch_size=600)
-  norm = normalization.make_plan(
-      epsilon=None, noise_multiplier=recipe.norm_noise_multiplier,
-      delta=1e-5, num_examples=6000, channels=81, clip_mean=1.0,
-      clip_square=1.0)
-  alone = features._dpsgd_plan(6000, recipe, 1.0, 1e-5, None)
-  plan = features._dpsgd_plan(6000, recipe, 1.0, 1e-5, norm)
-  ledger = accounting.PrivacyLedger()
-  norm.record(ledger)
-  plan.record(ledger)
-  total = ledger.guarantee(1e-5).epsilon
-  assert 0.99 <= total <= 1.0 + 1e-9
-  # The normalisation costs something: DP-SGD alone needs less noise.
-  assert plan.noise_multiplier > alone.noise_multiplier
-
-
-def test_calibration_refuses_a_budget_the_normalisation_exhausts():
-  norm = normalization.make_plan(
-      epsilon=None, noise_multiplier=0.5, delta=1e-5, num_examples=6000,
-      channels=81, clip_mean=1.0, clip_square=1.0)
-  with pytest.raises(ValueError, match="below what the releases before"):
-    features._dpsgd_plan(6000, features.Recipe(norm="data", epochs=1.0,
-                                               batch_size=600),
-                         1.0, 1e-5, norm)
-
-
-def test_recipe_refuses_an_unknown_norm():
-  with pytest.raises(ValueError, match="norm must be"):
-    features._normalise(None, features.Recipe(norm="batch"), None, None,
-                        1e-5)
+from mechanisms.features import scatternet
 
 
 def _tiny(monkeypatch, *, test=True):
@@ -59,7 +27,7 @@ def _tiny(monkeypatch, *, test=True):
   data = loaders._make("tiny", x, y, xt, yt, image_shape=(8, 8, 1),
                        bounds=(0.0, 255.0))
   monkeypatch.setattr(loaders, "load_dataset", lambda *a, **k: data)
-  return features.Recipe(J=1, L=4, num_groups=5, batch_size=500,
+  return scatternet.Recipe(J=1, L=4, num_groups=5, batch_size=500,
                          epochs=4.0, learning_rate=2.0)
 
 
@@ -89,24 +57,9 @@ def test_validation_scores_held_out_training_rows_never_the_test(
 
 
 @pytest.mark.slow  # PLD bisections and small training runs
-def test_tuning_calibration_meets_the_whole_tunings_epsilon():
-  count = tuning.trial_count("logarithmic", 3.0)
-  candidates = [features.Recipe(batch_size=500, epochs=4.0),
-                features.Recipe(batch_size=250, epochs=4.0)]
-  plans, privacy, guarantee, trial_eps = features.calibrate_tuning(
-      5000, candidates, epsilon=3.0, delta=1e-5, count=count)
-  assert 0.98 * 3.0 <= guarantee.epsilon <= 3.0
-  assert trial_eps < 3.0  # each trial gets less than the whole
-  assert [p.num_examples for p in plans] == [5000, 5000]
-  with pytest.raises(ValueError, match="norm='data'"):
-    features.calibrate_tuning(5000, [features.Recipe(norm="data")],
-                              epsilon=3.0, delta=1e-5, count=count)
-
-
-@pytest.mark.slow  # PLD bisections and small training runs
 def test_tuned_run_releases_the_winner_and_one_ledger_entry(monkeypatch):
   recipe = _tiny(monkeypatch)
-  candidates = [recipe, features.Recipe(**{**recipe.__dict__,
+  candidates = [recipe, scatternet.Recipe(**{**recipe.__dict__,
                                            "learning_rate": 0.5})]
   record = features.run_tuned(
       dataset="tiny", epsilon=3.0, delta=1e-5, candidates=candidates,
