@@ -2,41 +2,16 @@
 
 :mod:`launch.experiments.features` trains a central DP-SGD softmax head on
 the scattering transform of the images. This runner puts the library's
-other private learners on the same features:
-
-* ``learner="fedsgd"``: federated DP-SGD (:mod:`federated.fedsgd`) of a
-  softmax head over P participants of n training rows each, under one
-  trust model (``"server"``, ``"local"`` or ``"participant"``). The recipe
-  is the central one scaled to the federated sampling: q = B/N (B the
-  expected batch of the central recipe, N the rows of all participants;
-  for ``"participant"``, the same q over participants, so a step still
-  reads about a share B/N of the data), T = E/q, clip C, momentum SGD.
-* ``learner="dplvq"``: DP-G(M)LVQ (:mod:`mechanisms.lvq`) through the
-  cross-validation protocol of ``launch.dplvq``
-  (:func:`launch.experiments.dplvq.run`), either on the pixels or
-  on the features. The features are 3,969 numbers for a 28 × 28 image; a
-  full relevance matrix Ω on them would hold 3,969² entries and DP-SGD
-  would noise every one of them at every step, so the features are first
-  multiplied by a fixed random matrix with orthonormal columns to
-  ``projection_dim`` numbers (784 by default: the pixels' dimension, so
-  both inputs train the same model shape under the same recipe). The
-  matrix is drawn from a public key and reads no data.
-
-The feature map (scattering, :func:`launch.experiments.features.features`;
-per-example group normalisation, :func:`mechanisms.features.normalization.
-group_norm`; the projection; the map to [−1, 1]) reads each image alone,
-so it costs no privacy: the ε of every record is its learner's, from the
-ledger (``plan.record(ledger)``, ``ledger.report(δ)``).
-
-Group normalisation (no affine, ε = 1e-5 added to each group's variance
-v, as in Tramèr & Boneh) gives each group of each example mean 0 and mean
-square v/(v + ε) ≤ 1, so every row's squared norm is at most K·h·w,
-whatever the data; after the orthonormal projection a coordinate's mean
-square is at most 1 on average, a public bound. The box
-``[-feature_bound, feature_bound]`` (3 by default: three times that root
-mean square) is mapped onto [−1, 1] and clipped
-(:func:`dpcore.clipping.scale_to_box`), as DP-LVQ's initialisation
-requires.
+other private learners on the same features: ``learner="fedsgd"``,
+federated DP-SGD (:mod:`federated.fedsgd`) of a softmax head over P
+participants under one trust model (``"server"``, ``"local"`` or
+``"participant"``), and ``learner="dplvq"``, DP-G(M)LVQ
+(:mod:`mechanisms.lvq`) through the cross-validation protocol of
+``launch.dplvq`` (:func:`launch.experiments.dplvq.run`), on the pixels or
+on the features projected to ``projection_dim`` numbers. The feature map
+reads each image alone, so the ε of every record is its learner's, from
+the ledger. The recipes, the projection and the public box bound, and why
+they cost no privacy: docs/features_learners.md.
 """
 
 from __future__ import annotations
