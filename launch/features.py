@@ -1,28 +1,19 @@
 r"""Scattering features + DP-SGD linear head on MNIST / Fashion-MNIST.
 
-Flags in, one call of :func:`launch.experiments.features.run`, one JSON
-record per (ε, seed) out (``--out``), the ledger's ε in ``privacy``::
+One JSON record per (ε, seed) (``--out``), the ledger's ε in ``privacy``::
 
   python -m launch.features --dataset=mnist --epsilons=1,3 --seeds=0,1,2 \
       --out=results/features_mnist.jsonl
 
-The recipe flags default to the fixed public recipe of docs/features.md
-(Tramèr & Boneh's linear ScatterNet: J = 2, L = 8, group norm G = 27,
-expected batch 8192, 40 epochs, C = 0.1, momentum SGD lr 4); ``--recipe``
-starts from one of the named candidates of
-:data:`launch.experiments.features.CANDIDATES` instead (flags given on
-the command line still override it). σ is calibrated so that the
-ledger's ε of the whole run (the data normalisation included) is the
-target.
-
-``--validation=V`` fits on all but the last V training rows and scores
-on them (the test set is not read): how a recipe is chosen. ``--tune``
-chooses among ``--tune_candidates`` privately (``dpcore.tuning``: K
-random trials on the last ``--validation`` training rows, the best one
-released, the whole tuning's ε in the record), once per seed::
+A recipe chosen privately (``--tune``) on the last ``--validation``
+training rows, once per seed::
 
   python -m launch.features --dataset=mnist --tune --epsilons=3 --seeds=0 \
       --validation=10000 --out=results/features_tuned_mnist.jsonl
+
+The fixed public recipe the flags default to, ``--recipe``, σ's
+calibration, ``--validation``, ``--tune`` and the results:
+docs/features.md.
 """
 
 from __future__ import annotations
