@@ -22,6 +22,7 @@ said so) before the next append, never glued to.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -359,3 +360,27 @@ def parse_ints(values: str | Iterable, flag: str | None = None
                ) -> list[int]:
   """``"1,2"`` or ``["1", "2"]`` → ``[1, 2]``; see :func:`parse_floats`."""
   return _parse_list(values, int, flag, "integers")
+
+
+def setting_from_flags(cls, *, flag_values=flags.FLAGS, **parsed):
+  """A script's frozen setting ``cls``, read from the flags named as its
+  fields.
+
+  Each field takes the value of the flag of its name in ``flag_values``;
+  ``parsed`` gives the fields whose flag text is parsed first (lists,
+  class pairs, byte sizes). A field with neither is a script's bug,
+  refused before any work.
+
+  Raises:
+    TypeError: a field of ``cls`` with no flag of its name and no parsed
+      value.
+  """
+  values = dict(parsed)
+  for field in dataclasses.fields(cls):
+    if not field.init or field.name in values:
+      continue
+    if field.name not in flag_values:
+      raise TypeError(f"{cls.__name__}.{field.name} has no flag "
+                      f"--{field.name} and no parsed value.")
+    values[field.name] = flag_values[field.name].value
+  return cls(**values)

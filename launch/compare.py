@@ -30,28 +30,28 @@ _METHODS = flags.DEFINE_list(
 _EPSILONS = flags.DEFINE_list(
     "epsilons", [f"{e:g}" for e in experiment.EPSILONS],
     "Target ε of the private methods.")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "δ of every private method.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Seeds per (data set, method, ε).")
-_FEATURES = flags.DEFINE_enum(
+flags.DEFINE_float("delta", 1e-5, "δ of every private method.")
+flags.DEFINE_integer("seeds", 3, "Seeds per (data set, method, ε).")
+flags.DEFINE_enum(
     "features", None, list(experiment.FEATURES),
     "Map the image sets' rows first (no privacy cost); unset: their own "
     "rows.")
-_DATA_DIR = flags.DEFINE_string(
+flags.DEFINE_string(
     "data_dir", None,
     "Where data files are looked for first; sets not found there use the "
     "loaders' default lookup.")
-_TUNE = flags.DEFINE_string(
+flags.DEFINE_string(
     "tune", None,
     "JSON file: a list of candidate recipes for fedsgd_server (objects over "
     "sampling_rate, epochs, clip_norm, learning_rate). Its figure at each "
     "ε then comes from a private selection, ε being each trial's target.")
-_EXPECTED_TRIALS = flags.DEFINE_float(
+flags.DEFINE_float(
     "expected_trials", 10.0, "--tune: E[K], the expected number of trials.")
-_DISTRIBUTION = flags.DEFINE_string(
+flags.DEFINE_string(
     "distribution", options.TrialDistribution.GEOMETRIC,
     "--tune: the law of K, one of "
     f"{', '.join(options.TrialDistribution)}.")
-_SCORE_EPSILON = flags.DEFINE_float(
+flags.DEFINE_float(
     "score_epsilon", 0.5, "--tune: ε of each trial's noisy validation "
     "accuracy.")
 _OUT = flags.DEFINE_string("out", "runs/compare.jsonl", "JSON lines.")
@@ -86,14 +86,10 @@ def _epsilons() -> tuple[float, ...]:
 
 def main(argv):
   del argv
-  setting = experiment.Setting(
-      datasets=_names(_DATASETS.value),
+  setting = common.setting_from_flags(
+      experiment.Setting, datasets=_names(_DATASETS.value),
       methods=None if _METHODS.value is None else _names(_METHODS.value),
-      epsilons=_epsilons(), delta=_DELTA.value, seeds=_SEEDS.value,
-      features=_FEATURES.value, data_dir=_DATA_DIR.value, tune=_TUNE.value,
-      expected_trials=_EXPECTED_TRIALS.value,
-      distribution=_DISTRIBUTION.value,
-      score_epsilon=_SCORE_EPSILON.value).check()
+      epsilons=_epsilons()).check()
   out, table_md, plots = _OUT.value, _TABLE_MD.value, _PLOTS.value
   if not out:
     raise ValueError("--out: give a JSON-lines file path.")

@@ -31,49 +31,45 @@ from launch import common, vocabulary
 
 _DATASET = flags.DEFINE_string("dataset", "digits", "mnist, segment, har, "
                                "digits, ... (launch.data.load_dataset).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
-_BOUNDS = flags.DEFINE_string(
+flags.DEFINE_string("data_dir", None, "Where the files are.")
+flags.DEFINE_string(
     "bounds", "auto", "Feature bounds: 'auto' (the dataset's public bounds; "
     "refused where it has none), 'LOW,HIGH' (public bounds), or "
     "'data_minmax' (the data's min/max: the paper's setting, labelled as not "
     "covered by the guarantee).")
-_MODEL = flags.DEFINE_enum("model", "glvq", list(options.LVQModel), "Model.")
-_TRAINER = flags.DEFINE_enum("trainer", "dpsgd", list(options.LVQTrainer),
-                             "DP-SGD, or the non-private SGD / L-BFGS.")
-_EPSILON = flags.DEFINE_float("epsilon", 1.5, "Total ε (init + DP-SGD).")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "δ.")
-_SAMPLING_RATE = flags.DEFINE_float("sampling_rate", 0.01,
-                                    "Poisson sampling rate q.")
-_CLIP_NORM = flags.DEFINE_float("clip_norm", 0.5, "Per-example L2 clip C.")
-_EPOCHS = flags.DEFINE_integer("epochs", 50, "Epochs E (T = E/q steps).")
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.05,
-                                    "SGD learning rate.")
-_SIGMA_RULE = flags.DEFINE_enum(
+flags.DEFINE_enum("model", "glvq", list(options.LVQModel), "Model.")
+flags.DEFINE_enum("trainer", "dpsgd", list(options.LVQTrainer),
+                  "DP-SGD, or the non-private SGD / L-BFGS.")
+flags.DEFINE_float("epsilon", 1.5, "Total ε (init + DP-SGD).")
+flags.DEFINE_float("delta", 1e-5, "δ.")
+flags.DEFINE_float("sampling_rate", 0.01, "Poisson sampling rate q.")
+flags.DEFINE_float("clip_norm", 0.5, "Per-example L2 clip C.")
+flags.DEFINE_integer("epochs", 50, "Epochs E (T = E/q steps).")
+flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate.")
+flags.DEFINE_enum(
     "sigma_rule", "accountant", list(options.SigmaRule),
     "σ from the RDP accountant for ε₂, or the paper's 2q√(T log(1/δ))/ε₂ "
     "(the ε it actually gives is reported).")
-_INIT_FRACTION = flags.DEFINE_float("init_fraction", 0.2, "ε₁ / ε.")
-_INIT_MECHANISM = flags.DEFINE_enum(
+flags.DEFINE_float("init_fraction", 0.2, "ε₁ / ε.")
+flags.DEFINE_enum(
     "init_mechanism", "laplace", list(options.InitMechanism),
     "Private init: the paper's Laplace on counts and sums, or one Gaussian "
     "mechanism on both (L2 sensitivity √(1+d); δ split in halves).")
-_FOLDS = flags.DEFINE_integer("folds", 5, "Folds of the CV.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Repeats of the k-fold CV.")
-_TRAIN_ON = flags.DEFINE_enum(
+flags.DEFINE_integer("folds", 5, "Folds of the CV.")
+flags.DEFINE_integer("repeats", 5, "Repeats of the k-fold CV.")
+flags.DEFINE_enum(
     "train_on", "auto", list(vocabulary.TrainOn),
     "auto: one fold for mnist (paper), the other folds otherwise.")
-_RANK = flags.DEFINE_integer("rank", None, "Rank of Ω (default: full).")
-_NORMALISE = flags.DEFINE_bool("normalise", False,
-                               "Project Ω to trace(ΩᵀΩ)=1 after each step.")
-_PHI_KIND = flags.DEFINE_enum("phi_kind", "identity", list(options.Phi), "Φ.")
-_PROTOTYPES = flags.DEFINE_integer("prototypes_per_class", 1,
-                                   "Prototypes/class.")
-_BFGS_ITERATIONS = flags.DEFINE_integer("bfgs_iterations", 100,
-                                        "L-BFGS steps.")
-_GHOST = flags.DEFINE_bool("ghost_clipping", True,
-                           "Closed-form per-example norms (else vmap(grad)).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the splits and the noise.")
-_PARALLEL_RUNS = flags.DEFINE_integer(
+flags.DEFINE_integer("rank", None, "Rank of Ω (default: full).")
+flags.DEFINE_bool("normalise", False,
+                  "Project Ω to trace(ΩᵀΩ)=1 after each step.")
+flags.DEFINE_enum("phi_kind", "identity", list(options.Phi), "Φ.")
+flags.DEFINE_integer("prototypes_per_class", 1, "Prototypes/class.")
+flags.DEFINE_integer("bfgs_iterations", 100, "L-BFGS steps.")
+flags.DEFINE_bool("ghost_clipping", True,
+                  "Closed-form per-example norms (else vmap(grad)).")
+flags.DEFINE_integer("seed", 0, "Seed of the splits and the noise.")
+flags.DEFINE_integer(
     "parallel_runs", 5, "Runs vmapped together (fewer where "
     "--memory_budget needs it).")
 _MEMORY_BUDGET = flags.DEFINE_string(
@@ -82,7 +78,7 @@ _MEMORY_BUDGET = flags.DEFINE_string(
     "system reports available. Fewer than --parallel_runs runs are vmapped "
     "together where their estimate exceeds it (the same runs); a setting "
     "that does not fit even one run at a time is refused before training.")
-_MAX_STEPS = flags.DEFINE_integer(
+flags.DEFINE_integer(
     "max_steps", 200_000, "Refuse settings whose SGD steps per run, "
     "T = epochs/q, exceed this (raise it to run such a setting anyway).")
 _OUT = flags.DEFINE_string("out", None, "JSON-lines file (default: "
@@ -165,22 +161,10 @@ def main(argv):
   out = _OUT.value or os.path.join("runs", f"dplvq_{_DATASET.value}.jsonl")
   common.check_output_path(out, "--out")
   budget = _MEMORY_BUDGET.value.strip().lower()
-  setting = experiment.Setting(
-      dataset=_DATASET.value, data_dir=_DATA_DIR.value, bounds=_BOUNDS.value,
-      model=_MODEL.value, trainer=_TRAINER.value, epsilon=_EPSILON.value,
-      delta=_DELTA.value, sampling_rate=_SAMPLING_RATE.value,
-      clip_norm=_CLIP_NORM.value, epochs=_EPOCHS.value,
-      learning_rate=_LEARNING_RATE.value, sigma_rule=_SIGMA_RULE.value,
-      init_fraction=_INIT_FRACTION.value,
-      init_mechanism=_INIT_MECHANISM.value, folds=_FOLDS.value,
-      repeats=_REPEATS.value, train_on=_TRAIN_ON.value, rank=_RANK.value,
-      normalise=_NORMALISE.value, phi_kind=_PHI_KIND.value,
-      prototypes_per_class=_PROTOTYPES.value,
-      bfgs_iterations=_BFGS_ITERATIONS.value, ghost_clipping=_GHOST.value,
-      seed=_SEED.value, parallel_runs=_PARALLEL_RUNS.value,
+  setting = common.setting_from_flags(
+      experiment.Setting,
       memory_budget=(budget if budget == "auto" else common.parse_bytes(
-          budget, "--memory_budget")),
-      max_steps=_MAX_STEPS.value).check()
+          budget, "--memory_budget"))).check()
   if _TABLE.value:
     models = [options.parse(options.LVQModel, m, "models")
               for m in _MODELS.value]

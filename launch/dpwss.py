@@ -44,14 +44,14 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
 _CLASSES = flags.DEFINE_string(
     "classes", None, "For multi-class sets: 'POS,NEG', two class ids "
     "(e.g. 3,8); the SVM is binary.")
-_SCALING = flags.DEFINE_enum(
+flags.DEFINE_enum(
     "scaling", "auto", list(vocabulary.Scaling),
     "Feature scaling (see module docstring).")
-_EVAL = flags.DEFINE_enum("eval", "train", list(vocabulary.EvalSplit),
-                          "Evaluate on the training set (paper) or test.")
-_WSS = flags.DEFINE_enum("wss", "dpwss", list(vocabulary.WorkingSet),
-                         "Working-set selection: LIBSVM's WSS2 or DPWSS.")
-_SELECTION = flags.DEFINE_enum(
+flags.DEFINE_enum("eval", "train", list(vocabulary.EvalSplit),
+                  "Evaluate on the training set (paper) or test.")
+flags.DEFINE_enum("wss", "dpwss", list(vocabulary.WorkingSet),
+                  "Working-set selection: LIBSVM's WSS2 or DPWSS.")
+flags.DEFINE_enum(
     "selection", "paper", list(options.Selection),
     "DPWSS selection: 'paper' (the paper's algorithm; no DP guarantee) or "
     "'private' (i and j by the exponential mechanism, exactly --max_iter "
@@ -64,24 +64,23 @@ _EPSILON = flags.DEFINE_float(
     "draw is derived so that the draws of max_iter iterations (1 each for "
     "paper, nominal; 2 each for private) cost this (zCDP/RDP bisection).")
 _SIGMA = flags.DEFINE_float("sigma", 0.5, "Constant factor σ ∈ (0, 1).")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "δ of the composed guarantee.")
-_MAX_ITER = flags.DEFINE_integer("max_iter", None, "Iteration cap T.")
-_KERNEL = flags.DEFINE_enum("kernel", "rbf", list(options.Kernel), "Kernel.")
-_GAMMA = flags.DEFINE_float("gamma", None, "γ (default 1/num_features).")
-_COEF0 = flags.DEFINE_float("coef0", 0.0, "coef0 (poly, sigmoid).")
-_DEGREE = flags.DEFINE_integer("degree", 3, "degree (poly).")
-_C = flags.DEFINE_float("c", 1.0, "C.")
-_EPS = flags.DEFINE_float("eps", 1e-3, "Stopping tolerance (LIBSVM's -e).")
-_SHRINKING = flags.DEFINE_bool("shrinking", False, "LIBSVM's shrinking.")
-_DTYPE = flags.DEFINE_enum("dtype", "float64", list(vocabulary.SolverDtype),
-                           "Solver precision.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Repeats (vmapped).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed.")
-_RELEASE = flags.DEFINE_enum(
+flags.DEFINE_float("delta", 1e-5, "δ of the composed guarantee.")
+flags.DEFINE_integer("max_iter", None, "Iteration cap T.")
+flags.DEFINE_enum("kernel", "rbf", list(options.Kernel), "Kernel.")
+flags.DEFINE_float("gamma", None, "γ (default 1/num_features).")
+flags.DEFINE_float("coef0", 0.0, "coef0 (poly, sigmoid).")
+flags.DEFINE_integer("degree", 3, "degree (poly).")
+flags.DEFINE_float("c", 1.0, "C.")
+flags.DEFINE_float("eps", 1e-3, "Stopping tolerance (LIBSVM's -e).")
+flags.DEFINE_bool("shrinking", False, "LIBSVM's shrinking.")
+flags.DEFINE_enum("dtype", "float64", list(vocabulary.SolverDtype),
+                  "Solver precision.")
+flags.DEFINE_integer("repeats", 5, "Repeats (vmapped).")
+flags.DEFINE_integer("seed", 0, "Seed.")
+flags.DEFINE_enum(
     "release", "none", list(vocabulary.Release),
     "Private release of a linear (w, b); 'none' releases nothing private.")
-_RELEASE_EPSILON = flags.DEFINE_float("release_epsilon", 1.0,
-                                      "ε of the output perturbation.")
+flags.DEFINE_float("release_epsilon", 1.0, "ε of the output perturbation.")
 _MEMORY_BUDGET = flags.DEFINE_string(
     "memory_budget", "auto",
     "the training's memory budget, e.g. 8G or 512M; auto: 3/4 of the "
@@ -137,17 +136,10 @@ def main(argv):
   # A total --epsilon takes the place of the per-draw default.
   per_draw = None if _EPSILON.value is not None and not flags.FLAGS[
       "selection_epsilon"].present else _SELECTION_EPSILON.value
-  setting = experiment.Setting(
-      dataset=datasets[0] if datasets else "",
+  setting = common.setting_from_flags(
+      experiment.Setting, dataset=datasets[0] if datasets else "",
       classes=experiment.parse_classes(_CLASSES.value),
-      scaling=_SCALING.value, eval=_EVAL.value, wss=_WSS.value,
-      selection=_SELECTION.value, selection_epsilon=per_draw,
-      epsilon=_EPSILON.value, sigma=_SIGMA.value, delta=_DELTA.value,
-      max_iter=_MAX_ITER.value, kernel=_KERNEL.value, gamma=_GAMMA.value,
-      coef0=_COEF0.value, degree=_DEGREE.value, c=_C.value, eps=_EPS.value,
-      shrinking=_SHRINKING.value, dtype=_DTYPE.value, repeats=_REPEATS.value,
-      seed=_SEED.value, release=_RELEASE.value,
-      release_epsilon=_RELEASE_EPSILON.value)
+      selection_epsilon=per_draw)
   where = dict(data_dir=_DATA_DIR.value, memory_budget=memory_budget)
   if _SELECTION_TABLE.value:
     records = experiment.run_selection_comparison(

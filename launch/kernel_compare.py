@@ -24,7 +24,7 @@ _DATASETS = flags.DEFINE_list(
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
 _CLASSES = flags.DEFINE_string(
     "classes", "3,8", "POS,NEG: the two classes kept of a multi-class set.")
-_SCALING = flags.DEFINE_enum(
+flags.DEFINE_enum(
     "scaling", "auto_minmax", list(vocabulary.Scaling), "Feature scaling, as "
     "launch.dpwss (fitted on the training rows).")
 _METHODS = flags.DEFINE_list(
@@ -33,12 +33,10 @@ _METHODS = flags.DEFINE_list(
                 "rff_output_perturbation"], "Methods to run.")
 _EPSILONS = flags.DEFINE_list("epsilons", ["0.5", "1", "2", "4", "8"],
                               "Target ε of the private methods.")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "δ.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Seeds per (set, method, ε).")
-_TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.3,
-                                    "Fraction of rows held out for test.")
-_SPLIT_SEED = flags.DEFINE_integer("split_seed", 0,
-                                   "Seed of the fixed train/test split.")
+flags.DEFINE_float("delta", 1e-5, "δ.")
+flags.DEFINE_integer("seeds", 3, "Seeds per (set, method, ε).")
+flags.DEFINE_float("test_fraction", 0.3, "Fraction of rows held out for test.")
+flags.DEFINE_integer("split_seed", 0, "Seed of the fixed train/test split.")
 _TABLE_MD = flags.DEFINE_string("table_md", None, "Markdown table path.")
 _OUT = flags.DEFINE_string("out", "runs/kernel_compare.jsonl",
                            "JSON lines.")
@@ -56,13 +54,11 @@ def main(argv):
   common.check_output_path(out, "--out")
   if _TABLE_MD.value:
     common.check_output_path(_TABLE_MD.value, "--table_md")
-  setting = experiment.Setting(
+  setting = common.setting_from_flags(
+      experiment.Setting,
       datasets=tuple(d.strip() for d in _DATASETS.value if d.strip()),
       methods=tuple(m.strip() for m in _METHODS.value if m.strip()),
       epsilons=tuple(common.parse_floats(_EPSILONS.value, "--epsilons")),
-      delta=_DELTA.value, seeds=_SEEDS.value,
-      test_fraction=_TEST_FRACTION.value, split_seed=_SPLIT_SEED.value,
-      scaling=_SCALING.value,
       classes=(dpwss.parse_classes(_CLASSES.value)
                or experiment.DEFAULT_CLASSES))
   records = experiment.run(setting, data_dir=_DATA_DIR.value, out=out,

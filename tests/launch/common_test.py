@@ -1,9 +1,11 @@
 """launch.common: the import guard of the scripts."""
 
+import dataclasses
 import gc
 import threading
 
 import pytest
+from absl import flags
 
 from launch import common
 
@@ -81,3 +83,37 @@ def test_a_bad_item_is_refused_in_one_line_naming_the_flag(parse, values,
   with pytest.raises(ValueError) as caught:
     parse(values, "--epsilons")
   assert str(caught.value) == words
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Setting:
+  epsilon: float = 1.0
+  seeds: tuple = (0,)
+  name: str = "a"
+
+
+def _flags(**defined):
+  values = flags.FlagValues()
+  flags.DEFINE_float("epsilon", 1.0, "", flag_values=values)
+  flags.DEFINE_list("seeds", ["0"], "", flag_values=values)
+  if defined.get("name", True):
+    flags.DEFINE_string("name", "a", "", flag_values=values)
+  values(["prog", "--epsilon=2.5", "--seeds=3,4"])
+  return values
+
+
+def test_setting_from_flags_reads_each_field_from_its_flag():
+  values = _flags()
+  setting = common.setting_from_flags(
+      _Setting, flag_values=values,
+      seeds=tuple(common.parse_ints(values["seeds"].value)))
+  assert setting == _Setting(epsilon=2.5, seeds=(3, 4), name="a")
+
+
+def test_setting_from_flags_refuses_a_field_without_flag_or_value():
+  values = _flags(name=False)
+  with pytest.raises(TypeError, match="_Setting.name has no flag --name"):
+    common.setting_from_flags(_Setting, flag_values=values, seeds=(3,))
+  # A parsed value stands in for the missing flag.
+  assert common.setting_from_flags(
+      _Setting, flag_values=values, seeds=(3,), name="b").name == "b"
