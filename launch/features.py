@@ -29,22 +29,21 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Where the files are.")
 _EPSILONS = flags.DEFINE_list("epsilons", ["1", "3"], "target ε values")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "seeds (one run each)")
 _DELTA = flags.DEFINE_float("delta", 1e-5, "δ")
-_J = flags.DEFINE_integer("J", 2, "scattering scales")
-_L = flags.DEFINE_integer("L", 8, "scattering orientations")
-_NORM = flags.DEFINE_enum("norm", "group", ["group", "data", "none"],
-                          "normalisation of the scattering channels")
-_GROUPS = flags.DEFINE_integer("num_groups", 27, "groups of --norm=group")
-_NORM_SIGMA = flags.DEFINE_float(
+flags.DEFINE_integer("J", 2, "scattering scales")
+flags.DEFINE_integer("L", 8, "scattering orientations")
+flags.DEFINE_enum("norm", "group", ["group", "data", "none"],
+                  "normalisation of the scattering channels")
+flags.DEFINE_integer("num_groups", 27, "groups of --norm=group")
+flags.DEFINE_float(
     "norm_noise_multiplier", 8.0, "σ/Δ of --norm=data (T&B's σ_norm)")
-_CLIP_MEAN = flags.DEFINE_float("clip_mean", 1.0,
-                                "--norm=data: bound on ‖channel means‖")
-_CLIP_SQUARE = flags.DEFINE_float(
+flags.DEFINE_float("clip_mean", 1.0, "--norm=data: bound on ‖channel means‖")
+flags.DEFINE_float(
     "clip_square", 1.0, "--norm=data: bound on ‖channel mean squares‖")
-_BATCH = flags.DEFINE_integer("batch_size", 8192, "expected batch qN")
-_EPOCHS = flags.DEFINE_float("epochs", 40.0, "epochs (T = E/q)")
-_CLIP = flags.DEFINE_float("clip_norm", 0.1, "per-example clip C")
-_LR = flags.DEFINE_float("learning_rate", 4.0, "SGD learning rate")
-_MOMENTUM = flags.DEFINE_float("momentum", 0.9, "SGD momentum")
+flags.DEFINE_integer("batch_size", 8192, "expected batch qN")
+flags.DEFINE_float("epochs", 40.0, "epochs (T = E/q)")
+flags.DEFINE_float("clip_norm", 0.1, "per-example clip C")
+flags.DEFINE_float("learning_rate", 4.0, "SGD learning rate")
+flags.DEFINE_float("momentum", 0.9, "SGD momentum")
 _CACHE = flags.DEFINE_string("cache_dir", None,
                              "where to keep the features (.npy)")
 _OUT = flags.DEFINE_string("out", None, "JSON lines output")

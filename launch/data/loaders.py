@@ -579,8 +579,6 @@ PUBLIC_BOUNDS = {"mnist": (0.0, 255.0), "fashion_mnist": (0.0, 255.0),
                  "heart": (-1.0, 1.0), "har": (-1.0, 1.0)}
 """Public feature bounds of the named sets that have them (see above)."""
 
-NAMES = tuple(_LOADERS)
-
 
 def public_bounds(name: str):
   """The public ``(low, high)`` of a named set, ``None`` if it has none.
