@@ -1,8 +1,8 @@
 """Audit specs of the private data normalisation (its Gaussian release).
 
 The mechanism is :func:`mechanisms.features.normalization.release` as the
-features pipeline calls it (:mod:`launch.experiments.features`,
-``--norm=data``), on a tiny set of feature maps: n = 64 examples of
+linear ScatterNet calls it (:func:`mechanisms.features.scatternet.normalise`,
+``norm="data"``), on a tiny set of feature maps: n = 64 examples of
 K = 4 channels of 2 × 2. What it releases, (mean, var) per channel, is
 all the audit's statistic reads.
 

@@ -1,14 +1,14 @@
 """Audit specs of the scattering features + DP-SGD head.
 
-The pipeline of :mod:`launch.experiments.features` on a tiny problem: the
-mechanism takes the raw images, computes their order-2 scattering
-transform (:func:`mechanisms.features.scattering.scattering`, traced
-inside the mechanism, so jitted and vmapped with it), normalises each
+The linear ScatterNet (:mod:`mechanisms.features.scatternet`) on a tiny
+problem: the mechanism takes the raw images, computes their order-2
+scattering transform (:func:`mechanisms.features.scattering.scattering`,
+traced inside the mechanism, so jitted and vmapped with it), normalises each
 example by group normalisation
 (:func:`mechanisms.features.normalization.group_norm`: per example, no
 privacy cost) and trains a head by :func:`dpcore.trainer.train` on its
 fast paths (the layered loss, the geometric-gap sampler), as
-:func:`launch.experiments.features.train_head` does.
+:func:`mechanisms.features.scatternet.release` does.
 
 The head is the trainer row's layered linear loss ℓ(w; φ) = −w·φ
 (:func:`dpcore.trainer_audit.canary_loss`), whose gradient
