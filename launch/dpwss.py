@@ -46,7 +46,7 @@ _CLASSES = flags.DEFINE_string(
     "(e.g. 3,8); the SVM is binary.")
 flags.DEFINE_enum(
     "scaling", "auto", list(vocabulary.Scaling),
-    "Feature scaling (see module docstring).")
+    "Feature scaling (docs/dpwss.md, Scaling).")
 flags.DEFINE_enum("eval", "train", list(vocabulary.EvalSplit),
                   "Evaluate on the training set (paper) or test.")
 flags.DEFINE_enum("wss", "dpwss", list(vocabulary.WorkingSet),

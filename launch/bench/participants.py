@@ -155,7 +155,7 @@ def loop_train(key, x, labels, mask, sigma, n, p, theta, *, static,
 
 
 def captured(x, mask, bases, global_basis, k: int) -> dict:
-  """Noise-free variance captured by the bases (see the module docstring).
+  """Noise-free variance captured by the bases (docs/benchmarks.md).
 
   Args:
     x, mask: (P, n, d) rows and (P, n) mask.

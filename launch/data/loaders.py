@@ -74,7 +74,7 @@ class Dataset:
     classes: sorted tuple of the label values present.
     image_shape: ``(height, width, channels)`` for images, else ``None``.
     bounds: public ``(low, high)`` feature bounds, or ``None`` if none is
-      known (see the module docstring).
+      known (:data:`PUBLIC_BOUNDS`; docs/data.md).
   """
 
   name: str
