@@ -63,6 +63,8 @@ EXPECTED = {
         "features_data_norm_sensitivity_one"],
     "mechanisms.features.scattering_audit": [
         *_at("features_dpsgd"), "features_dpsgd_clip_skipped"],
+    "mechanisms.features.scatternet_audit": [
+        *_at("scatternet_head"), "scatternet_head_noise_quartered"],
     "mechanisms.pca.dp_pca_audit": [*_at("dp_pca"), "dp_pca_clip_skipped"],
     "mechanisms.svm.dpwss_audit": [
         "dpwss_paper_one_selection_j", "dpwss_paper_one_selection_i",
