@@ -148,13 +148,21 @@ def release(key: jax.Array, plan: trainer.DPSGDPlan, recipe: Recipe, x, y,
 
   ``plan`` is this recipe's (:func:`make_plan`, or a trial's of
   :func:`calibrate_tuning`); the optimiser is momentum SGD at the recipe's
-  learning rate, from zero parameters.
+  learning rate, from zero parameters. One compiled program serves every
+  ε of the same shapes and recipe.
   """
+  return _fit(key, plan, x, y, num_classes=num_classes,
+              learning_rate=recipe.learning_rate, momentum=recipe.momentum)
+
+
+@functools.partial(jax.jit, static_argnames=("num_classes", "learning_rate",
+                                             "momentum"))
+def _fit(key, plan, x, y, *, num_classes, learning_rate, momentum):
+  """One program per shape and recipe: the plan is an argument (a pytree
+  whose leaves are C, σ and the budget), so every ε reuses it."""
   params = softmax.initial_params(x.shape[1], num_classes)
-  opt = optax.sgd(recipe.learning_rate, momentum=recipe.momentum)
-  fn = jax.jit(lambda k, xx, yy: trainer.train(
-      k, plan, softmax.loss, params, (xx, yy), opt).params)
-  return fn(key, x, y)
+  opt = optax.sgd(learning_rate, momentum=momentum)
+  return trainer.train(key, plan, softmax.loss, params, (x, y), opt).params
 
 
 def calibrate_tuning(num_examples: int, candidates, *, epsilon: float,

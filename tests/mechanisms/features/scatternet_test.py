@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from dpcore import accounting, tuning
+from dpcore import accounting, trainer, tuning
 from mechanisms.erm import softmax
 from mechanisms.features import normalization, scatternet
 
@@ -94,3 +94,20 @@ def test_release_learns_a_separable_problem_and_depends_on_the_key():
   assert float(softmax.accuracy(params, x, y)) > 0.9
   other = scatternet.release(jax.random.key(1), plan, recipe, x, y, 2)
   assert not np.allclose(params["out"]["w"], other["out"]["w"])
+
+
+def test_one_compiled_program_serves_every_epsilon():
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(300, 5)).astype(np.float32)
+  y = rng.integers(0, 3, 300)
+  recipe = scatternet.Recipe(batch_size=60, epochs=1.0, clip_norm=1.0,
+                             learning_rate=0.5, momentum=0.0)
+  before = scatternet._fit._cache_size()
+  outs = [scatternet.release(
+      jax.random.key(0), trainer.make_plan(
+          300, sampling_rate=0.2, steps=5, clip_norm=1.0,
+          noise_multiplier=sigma, delta=1e-5), recipe, x, y, 3)
+          for sigma in (0.8, 3.0)]
+  assert scatternet._fit._cache_size() == before + 1
+  # The two σ really reach the program: the released weights differ.
+  assert not np.allclose(outs[0]["out"]["w"], outs[1]["out"]["w"])
