@@ -81,6 +81,17 @@ def canary_index(count: int, position: str) -> int:
   return {"first": 0, "middle": count // 2, "last": count - 1}[position]
 
 
+def check_variant(broken: str | None, variants) -> None:
+  """Refuses a ``broken`` that is neither None nor one of ``variants``.
+
+  Raises:
+    ValueError: ``"broken must be None or one of (…), got 'x'."``
+  """
+  if broken not in (None, *variants):
+    raise ValueError(f"broken must be None or one of {tuple(variants)}, "
+                     f"got {broken!r}.")
+
+
 def spec_name(base: str, position: str | None) -> str:
   """``base@position`` (``base`` where there is no position)."""
   return base if position is None else f"{base}@{position}"
@@ -147,5 +158,6 @@ def run(key: jax.Array, spec: AuditSpec, *, trials: int | None = None,
                           memory_budget=memory_budget)
 
 
-__all__ = ["POSITIONS", "AuditSpec", "canary_index", "claimed_epsilon",
+__all__ = ["POSITIONS", "AuditSpec", "canary_index", "check_variant",
+           "claimed_epsilon",
            "group", "run", "spec_name"]

@@ -18,6 +18,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -89,10 +90,8 @@ def dpsgd_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
   variants keep it first, where padding repeats it.
   """
   cfg = _DPSGD
+  check_variant(broken, ("mask_dropped", "clip_skipped"))
   variant = broken or "library"
-  if variant not in ("library", "mask_dropped", "clip_skipped"):
-    raise ValueError(f"broken must be None, 'mask_dropped' or "
-                     f"'clip_skipped', got {broken!r}.")
   n, q, steps = cfg["examples"], cfg["sampling_rate"], cfg["steps"]
   sigma, clip = cfg["noise_multiplier"], cfg["clip_norm"]
   max_batch = dpsgd.max_batch_size(n, sampling_rate=q, steps=steps)

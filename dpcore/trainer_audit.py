@@ -22,6 +22,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -70,9 +71,7 @@ def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
   the plan's C for the noise), which the audit must catch.
   """
   cfg = SETTINGS
-  if broken not in (None, "clip_skipped"):
-    raise ValueError(f"broken must be None or 'clip_skipped', got "
-                     f"{broken!r}.")
+  check_variant(broken, ("clip_skipped",))
   n, q, steps = cfg["examples"], cfg["sampling_rate"], cfg["steps"]
   clip = cfg["clip_norm"]
   # Both fast paths: the layered clipped sum and the geometric-gap sampler
@@ -88,8 +87,7 @@ def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
     def clipped_sum(params, batch, mask, clip_norm):
       return loss.clipped_sum(params, batch, mask, 1e6 * clip_norm)
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
-  if broken is not None:
-    position = "first"
+  position = position if broken is None else "first"
   x_1 = jnp.zeros((n, cfg["dim"]), jnp.float32).at[
       canary_index(n, position)].set(cfg["canary_scale"] * clip * direction)
   x_0 = jnp.zeros_like(x_1)

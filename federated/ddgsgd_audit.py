@@ -53,6 +53,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -102,9 +103,7 @@ def distributed_spec(*, position: str = "first", broken: str | None = None,
     broken: None, or one of :data:`BROKEN`.
     audit_delta: the δ the claim is read at.
   """
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, BROKEN)
   cfg = dict(_CFG)
   participants, rows = _LAYOUT[broken]
   if broken == "unbounded_rounding":

@@ -58,6 +58,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -133,9 +134,7 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   fit's gradient flips by 2·10 where the noise is calibrated for 2.
   Reported with the plan's ε, the audit must find a bound above it.
   """
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, BROKEN)
   config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=epsilon,
                           delta=delta, k=2, lam=lam)
   plan = feddpdr.make_plan([1], dim=2, num_classes=2, config=config)
@@ -198,9 +197,7 @@ def distributed_moments_spec(*, position: str = "first",
     epsilon_pca: ε₁ (the run's ε is twice it).
     audit_delta: the run's δ, at which the claim is read.
   """
-  if broken not in (None, *SECURE_BROKEN):
-    raise ValueError(f"broken must be None or one of {SECURE_BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, SECURE_BROKEN)
   position = position if broken is None else "first"
   participants, rows = _SECURE_LAYOUT[broken]
   dim = 2
@@ -281,9 +278,7 @@ def distributed_moments_dropout_spec(*, position: str = "first",
     epsilon_pca: ε₁ (the run's ε is twice it).
     audit_delta: the run's δ, at which the claim is read.
   """
-  if broken not in (None, *DROPOUT_BROKEN):
-    raise ValueError(f"broken must be None or one of {DROPOUT_BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, DROPOUT_BROKEN)
   position = position if broken is None else "first"
   participants, survivors = DROPOUT_SURVIVORS[broken]
   dim = 2

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dpcore import accounting
-from dpcore.audit_spec import AuditSpec, claimed_epsilon
+from dpcore.audit_spec import AuditSpec, check_variant, claimed_epsilon
 from mechanisms.erm import objective_perturbation as op
 
 BROKEN = ("clip_skipped",)
@@ -58,9 +58,7 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   (p/2)·2. Reported with the plan's ε, the audit must find a bound above
   it.
   """
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, BROKEN)
   plan = op.make_plan(epsilon=epsilon, num_examples=1, lam=lam, loss=loss)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dpcore import accounting
-from dpcore.audit_spec import AuditSpec, claimed_epsilon
+from dpcore.audit_spec import AuditSpec, check_variant, claimed_epsilon
 from mechanisms.erm import output_perturbation as outp
 
 BROKEN = ("add_remove_sensitivity",)
@@ -41,9 +41,7 @@ def output_perturbation_spec(*, epsilon: float = 1.0, c: float = 0.1,
   these neighbours (attained), reported with the plan's ε, and the audit
   must find a bound above it.
   """
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, BROKEN)
   x = jnp.ones((1, 1))
   w_0, _, _ = outp.fit_linear(x, jnp.ones((1,)), c=c)
   w_1, _, _ = outp.fit_linear(x, -jnp.ones((1,)), c=c)

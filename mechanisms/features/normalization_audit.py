@@ -51,6 +51,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -100,11 +101,8 @@ def data_norm_spec(*, position: str = "first", broken: str | None = None,
   (then the canary is at the first row).
   """
   cfg = _SETTINGS
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
-  if broken is not None:
-    position = "first"
+  check_variant(broken, BROKEN)
+  position = position if broken is None else "first"
   n, k = cfg["examples"], cfg["channels"]
   plan = normalization.make_plan(
       epsilon=None, noise_multiplier=cfg["noise_multiplier"],

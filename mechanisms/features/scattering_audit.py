@@ -49,6 +49,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -86,9 +87,7 @@ def features_dpsgd_spec(*, position: str = "first",
   middle or last); ``broken="clip_skipped"`` keeps it first.
   """
   cfg = _FEATURES
-  if broken not in (None, "clip_skipped"):
-    raise ValueError(f"broken must be None or 'clip_skipped', got "
-                     f"{broken!r}.")
+  check_variant(broken, ("clip_skipped",))
   n, q, steps = cfg["examples"], cfg["sampling_rate"], cfg["steps"]
   clip, lr = cfg["clip_norm"], cfg["learning_rate"]
   plan = trainer.make_plan(n, sampling_rate=q, steps=steps, clip_norm=clip,
@@ -101,8 +100,7 @@ def features_dpsgd_spec(*, position: str = "first",
   if broken == "clip_skipped":
     def clipped_sum(params, batch, mask, clip_norm):
       return loss.clipped_sum(params, batch, mask, 1e6 * clip_norm)
-  if broken is not None:
-    position = "first"
+  position = position if broken is None else "first"
   row = canary_index(n, position)
   side = cfg["side"]
   canary = canary_image()

@@ -44,6 +44,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -80,11 +81,8 @@ def head_spec(*, position: str = "first", broken: str | None = None,
   (then the canary is at the first row).
   """
   cfg = _SETTINGS
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
-  if broken is not None:
-    position = "first"
+  check_variant(broken, BROKEN)
+  position = position if broken is None else "first"
   n, q, clip = cfg["examples"], cfg["sampling_rate"], cfg["clip_norm"]
   plan = trainer.make_plan(n, sampling_rate=q, steps=cfg["steps"],
                            clip_norm=clip,

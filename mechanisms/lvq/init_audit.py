@@ -29,6 +29,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -76,13 +77,10 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
   """
   if kind not in ("laplace", "gaussian"):
     raise ValueError(f"kind must be 'laplace' or 'gaussian', got {kind!r}.")
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, BROKEN)
   if broken is not None and kind != "laplace":
     raise ValueError(f"broken={broken!r} is a variant of the Laplace init.")
-  if broken is not None:
-    position = "first"
+  position = position if broken is None else "first"
   ledger = accounting.PrivacyLedger()
   if kind == "laplace":
     plan = init.make_laplace_plan(epsilon=EPSILON, dim=1)

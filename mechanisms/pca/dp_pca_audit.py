@@ -20,6 +20,7 @@ from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
   canary_index,
+  check_variant,
   claimed_epsilon,
   spec_name,
 )
@@ -65,11 +66,8 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   is calibrated for 1; reported with the plan's ε, the audit must find a
   bound above it.
   """
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
-  if broken is not None:
-    position = "first"
+  check_variant(broken, BROKEN)
+  position = position if broken is None else "first"
   plan = dp_pca.make_plan(epsilon=epsilon, delta=delta, k=dim, dim=dim,
                           relation="add_remove")
   ledger = accounting.PrivacyLedger()

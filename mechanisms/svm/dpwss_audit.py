@@ -47,7 +47,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore.audit_spec import AuditSpec, claimed_epsilon
+from dpcore.audit_spec import AuditSpec, check_variant, claimed_epsilon
 from mechanisms.svm import dpwss, kernels, smo, wss
 
 DELTA = 1e-5
@@ -113,9 +113,7 @@ def transcript_mechanism(*, selection: str, epsilon: float, sigma: float,
   :class:`SupportMaskedWSS`.
   """
   dpwss.check_selection(selection)
-  if broken not in (None, *BROKEN):
-    raise ValueError(f"broken must be None or one of {BROKEN}, got "
-                     f"{broken!r}.")
+  check_variant(broken, BROKEN)
   if broken is not None and selection != "private":
     raise ValueError(f"broken={broken!r} breaks the private selection; "
                      f"the paper's selection ({selection!r}) makes no "

@@ -78,3 +78,11 @@ def test_run_enables_x64_only_for_a_spec_that_asks():
     audit_spec.run(jax.random.key(0), spec)
   assert jnp.float64 not in seen[:1]
   assert seen[-1] == jnp.float64
+
+
+def test_check_variant_names_the_variants_it_accepts():
+  audit_spec.check_variant(None, ("clip_skipped",))
+  audit_spec.check_variant("clip_skipped", ("clip_skipped",))
+  with pytest.raises(ValueError, match=r"one of \('clip_skipped',\), got "
+                     r"'clip'"):
+    audit_spec.check_variant("clip", ("clip_skipped",))
