@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import time
 from typing import NamedTuple
 
@@ -36,6 +37,16 @@ INPUTS = ("features", "pixels")
 _LVQ_MODELS = ("glvq", "gmlvq")
 _LVQ_TRAINERS = ("dpsgd", "sgd")
 _INIT_MECHANISMS = ("laplace", "gaussian")
+# The DP-LVQ run's fields (launch.experiments.dplvq.Setting) under the
+# names this script gives them, so its refusals name this script's flags.
+_LVQ_FIELDS = {
+    "model": "lvq_model", "trainer": "lvq_trainer",
+    "sampling_rate": "lvq_sampling_rate", "clip_norm": "lvq_clip",
+    "epochs": "lvq_epochs", "learning_rate": "lvq_learning_rate",
+    "init_mechanism": "lvq_init_mechanism", "folds": "lvq_folds",
+    "repeats": "lvq_repeats", "rank": "lvq_rank",
+    "parallel_runs": "lvq_parallel", "memory_budget": "lvq_memory_budget",
+}
 
 
 class Images(NamedTuple):
@@ -215,7 +226,10 @@ class Setting:
       positive("projection_dim", self.projection_dim, integer=True)
     positive("feature_bound", self.feature_bound)
     # The LVQ run is given the feature rows: its files are not needed.
-    self.lvq_setting().check(files=False)
+    try:
+      self.lvq_setting().check(files=False)
+    except ValueError as error:
+      raise ValueError(_lvq_names(str(error))) from None
     return self
 
   def lvq_setting(self):
@@ -255,6 +269,17 @@ class Setting:
             "feature_bound")))
     return {"learner": self.learner,
             **{k: getattr(self, k) for k in keep}}
+
+
+def _lvq_names(message: str) -> str:
+  """A DP-LVQ refusal with its field names spelt as this script's
+  (``clip_norm=…`` → ``lvq_clip=…``): the name that opens the message and
+  every ``name=``."""
+  names = "|".join(_LVQ_FIELDS)
+  message = re.sub(rf"\b({names})(?==)",
+                   lambda m: _LVQ_FIELDS[m.group(1)], message)
+  return re.sub(rf"^({names})\b", lambda m: _LVQ_FIELDS[m.group(1)],
+                message)
 
 
 # -- data and features ---------------------------------------------------------

@@ -169,7 +169,11 @@ def test_check_refuses_bad_federated_settings(change, message):
     (dict(lvq_model="lvq"), "lvq_model="),
     (dict(projection_dim=0), "projection_dim="),
     (dict(feature_bound=-1.0), "feature_bound="),
-    (dict(lvq_folds=1), "folds=1"),
+    # The DP-LVQ run's own refusals name this script's fields.
+    (dict(lvq_folds=1), "^lvq_folds=1:.*e.g. lvq_folds=5"),
+    (dict(lvq_clip=-1.0), "^lvq_clip must be > 0"),
+    (dict(lvq_sampling_rate=2.0), "^lvq_sampling_rate must"),
+    (dict(lvq_parallel=0), "^lvq_parallel must"),
 ])
 def test_check_refuses_bad_lvq_settings(change, message):
   with pytest.raises(ValueError, match=message):
