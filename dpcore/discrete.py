@@ -522,31 +522,13 @@ def _fresh_state(width: int) -> _GaussState:
                      zero, zero)
 
 
-def _gaussian_batch(key, size: int, p: GaussianParams):
-  """Discrete Gaussian N_Z(0, n/d) (CKS Algorithm 3), as one flat machine.
+def _gaussian_step(key, p: GaussianParams):
+  """One step of every lane of :func:`_gaussian_batch`: ``state -> state``.
 
-  Each element runs its own sequence of proposals: the discrete Laplace
-  steps of :func:`_laplace_batch` (scale t, den 1), then the acceptance
-  Bernoulli(exp(−E)) steps of :func:`_bernoulli_exp_batch`, back to a new
-  proposal on rejection. E's integer and fractional parts come from a
-  host-side table of exact divisions for |y| up to 64·t + 64 and from the
-  word-level long division beyond (a ``lax.cond`` that essentially never
-  runs).
-
-  Lanes: the machine has W = :func:`_lanes` (size) lanes (size/16, at
-  least 1,024), each running one element; a lane whose element is
-  accepted writes the value out and takes the next element not yet
-  started, from a fresh state. A draw takes ~18 steps on average at
-  σ ≈ 307 but the slowest of 40,960 ~160, so one full-width lane per
-  element would spend ~90 % of its steps waiting for the slowest; with
-  refills the lanes stay busy until the last W elements have started.
-  Then, once at most W/8 are unfinished, their states move to W/8 lanes
-  (a second loop) for the tail. Every step
-  draws fresh words for every lane (:func:`random_words` of
-  ``fold_in(key, step)``), so each element meets i.i.d. uniform words
-  at every step of its own run, whichever lane runs it and from which
-  step: the law is exactly that of one lane per element; only the words
-  an element meets differ.
+  A lane in phase 0–2 advances its discrete Laplace proposal (scale t);
+  one in phase 3 its acceptance Bernoulli(exp(−E)); phase 4 is accepted,
+  its value in ``value``. The constants (t, m, the exponent table) are
+  made once, outside the loop.
   """
   t = u32(p.t)
   mh, ml = split64(p.m)
@@ -627,12 +609,24 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
         jnp.where(proposed, e[:, 2], s.fh),
         jnp.where(proposed, e[:, 3], s.fl))
 
+  return body
+
+
+def _run_lanes(step, size: int):
+  """``size`` accepted values of the lane machine ``step`` (int32).
+
+  :func:`_lanes` (size) lanes run ``step`` together; a lane whose element
+  is accepted (phase 4) writes its value out and restarts from a fresh
+  state on the next element not yet started. Once every element has
+  started and at most W/8 are unfinished, their states move to W/8 lanes
+  for the tail.
+  """
   width = _lanes(size)
   narrow = width // _TAIL_DIV if width // _TAIL_DIV >= _TAIL_MIN else 0
 
   def refill_body(c):
     s, lanes, following, values = c
-    s = body(s)
+    s = step(s)
     done = (s.phase == 4) & (lanes < size)  # accepted this step
     values = values.at[jnp.where(done, lanes, size)].set(s.value,
                                                          mode="drop")
@@ -665,6 +659,35 @@ def _gaussian_batch(key, size: int, p: GaussianParams):
         (s._replace(phase=jnp.where(real, s.phase, 4)),
          jnp.where(real, lanes[pick], size), following, values))
   return c[3]
+
+
+def _gaussian_batch(key, size: int, p: GaussianParams):
+  """Discrete Gaussian N_Z(0, n/d) (CKS Algorithm 3), as one flat machine.
+
+  Each element runs its own sequence of proposals: the discrete Laplace
+  steps of :func:`_laplace_batch` (scale t, den 1), then the acceptance
+  Bernoulli(exp(−E)) steps of :func:`_bernoulli_exp_batch`, back to a new
+  proposal on rejection. E's integer and fractional parts come from a
+  host-side table of exact divisions for |y| up to 64·t + 64 and from the
+  word-level long division beyond (a ``lax.cond`` that essentially never
+  runs).
+
+  Lanes: the machine has W = :func:`_lanes` (size) lanes (size/16, at
+  least 1,024), each running one element; a lane whose element is
+  accepted writes the value out and takes the next element not yet
+  started, from a fresh state. A draw takes ~18 steps on average at
+  σ ≈ 307 but the slowest of 40,960 ~160, so one full-width lane per
+  element would spend ~90 % of its steps waiting for the slowest; with
+  refills the lanes stay busy until the last W elements have started.
+  Then, once at most W/8 are unfinished, their states move to W/8 lanes
+  (a second loop) for the tail. Every step
+  draws fresh words for every lane (:func:`random_words` of
+  ``fold_in(key, step)``), so each element meets i.i.d. uniform words
+  at every step of its own run, whichever lane runs it and from which
+  step: the law is exactly that of one lane per element; only the words
+  an element meets differ.
+  """
+  return _run_lanes(_gaussian_step(key, p), size)
 
 
 def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
