@@ -4,9 +4,13 @@ Each spec (:class:`dpcore.audit_spec.AuditSpec`) runs one of the library's
 samplers (:mod:`dpcore.noise`, :mod:`dpcore.lattice`,
 :mod:`dpcore.exponential`) on a worst-case pair of neighbouring values
 under the relation its ledger entry records, with the ε that entry
-claims. The broken variants (``gaussian_sigma_halved``: σ/2;
-``laplace_wrong_sensitivity``: the scale of a count's sensitivity on a
-sum's) report the correct calibration's ε and must be caught.
+claims. Every spec has a broken variant, which reports the correct
+calibration's ε and must be caught: ``gaussian_sigma_halved`` and
+``discrete_gaussian_sigma_halved`` (σ/2), ``laplace_wrong_sensitivity``
+(the scale of a count's sensitivity on a sum's),
+``discrete_laplace_scale_halved`` (t/2) and
+``exponential_sensitivity_halved`` (the weights exp(ε·s/2Δ) drawn for
+Δ/2, i.e. without the factor ½ the proof needs).
 """
 
 from __future__ import annotations
@@ -104,13 +108,15 @@ def laplace_spec(*, epsilon: float = 1.0, broken: bool = False
 
 
 def discrete_gaussian_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
-                           audit_delta: float = 1e-2) -> AuditSpec:
+                           audit_delta: float = 1e-2,
+                           broken: bool = False) -> AuditSpec:
   """Discrete Gaussian grid mechanism on a mean of 3 values in [0, 1].
 
   Δ = 1/3, γ = 2⁻⁴: Δ/γ = 5.33 and the lattice sensitivity is 6.33; the
   neighbours 0.03 and 0.03 + 1/3 round to 0 and 6 grid steps. The
   integer σ is the smallest whose zCDP gives (ε, δ) at the lattice
-  sensitivity; the ledger's ε is read at ``audit_delta``.
+  sensitivity; the ledger's ε is read at ``audit_delta``. ``broken``: the
+  noise has σ/2.
   """
   granularity = 2.0 ** -4
   value_sensitivity = 1.0 / 3.0
@@ -122,33 +128,40 @@ def discrete_gaussian_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   ledger.record_discrete_gaussian(sigma=float(sigma), sensitivity=lattice,
                                   delta=delta, label="discrete_gaussian",
                                   relation="add_remove")
+  used = sigma / 2 if broken else sigma
 
   def mechanism(key, mean):
     z, _ = dp_lattice.gaussian_mechanism(
-        key, mean, sensitivity=value_sensitivity, sigma=sigma,
+        key, mean, sensitivity=value_sensitivity, sigma=used,
         granularity=granularity)
     return z.astype(jnp.float32)
 
+  settings = {"epsilon": epsilon, "delta": delta,
+              "sigma_lattice": int(sigma), "granularity": granularity,
+              "sensitivity": value_sensitivity,
+              "lattice_sensitivity": lattice, "rounded_distance": 6}
+  if broken:
+    settings["sigma_lattice_used"] = str(used)
   return AuditSpec(
-      name="discrete_gaussian", relation="add_remove",
-      settings={"epsilon": epsilon, "delta": delta,
-                "sigma_lattice": int(sigma), "granularity": granularity,
-                "sensitivity": value_sensitivity,
-                "lattice_sensitivity": lattice, "rounded_distance": 6},
+      name="discrete_gaussian_sigma_halved" if broken
+      else "discrete_gaussian", relation="add_remove", settings=settings,
       mechanism=mechanism, data_0=jnp.float32(0.03),
       data_1=jnp.float32(0.03 + value_sensitivity), statistic=_identity,
       delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
       nominal_epsilon=None if audit_delta == delta else epsilon,
-      default_trials=300_000)
+      default_trials=50_000 if broken else 300_000, broken=broken)
 
 
-def discrete_laplace_spec(*, epsilon: float = 1.0) -> AuditSpec:
+def discrete_laplace_spec(*, epsilon: float = 1.0, broken: bool = False
+                          ) -> AuditSpec:
   """Discrete Laplace grid mechanism on a mean of 3 values in [0, 2].
 
   Δ₁ = 2/3, γ = 2⁻³: Δ₁/γ = 16/3 and the lattice sensitivity 19/3, so
   the scale t = 19/(3ε) gives ε; the neighbours 0.06 and 0.06 + 2/3
   round to 0 and 6 grid steps (an exact test would show 6/(19/3)·ε).
+  ``broken``: the noise has scale t/2 (an exact test would show twice
+  that).
   """
   granularity = 2.0 ** -3
   value_sensitivity = 2.0 / 3.0
@@ -159,31 +172,33 @@ def discrete_laplace_spec(*, epsilon: float = 1.0) -> AuditSpec:
                                  sensitivity=float(lattice),
                                  label="discrete_laplace",
                                  relation="add_remove")
+  used = scale / 2 if broken else scale
 
   def mechanism(key, mean):
     z, _ = dp_lattice.laplace_mechanism(
-        key, mean, sensitivity=value_sensitivity, scale=scale,
+        key, mean, sensitivity=value_sensitivity, scale=used,
         granularity=granularity)
     return z.astype(jnp.float32)
 
+  settings = {"epsilon": epsilon, "scale_lattice": str(scale),
+              "granularity": granularity, "sensitivity": value_sensitivity,
+              "lattice_sensitivity": float(lattice), "rounded_distance": 6}
+  if broken:
+    settings["scale_lattice_used"] = str(used)
   return AuditSpec(
-      name="discrete_laplace", relation="add_remove",
-      settings={"epsilon": epsilon, "scale_lattice": str(scale),
-                "granularity": granularity,
-                "sensitivity": value_sensitivity,
-                "lattice_sensitivity": float(lattice),
-                "rounded_distance": 6},
+      name="discrete_laplace_scale_halved" if broken else "discrete_laplace",
+      relation="add_remove", settings=settings,
       mechanism=mechanism, data_0=jnp.float32(0.06),
       data_1=jnp.float32(0.06 + value_sensitivity), statistic=_identity,
       delta=0.0, reported_epsilon=claimed_epsilon(ledger, "add_remove"),
-      default_trials=1_000_000)
+      default_trials=100_000 if broken else 1_000_000, broken=broken)
 
 
 # -- the exponential mechanism -------------------------------------------------
 
 
-def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20
-                     ) -> AuditSpec:
+def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20,
+                     broken: bool = False) -> AuditSpec:
   """Selection among ``candidates`` by scores of sensitivity 1.
 
   Data are the score vectors (counts of approving rows). Replacing one
@@ -191,6 +206,8 @@ def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20
   only the target raises the target's score by 1 and lowers every other
   by 1, the change that comes closest to the full e^ε ratio (it tends to
   it as the number of candidates grows). Statistic: the target chosen.
+  ``broken``: the draw is told Δ = ½, so its weights are exp(ε·s), not
+  exp(ε·s/2): 2ε-DP, reported as ε.
   """
   ledger = accounting.PrivacyLedger()
   ledger.record_exponential(epsilon, label="selection",
@@ -198,30 +215,36 @@ def exponential_spec(*, epsilon: float = 1.0, candidates: int = 20
   base = jnp.full((candidates,), 5.0, jnp.float32)
   scores_0 = base.at[1:].add(1.0)
   scores_1 = base.at[0].add(1.0)
+  told = 0.5 if broken else 1.0
 
   def mechanism(key, scores):
     index, _ = exponential.exponential_mechanism(
-        key, scores, epsilon=epsilon, sensitivity=1.0)
+        key, scores, epsilon=epsilon, sensitivity=told)
     return index
 
   return AuditSpec(
-      name="exponential", relation="replace_one",
+      name="exponential_sensitivity_halved" if broken else "exponential",
+      relation="replace_one",
       settings={"epsilon": epsilon, "sensitivity": 1.0,
-                "candidates": candidates},
+                "candidates": candidates,
+                **({"sensitivity_used": told} if broken else {})},
       mechanism=mechanism, data_0=scores_0, data_1=scores_1,
       statistic=lambda index: (index == 0).astype(jnp.float32), delta=0.0,
       reported_epsilon=claimed_epsilon(ledger, "replace_one"),
-      default_trials=1_000_000)
+      default_trials=100_000 if broken else 1_000_000, broken=broken)
 
 
 # -- all of them ---------------------------------------------------------------
 
 
+_SPECS = (gaussian_spec, laplace_spec, discrete_gaussian_spec,
+          discrete_laplace_spec, exponential_spec)
+
+
 def specs() -> list[AuditSpec]:
-  """The noise audits, then the broken Gaussian and Laplace variants."""
-  return [gaussian_spec(), laplace_spec(), discrete_gaussian_spec(),
-          discrete_laplace_spec(), exponential_spec(),
-          gaussian_spec(broken=True), laplace_spec(broken=True)]
+  """The noise audits, then each one's broken variant."""
+  return ([spec() for spec in _SPECS]
+          + [spec(broken=True) for spec in _SPECS])
 
 
 __all__ = ["discrete_gaussian_spec", "discrete_laplace_spec",

@@ -5,9 +5,12 @@ linear loss whose gradient is −x, so the model after T steps is the sum
 of the T noisy updates), split over participants, a whole run released,
 a canary at the first, middle or last unit (add/remove):
 ``fedsgd_server@…``, ``fedsgd_local@…`` (the unit a row) and
-``fedsgd_participant@…`` (the unit a participant). The broken variant
-``fedsgd_participant_compacted_mask@first`` chooses participants by a
-compacted batch's slot mask (the bug fixed in fedsgd) and must be caught.
+``fedsgd_participant@…`` (the unit a participant). Each trust model has
+a broken variant, reported with the unbroken plan's ε, that must be
+caught: ``fedsgd_server_noise_halved@first`` and
+``fedsgd_local_noise_halved@first`` run the release at half the plan's
+noise multiplier; ``fedsgd_participant_compacted_mask@first`` chooses
+participants by a compacted batch's slot mask (the bug fixed in fedsgd).
 The distributed mode's specs are not here (secure aggregation makes them
 slow to run).
 """
@@ -31,6 +34,10 @@ from federated import fedsgd
 
 TRUST_MODELS = ("server", "local", "participant")
 """The trust models audited here (``"distributed"`` has its own specs)."""
+
+BROKEN = {"server": "noise_halved", "local": "noise_halved",
+          "participant": "compacted_mask"}
+"""Each trust model's broken variant."""
 
 
 @contextlib.contextmanager
@@ -97,9 +104,13 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
   * ``"participant"``: the unit is a participant: 4 participants of 2
     rows, the canary participant (both rows 10·C; its mean gradient
     clipped to C) at index 0, 2 or 3, all-zero rows in ``data_0``.
-    ``broken="compacted_mask"`` runs the same release with participants
-    chosen by a compacted batch's slot mask (the bug fixed in fedsgd):
-    the first participant is over-included and must be caught there.
+
+  ``broken`` (:data:`BROKEN`, the trust model's): ``"noise_halved"`` runs
+  the release with a plan of half the noise multiplier;
+  ``"compacted_mask"`` runs it with participants chosen by a compacted
+  batch's slot mask (the bug fixed in fedsgd): the first participant is
+  over-included and must be caught there. Either is reported with the
+  unbroken plan's ε.
 
   What is released: the model (read by the statistic) and the result's
   count of overflowing steps, which depends on the keys and the public
@@ -110,10 +121,9 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
   if trust not in TRUST_MODELS:
     raise ValueError(f"trust must be 'server', 'local' or 'participant', "
                      f"got {trust!r}.")
-  if broken not in (None, "compacted_mask") or (
-      broken and trust != "participant"):
-    raise ValueError(f"broken={broken!r}: only trust='participant' has a "
-                     f"broken variant, 'compacted_mask'.")
+  if broken not in (None, BROKEN[trust]):
+    raise ValueError(f"broken must be None or {BROKEN[trust]!r} for "
+                     f"trust={trust!r}, got {broken!r}.")
   participants, rows = {"server": (2, 4), "local": (1, 4),
                         "participant": (4, 2)}[trust]
   q, steps, clip = cfg["sampling_rate"], cfg["steps"], cfg["clip_norm"]
@@ -123,6 +133,12 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
                           delta=audit_delta)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
+  run = plan
+  if broken == "noise_halved":
+    run = fedsgd.make_plan([rows] * participants, trust=trust,
+                           sampling_rate=q, steps=steps, clip_norm=clip,
+                           noise_multiplier=cfg["noise_multiplier"] / 2,
+                           delta=audit_delta)
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
   canary = cfg["canary_scale"] * clip * direction
   x_0 = jnp.zeros((participants, rows, cfg["dim"]), jnp.float32)
@@ -134,7 +150,7 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
     x_1 = x_0.at[unit // rows, unit % rows].set(canary)
 
   def mechanism(key, x):
-    return release(key, plan, x, learning_rate=cfg["learning_rate"],
+    return release(key, run, x, learning_rate=cfg["learning_rate"],
                    broken=broken)
 
   def statistic(w):
@@ -145,7 +161,9 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
       name=spec_name(base, position), relation="add_remove",
       settings={**plan.settings(), "canary_scale": cfg["canary_scale"],
                 "canary_unit": unit,
-                "unit": "participant" if trust == "participant" else "row"},
+                "unit": "participant" if trust == "participant" else "row",
+                **({"noise_multiplier_used": run.noise_multiplier}
+                   if broken == "noise_halved" else {})},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
       delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
@@ -154,11 +172,14 @@ def fedsgd_spec(*, trust: str = "server", position: str = "first",
 
 
 def specs() -> list[AuditSpec]:
-  """Every trust model at every canary position, then the compacted-mask
-  variant of the participant mode (caught at the first participant)."""
+  """Every trust model at every canary position, then the participant
+  mode's broken variant (caught at the first participant), then the
+  server's and the local mode's."""
   return [*(fedsgd_spec(trust=t, position=p)
             for t in TRUST_MODELS for p in POSITIONS),
-          fedsgd_spec(trust="participant", broken="compacted_mask")]
+          fedsgd_spec(trust="participant", broken="compacted_mask"),
+          *(fedsgd_spec(trust=t, broken=BROKEN[t])
+            for t in ("server", "local"))]
 
 
-__all__ = ["TRUST_MODELS", "fedsgd_spec", "release", "specs"]
+__all__ = ["BROKEN", "TRUST_MODELS", "fedsgd_spec", "release", "specs"]

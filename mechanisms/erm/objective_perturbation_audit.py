@@ -5,9 +5,10 @@
 a one-row, one-dimensional fit whose label flips between the neighbours
 (replace-one), with the ε the plan's own ledger claims.
 
-The broken variant, reported with the unbroken Huber plan's ε, must be
-caught: ``objective_perturbation_huber_clip_skipped`` (the row enters the
-loss without being clipped to norm ≤ 1, and it is x = 10).
+Each loss's broken variant, reported with its unbroken plan's ε, must be
+caught: ``objective_perturbation_huber_clip_skipped`` and
+``objective_perturbation_logistic_clip_skipped`` (the row enters the loss
+without being clipped to norm ≤ 1, and it is x = 10).
 """
 
 from __future__ import annotations
@@ -87,10 +88,12 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
 
 def specs() -> list[AuditSpec]:
   """Objective perturbation with the Huber and the logistic loss, then
-  the Huber fit's broken variant."""
+  the Huber fit's broken variant, then the logistic fit's."""
   return [objective_perturbation_spec(loss="huber"),
           objective_perturbation_spec(loss="logistic"),
-          objective_perturbation_spec(broken="clip_skipped")]
+          objective_perturbation_spec(broken="clip_skipped"),
+          objective_perturbation_spec(loss="logistic",
+                                      broken="clip_skipped")]
 
 
 __all__ = ["BROKEN", "CANARY_SCALE", "objective_perturbation_spec", "specs",

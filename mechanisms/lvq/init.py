@@ -41,7 +41,8 @@ from dpcore.accounting import PrivacyLedger
 __all__ = [
     "BOX_TOLERANCE", "GaussianPlan", "LaplacePlan", "RELATION",
     "check_box", "check_classes_present", "check_init_inputs",
-    "class_mean_prototypes", "laplace_means", "make_gaussian_plan",
+    "class_mean_prototypes", "gaussian_means", "laplace_means",
+    "make_gaussian_plan",
     "make_laplace_plan",
     "prototype_labels", "release_gaussian", "release_laplace",
 ]
@@ -360,6 +361,24 @@ def release_laplace(key: jax.Array, plan: LaplacePlan, x, y, *,
   return _spread(spread_key, means, prototypes_per_class, jitter)
 
 
+def gaussian_means(count_key, sum_key, plan: GaussianPlan, x, y, *,
+                   num_classes: int, min_count: float = 1.0) -> jax.Array:
+  """The Gaussian init's class means of rows ``x`` AS GIVEN (no clip).
+
+  The noise step of :func:`release_gaussian`: N(0, (σ_init √(1 + d))²) on
+  every count and sum. Its guarantee needs rows in [−1, 1]^d, which
+  :func:`release_gaussian` enforces before calling it; on other rows it
+  is not private (the audit's broken variant).
+  """
+  d = x.shape[1]
+  stddev = plan.noise_multiplier * jnp.sqrt(jnp.asarray(1.0 + d, x.dtype))
+  gaussian = lambda k, shape: noise.gaussian_noise(  # noqa: E731
+      k, shape, stddev=stddev, dtype=x.dtype)
+  return _noisy_means(count_key, sum_key, x, y, num_classes=num_classes,
+                      min_count=min_count, count_noise=gaussian,
+                      sum_noise=gaussian)
+
+
 def release_gaussian(key: jax.Array, plan: GaussianPlan, x, y, *,
                      num_classes: int, prototypes_per_class: int = 1,
                      min_count: float = 1.0,
@@ -391,14 +410,8 @@ def release_gaussian(key: jax.Array, plan: GaussianPlan, x, y, *,
   """
   check_init_inputs(key, x, y, num_classes)
   _check_plan(plan, GaussianPlan, x)
-  noise_multiplier = plan.noise_multiplier
-  d = x.shape[1]
   x = clipping.clip_to_box(x)  # per row, data-independent; no-op in the box
   count_key, sum_key, spread_key = jax.random.split(key, 3)
-  stddev = noise_multiplier * jnp.sqrt(jnp.asarray(1.0 + d, x.dtype))
-  gaussian = lambda k, shape: noise.gaussian_noise(  # noqa: E731
-      k, shape, stddev=stddev, dtype=x.dtype)
-  means = _noisy_means(count_key, sum_key, x, y, num_classes=num_classes,
-                       min_count=min_count, count_noise=gaussian,
-                       sum_noise=gaussian)
+  means = gaussian_means(count_key, sum_key, plan, x, y,
+                         num_classes=num_classes, min_count=min_count)
   return _spread(spread_key, means, prototypes_per_class, jitter)

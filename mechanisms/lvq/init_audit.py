@@ -4,10 +4,11 @@ The released prototypes, the noisy class means, for a canary row added to
 one class (add/remove, the init's relation): ``lvq_init_laplace@first``,
 ``@middle``, ``@last`` (the paper's Laplace counts and sums) and
 ``lvq_init_gaussian@…`` (the Gaussian alternative), the canary at the
-first, middle or last row of its data set. The broken variant
-``lvq_init_laplace_box_skipped``, reported with the Laplace plan's ε, must
-be caught: the rows reach the class sums without being clipped to the box
-[−1, 1]^d whose L1 sensitivity d the noise is sized for.
+first, middle or last row of its data set. Each init's broken variant,
+``lvq_init_laplace_box_skipped`` and ``lvq_init_gaussian_box_skipped``,
+reported with its plan's ε, must be caught: the rows reach the class sums
+without being clipped to the box [−1, 1]^d whose sensitivity (L1 d, or
+L2 √(1 + d) with the counts) the noise is sized for.
 
 Set-up (d = 1, two classes): 40 rows of value 0 in class 0 and 40 in
 class 1; the canary, value 1 (a corner of the box), joins class 0. Class
@@ -57,6 +58,19 @@ def unclipped_laplace(key, plan: init.LaplacePlan, x, y, *,
                             num_classes=num_classes)
 
 
+def unclipped_gaussian(key, plan: init.GaussianPlan, x, y, *,
+                       num_classes: int) -> jax.Array:
+  """``init.release_gaussian`` without the clip to the box (broken): the
+  same keys, noise (:func:`mechanisms.lvq.init.gaussian_means`) and
+  post-processing."""
+  count_key, sum_key, _ = jax.random.split(key, 3)
+  return init.gaussian_means(count_key, sum_key, plan, x, y,
+                             num_classes=num_classes)
+
+
+_UNCLIPPED = {"laplace": unclipped_laplace, "gaussian": unclipped_gaussian}
+
+
 def _data(position: str, canary: float):
   """(without, with) the canary: (x, y) pairs, the canary in class 0."""
   y_0 = np.repeat(np.arange(2, dtype=np.int32), ROWS_PER_CLASS)
@@ -72,14 +86,12 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
   """One private initialisation, a canary row in class 0 (add/remove).
 
   ``kind``: ``"laplace"`` (the paper's) or ``"gaussian"``. ``broken``:
-  None, or ``"box_skipped"`` (:data:`BROKEN`; Laplace only, the canary
-  first and of value :data:`CANARY_OUTSIDE`).
+  None, or ``"box_skipped"`` (:data:`BROKEN`; the canary first and of
+  value :data:`CANARY_OUTSIDE`).
   """
   if kind not in ("laplace", "gaussian"):
     raise ValueError(f"kind must be 'laplace' or 'gaussian', got {kind!r}.")
   check_variant(broken, BROKEN)
-  if broken is not None and kind != "laplace":
-    raise ValueError(f"broken={broken!r} is a variant of the Laplace init.")
   position = position if broken is None else "first"
   ledger = accounting.PrivacyLedger()
   if kind == "laplace":
@@ -95,7 +107,7 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
   canary = CANARY_OUTSIDE if broken else 1.0
   data_0, data_1, at = _data(position, canary)
   if broken == "box_skipped":
-    release = unclipped_laplace
+    release = _UNCLIPPED[kind]
 
   def mechanism(key, data):
     x, y = data
@@ -119,10 +131,13 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
 
 
 def specs() -> list[AuditSpec]:
-  """Both inits at every canary position, then the box-skipped variant."""
+  """Both inits at every canary position, then each one's box-skipped
+  variant."""
   return [*(init_spec(kind=k, position=p) for k in ("laplace", "gaussian")
             for p in POSITIONS),
-          init_spec(broken="box_skipped")]
+          *(init_spec(kind=k, broken="box_skipped")
+            for k in ("laplace", "gaussian"))]
 
 
-__all__ = ["BROKEN", "init_spec", "specs", "unclipped_laplace"]
+__all__ = ["BROKEN", "init_spec", "specs", "unclipped_gaussian",
+           "unclipped_laplace"]

@@ -28,9 +28,12 @@ learner's accounting uses:
   plan's Δ₂ and ε, as :func:`random_features.release_output_perturbation`
   draws it). Statistic: ‖o − w₀‖ − ‖o − w₁‖.
 
-``rff_dpsgd_sigma_halved`` is the DP-SGD spec with σ halved but the
-correct ε reported (``broken=True``): the audit must find a bound above
-it, which shows the statistic has the power to catch such a mistake.
+Each has a broken variant, reported with the correct ε, that the audit
+must catch (which shows the statistic has the power to catch such a
+mistake): ``rff_dpsgd_sigma_halved``, the DP-SGD spec with σ halved
+(``broken=True``), and ``rff_output_perturbation_unscaled_features``, the
+noise sized for features of norm ≤ 1 where ‖φ‖ reaches √2 (the
+release's φ/√2 forgotten: Δ₂ read as 2C/√2).
 """
 
 from __future__ import annotations
@@ -128,9 +131,13 @@ def attaining_row(feature_map: random_features.FeatureMap) -> np.ndarray:
   return np.linalg.solve(omega.T, -offset)
 
 
-def output_perturbation_spec(*, epsilon: float | None = None
-                             ) -> AuditSpec:
-  """Output perturbation on random features, sensitivity attained."""
+def output_perturbation_spec(*, epsilon: float | None = None,
+                             broken: bool = False) -> AuditSpec:
+  """Output perturbation on random features, sensitivity attained.
+
+  ``broken``: the noise is drawn for Δ₂/√2, the sensitivity of features
+  of norm ≤ 1 (the φ/√2 scaling forgotten), and the plan's ε reported.
+  """
   cfg = dict(_OUTPUT)
   if epsilon is not None:
     cfg["epsilon"] = epsilon
@@ -146,31 +153,38 @@ def output_perturbation_spec(*, epsilon: float | None = None
   plan.record(ledger)
   w_0 = jnp.asarray(w_0, jnp.float32)
   w_1 = jnp.asarray(w_1, jnp.float32)
+  noise_sensitivity = (plan.sensitivity / math.sqrt(2.0) if broken
+                       else plan.sensitivity)
 
   def mechanism(key, w):
     return output_perturbation.perturb(
-        key, w, sensitivity_l2=plan.sensitivity, epsilon=plan.epsilon)
+        key, w, sensitivity_l2=noise_sensitivity, epsilon=plan.epsilon)
 
   def statistic(out):
     return jnp.linalg.norm(out - w_0) - jnp.linalg.norm(out - w_1)
 
   phi = np.asarray(random_features.features(fmap, x.astype(np.float32)))
   return AuditSpec(
-      name="rff_output_perturbation", relation="replace_one",
+      name=("rff_output_perturbation_unscaled_features" if broken
+            else "rff_output_perturbation"), relation="replace_one",
       settings={**cfg, "sensitivity": plan.sensitivity,
                 "canary_feature_norm": float(np.linalg.norm(phi)),
                 "feature_bound": math.sqrt(2.0),
-                "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1))},
+                "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1)),
+                **({"noise_sensitivity": noise_sensitivity} if broken
+                   else {})},
       mechanism=mechanism, data_0=w_0, data_1=w_1, statistic=statistic,
       delta=0.0, reported_epsilon=claimed_epsilon(ledger, "replace_one"),
-      default_trials=500_000)
+      default_trials=500_000, broken=broken)
 
 
 def specs() -> list[AuditSpec]:
   """The random-feature audits: two unbroken (each must stay below its
-  reported ε) and the σ-halved DP-SGD variant (must be caught)."""
+  reported ε), then the σ-halved DP-SGD variant and the unscaled-features
+  output perturbation (each must be caught)."""
   return [*(dpsgd_spec(position=p) for p in POSITIONS),
-          output_perturbation_spec(), dpsgd_spec(broken=True)]
+          output_perturbation_spec(), dpsgd_spec(broken=True),
+          output_perturbation_spec(broken=True)]
 
 
 __all__ = ["attaining_row", "dpsgd_spec", "output_perturbation_spec",

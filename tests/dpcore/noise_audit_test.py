@@ -1,5 +1,7 @@
 """dpcore.noise_audit: the noise primitives' claims survive a small audit,
-the broken Gaussian and Laplace variants are caught."""
+and each one's broken variant is caught."""
+
+from fractions import Fraction
 
 import jax
 import pytest
@@ -10,7 +12,10 @@ from dpcore import accounting, audit_spec, noise_audit
 SMALL = {"gaussian": 100_000, "laplace": 50_000, "exponential": 100_000,
          "discrete_laplace": 50_000}
 BROKEN = {"gaussian_sigma_halved": 20_000,
-          "laplace_wrong_sensitivity": 20_000}
+          "laplace_wrong_sensitivity": 20_000,
+          "discrete_gaussian_sigma_halved": 20_000,
+          "discrete_laplace_scale_halved": 20_000,
+          "exponential_sensitivity_halved": 20_000}
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +25,7 @@ def specs():
 
 def test_names_and_flags(specs):
   assert list(specs) == ["gaussian", "laplace", "discrete_gaussian",
-                         "discrete_laplace", "exponential",
-                         "gaussian_sigma_halved",
-                         "laplace_wrong_sensitivity"]
+                         "discrete_laplace", "exponential", *BROKEN]
   assert {n for n, s in specs.items() if s.broken} == set(BROKEN)
   assert all(s.position is None for s in specs.values())  # one unit
 
@@ -40,6 +43,16 @@ def test_reported_epsilons_come_from_the_library(specs):
       g.reported_epsilon)
   assert specs["laplace_wrong_sensitivity"].reported_epsilon == (
       specs["laplace"].reported_epsilon)
+  for name in ("discrete_gaussian", "discrete_laplace", "exponential"):
+    broken = next(s for n, s in specs.items()
+                  if s.broken and n.startswith(name + "_"))
+    assert broken.reported_epsilon == specs[name].reported_epsilon, name
+  # What each broken variant runs: half the noise, or a draw told Δ/2.
+  assert Fraction(specs["discrete_gaussian_sigma_halved"].settings[
+      "sigma_lattice_used"]) == Fraction(
+          specs["discrete_gaussian"].settings["sigma_lattice"], 2)
+  assert specs["exponential_sensitivity_halved"].settings[
+      "sensitivity_used"] == 0.5
   # The exponential mechanism's claim is under replace-one, and refused
   # under the other relation.
   assert specs["exponential"].relation == "replace_one"

@@ -14,7 +14,9 @@ from tests import law
 
 SMALL = {f"fedsgd_{t}@{p}": 20_000 for t in fedsgd_audit.TRUST_MODELS
          for p in POSITIONS}
-BROKEN = {"fedsgd_participant_compacted_mask@first": 20_000}
+BROKEN = {"fedsgd_participant_compacted_mask@first": 20_000,
+          "fedsgd_server_noise_halved@first": 5_000,
+          "fedsgd_local_noise_halved@first": 5_000}
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +30,17 @@ def test_names_units_and_claims(specs):
     assert spec.relation == "add_remove"
     unit = "participant" if "participant" in name else "row"
     assert spec.settings["unit"] == unit, name
-  assert specs[
-      "fedsgd_participant_compacted_mask@first"].reported_epsilon == (
-          specs["fedsgd_participant@first"].reported_epsilon)
-  with pytest.raises(ValueError, match="only trust='participant'"):
+  for trust in fedsgd_audit.TRUST_MODELS:  # each mode has its variant
+    broken = specs[f"fedsgd_{trust}_{fedsgd_audit.BROKEN[trust]}@first"]
+    assert broken.broken
+    assert broken.reported_epsilon == (
+        specs[f"fedsgd_{trust}@first"].reported_epsilon)
+  for trust in ("server", "local"):
+    spec = specs[f"fedsgd_{trust}_noise_halved@first"]
+    assert spec.settings["noise_multiplier_used"] == (
+        spec.settings["noise_multiplier"] / 2)
+  with pytest.raises(ValueError, match="broken must be None or "
+                     "'noise_halved' for trust='server'"):
     fedsgd_audit.fedsgd_spec(trust="server", broken="compacted_mask")
   with pytest.raises(ValueError, match="trust must be"):
     fedsgd_audit.fedsgd_spec(trust="distributed")

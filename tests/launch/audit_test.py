@@ -34,7 +34,10 @@ EXPECTED = {
     "dpcore.noise_audit": ["gaussian", "laplace", "discrete_gaussian",
                            "discrete_laplace", "exponential",
                            "gaussian_sigma_halved",
-                           "laplace_wrong_sensitivity"],
+                           "laplace_wrong_sensitivity",
+                           "discrete_gaussian_sigma_halved",
+                           "discrete_laplace_scale_halved",
+                           "exponential_sensitivity_halved"],
     "dpcore.trainer_audit": [*_at("trainer_ghost"), "trainer_clip_skipped"],
     "dpcore.tuning_audit": ["tuning_laplace", "tuning_per_trial_epsilon",
                             "tuning_fixed_k", "tuning_k_released"],
@@ -49,15 +52,18 @@ EXPECTED = {
         "feddpdr_distributed_moments_dropout_all_shares"],
     "federated.fedsgd_audit": [
         *_at("fedsgd_server", "fedsgd_local", "fedsgd_participant"),
-        "fedsgd_participant_compacted_mask@first"],
+        "fedsgd_participant_compacted_mask@first",
+        "fedsgd_server_noise_halved@first",
+        "fedsgd_local_noise_halved@first"],
     "mechanisms.erm.objective_perturbation_audit": [
         "objective_perturbation_huber", "objective_perturbation_logistic",
-        "objective_perturbation_huber_clip_skipped"],
+        "objective_perturbation_huber_clip_skipped",
+        "objective_perturbation_logistic_clip_skipped"],
     "mechanisms.erm.output_perturbation_audit": [
         "output_perturbation", "output_perturbation_add_remove_sensitivity"],
     "mechanisms.lvq.init_audit": [
         *_at("lvq_init_laplace", "lvq_init_gaussian"),
-        "lvq_init_laplace_box_skipped"],
+        "lvq_init_laplace_box_skipped", "lvq_init_gaussian_box_skipped"],
     "mechanisms.features.normalization_audit": [
         *_at("features_data_norm"), "features_data_norm_clip_skipped",
         "features_data_norm_sensitivity_one"],
@@ -73,7 +79,8 @@ EXPECTED = {
         "dpwss_private_transcript_i_support_masked"],
     "mechanisms.svm.random_features_audit": [
         *_at("rff_dpsgd"), "rff_output_perturbation",
-        "rff_dpsgd_sigma_halved"],
+        "rff_dpsgd_sigma_halved",
+        "rff_output_perturbation_unscaled_features"],
 }
 
 
@@ -119,6 +126,34 @@ def test_each_audit_module_lists_specs_and_has_a_broken_variant(
   assert "specs" in importlib.import_module(module).__all__
   # Every module brings a deliberately broken variant (CONTRIBUTING).
   assert any(all_specs[n].broken for n in EXPECTED[module]), module
+
+
+# Unbroken specs whose broken variant carries another base name: the
+# variant breaks the same release, read by a sibling spec's statistic.
+BROKEN_ELSEWHERE = {
+    "trainer_ghost": "trainer_clip_skipped",
+    "tuning_laplace": "tuning_k_released",
+    "dpwss_private_transcript_j": "dpwss_private_transcript_i_support_masked",
+}
+
+
+def test_every_claim_has_a_broken_variant(all_specs):
+  # Each unbroken spec with a claim (every mode and option) has a broken
+  # twin the audit must catch: its base name plus a suffix, or the one
+  # named in BROKEN_ELSEWHERE. Specs without a claim (the paper's DPWSS
+  # selection) have nothing to break.
+  broken = {group(name) for name, spec in all_specs.items() if spec.broken}
+  missing = set()
+  for spec in all_specs.values():
+    base = group(spec.name)
+    if spec.broken or spec.reported_epsilon is None:
+      continue
+    if base in BROKEN_ELSEWHERE:
+      assert BROKEN_ELSEWHERE[base] in broken, base
+    elif not any(b.startswith(base + "_") for b in broken):
+      missing.add(base)
+  assert not missing, (
+      f"unbroken specs without a broken variant: {sorted(missing)}")
 
 
 def test_specs_are_well_formed(spec_list):

@@ -33,6 +33,16 @@ def test_audit_catches_halved_noise():
   assert result.epsilon_lower > spec.reported_epsilon
 
 
+def test_audit_catches_output_noise_for_unscaled_features():
+  spec = rff_audit.output_perturbation_spec(broken=True)
+  unbroken = rff_audit.output_perturbation_spec()
+  assert spec.broken and spec.reported_epsilon == unbroken.reported_epsilon
+  assert spec.settings["noise_sensitivity"] == pytest.approx(
+      unbroken.settings["sensitivity"] / SQRT2)
+  result = audit_spec.run(jax.random.key(21), spec, trials=100_000)
+  assert result.epsilon_lower > spec.reported_epsilon
+
+
 def test_output_perturbation_audit_attains_the_sensitivity():
   spec = rff_audit.output_perturbation_spec()
   assert spec.settings["canary_feature_norm"] == pytest.approx(SQRT2,
@@ -41,5 +51,6 @@ def test_output_perturbation_audit_attains_the_sensitivity():
       spec.settings["sensitivity"], rel=1e-5)
   assert [s.name for s in rff_audit.specs()] == [
       "rff_dpsgd@first", "rff_dpsgd@middle", "rff_dpsgd@last",
-      "rff_output_perturbation", "rff_dpsgd_sigma_halved"]
+      "rff_output_perturbation", "rff_dpsgd_sigma_halved",
+      "rff_output_perturbation_unscaled_features"]
   assert jnp.asarray(spec.data_0).shape == (3,)
