@@ -257,16 +257,17 @@ exceeds with probability at least 95 %, given the runs: a bound above the
 reported ε on an unbroken mechanism would be a privacy bug (the script then
 fails); a bound below it is what this test could demonstrate, not a proof
 that the claim is tight. Rows marked *broken* are deliberately wrong
-variants (σ halved, the DP-SGD mask dropped, the clip skipped, the Laplace
-scale from the wrong sensitivity) whose ε is still reported from the
-correct calibration: each must be caught, i.e. its bound must exceed the
-reported ε, which shows that the audits have the power to find such bugs.
+variants, one at least for every claim (σ or a scale halved, the DP-SGD
+mask dropped, a clip or a box skipped, a sensitivity or a share sized
+wrong), whose ε is still reported from the correct calibration: each must
+be caught, i.e. its bound must exceed the reported ε, which shows that
+the audits have the power to find such bugs.
 Each mechanism's specs are built beside it, in the library modules named
 `*_audit` (`dpcore.noise_audit`, `federated.fedsgd_audit`, …), and
 collected by `launch.audit_run.specs`.
 *trials* is the number of runs on each side; *seconds* the wall time
 (compilation included). Each spec's default number of trials is set so
-that the whole audit takes a few minutes on a 2-core CPU (10⁶ for the
+that the whole audit takes about 12 minutes on a 2-core CPU (10⁶ for the
 cheap scalar mechanisms, 1–5·10⁵ for DP-PCA, the fits and DP-SGD, 2·10⁴
 for the broken DP-SGD variants, which are caught by far); pass `--trials`
 for more power.

@@ -135,3 +135,10 @@ def test_the_contributing_example_has_the_shape():
       jax.random.split(jax.random.key(0), 4000))
   assert abs(float(np.mean(draws)) - 100) < 4 * plan.sigma / np.sqrt(4000)
   assert float(np.std(draws)) == pytest.approx(plan.sigma, rel=0.05)
+  # The plan is a pytree: one compiled release serves every ε.
+  assert plan.epsilon == pytest.approx(accounting.plan_epsilon(plan))
+  compiled = jax.jit(namespace["release"])
+  for epsilon in (0.5, 2.0):
+    compiled(jax.random.key(1), namespace["make_plan"](
+        epsilon=epsilon, delta=1e-5), jnp.ones(100))
+  assert compiled._cache_size() == 1
