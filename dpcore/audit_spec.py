@@ -97,6 +97,28 @@ def spec_name(base: str, position: str | None) -> str:
   return base if position is None else f"{base}@{position}"
 
 
+def identity(base: str, *, position: str | None, broken: str | None,
+             trials: tuple[int, int]) -> dict:
+  """The naming fields of one :class:`AuditSpec` of ``base``.
+
+  The unbroken spec is ``base@position`` (:func:`spec_name`) at
+  ``position``, with ``trials[0]`` default trials; a broken variant is
+  ``base_<broken>``, with no position (its module puts the canary where
+  the bug shows) and ``trials[1]`` (a broken variant is caught by far).
+  ``tests/launch/audit_test.py`` pairs each claim with its broken
+  variants by these names.
+
+  Returns:
+    ``name``, ``position``, ``broken`` and ``default_trials``, to pass
+    to :class:`AuditSpec` as keywords.
+  """
+  if broken is None:
+    return {"name": spec_name(base, position), "position": position,
+            "broken": False, "default_trials": trials[0]}
+  return {"name": f"{base}_{broken}", "position": None, "broken": True,
+          "default_trials": trials[1]}
+
+
 def group(name: str) -> str:
   """The spec a positioned audit belongs to: its name before ``@``."""
   return name.split("@", 1)[0]
@@ -159,5 +181,4 @@ def run(key: jax.Array, spec: AuditSpec, *, trials: int | None = None,
 
 
 __all__ = ["POSITIONS", "AuditSpec", "canary_index", "check_variant",
-           "claimed_epsilon",
-           "group", "run", "spec_name"]
+           "claimed_epsilon", "group", "identity", "run", "spec_name"]

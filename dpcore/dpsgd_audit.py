@@ -20,7 +20,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 
 _DPSGD = {"examples": 8, "sampling_rate": 0.5, "steps": 3,
@@ -120,18 +120,15 @@ def dpsgd_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
     return jnp.sum(jnp.logaddexp(
         jnp.log1p(-q), jnp.log(q) + (2.0 * z - 1.0) / (2.0 * sigma**2)))
 
-  name = ("dpsgd" if broken is None else f"dpsgd_{broken}")
-  positioned = position if broken is None else None
   return AuditSpec(
-      name=spec_name(name, positioned), relation="add_remove",
+      **identity("dpsgd", position=position, broken=broken,
+                 trials=(200_000, 20_000)),
+      relation="add_remove",
       settings={**cfg, "max_batch": max_batch, "canary_norm": canary_norm,
                 "variant": variant, "canary_row": canary_index(n, position)},
-      position=positioned,
       mechanism=mechanism, data_0=grads_0, data_1=grads_1,
       statistic=statistic, delta=audit_delta,
-      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
-      default_trials=200_000 if broken is None else 20_000,
-      broken=broken is not None)
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta))
 
 
 def specs() -> list[AuditSpec]:

@@ -24,7 +24,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 
 SETTINGS = {"examples": 8, "sampling_rate": 0.5, "steps": 3,
@@ -102,18 +102,15 @@ def trainer_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
     return w @ direction * expected / (cfg["learning_rate"] * clip)
 
   return AuditSpec(
-      name=(spec_name("trainer_ghost", position) if broken is None
-            else f"trainer_{broken}"),
+      **identity("trainer_ghost" if broken is None else "trainer",
+                 position=position, broken=broken, trials=(200_000, 20_000)),
       relation="add_remove",
       settings={**cfg, "max_batch": plan.max_batch, "sampler": plan.sampler,
                 "path": "ghost", "variant": broken or "library",
                 "canary_row": canary_index(n, position)},
-      position=position if broken is None else None,
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
       delta=audit_delta,
-      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
-      default_trials=200_000 if broken is None else 20_000,
-      broken=broken is not None)
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta))
 
 
 def specs() -> list[AuditSpec]:

@@ -55,7 +55,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from federated import fedsgd
 
@@ -63,6 +63,8 @@ __all__ = ["BROKEN", "distributed_spec", "specs"]
 
 BROKEN = ("share_over_p", "unbounded_rounding")
 """The broken variants :func:`distributed_spec` builds."""
+
+_BROKEN_TRIALS = {"share_over_p": 10_000, "unbounded_rounding": 20_000}
 
 _CFG = {"sampling_rate": 0.5, "steps": 1, "noise_multiplier": 0.7,
         "clip_norm": 1.0, "dim": 2, "canary_scale": 10.0, "bits": 16}
@@ -153,20 +155,15 @@ def distributed_spec(*, position: str = "first", broken: str | None = None,
   def statistic(w):
     return w @ direction
 
-  name = ("fedsgd_distributed" if broken is None
-          else f"fedsgd_distributed_{broken}")
   return AuditSpec(
-      name=spec_name(name, position if broken is None else None),
+      **identity("fedsgd_distributed", position=position, broken=broken,
+                 trials=(50_000, _BROKEN_TRIALS.get(broken))),
       relation="add_remove",
       settings={**plan.settings(), **extra,
                 "canary_scale": cfg["canary_scale"], "canary_unit": unit,
                 "unit": "row", "variant": broken or "library"},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=statistic,
-      delta=audit_delta, reported_epsilon=reported,
-      default_trials={None: 50_000, "share_over_p": 10_000,
-                      "unbounded_rounding": 20_000}[broken],
-      broken=broken is not None,
-      position=position if broken is None else None)
+      delta=audit_delta, reported_epsilon=reported)
 
 
 def specs() -> list[AuditSpec]:

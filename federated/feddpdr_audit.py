@@ -60,7 +60,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from federated import feddpdr
 from federated.feddpdr import secure_moments
@@ -160,8 +160,8 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
     return -(basis @ beta)[0]
 
   return AuditSpec(
-      name=("feddpdr_participant" if broken is None
-            else f"feddpdr_participant_{broken}"),
+      **identity("feddpdr_participant", position=None, broken=broken,
+                 trials=(100_000, 20_000)),
       relation="replace_one",
       settings={"mechanism": config.mechanism, "epsilon": epsilon,
                 "delta": delta, "d": 2, "k": 2, "lam": lam, "n": 1,
@@ -172,9 +172,7 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
       data_1=jnp.zeros((1, 1), jnp.int32), statistic=statistic,
       delta=delta,
       reported_epsilon=claimed_epsilon(plan.privacy, "replace_one"),
-      nominal_epsilon=plan.privacy["epsilon_nominal"],
-      default_trials=100_000 if broken is None else 20_000, x64=True,
-      broken=broken is not None)
+      nominal_epsilon=plan.privacy["epsilon_nominal"], x64=True)
 
 
 SECURE_BROKEN = ("share_over_p",)
@@ -222,10 +220,9 @@ def distributed_moments_spec(*, position: str = "first",
   def mechanism(key, x):
     return secure_moments.release(key, run, x, mask)
 
-  name = ("feddpdr_distributed_moments" if broken is None
-          else f"feddpdr_distributed_moments_{broken}")
   return AuditSpec(
-      name=spec_name(name, position if broken is None else None),
+      **identity("feddpdr_distributed_moments", position=position,
+                 broken=broken, trials=(30_000, 10_000)),
       relation="replace_one",
       settings={**_public_settings(secure), **extra,
                 "participants": participants,
@@ -233,10 +230,7 @@ def distributed_moments_spec(*, position: str = "first",
                 "canary": "e0 -> e1", "unit": "row",
                 "variant": broken or "library"},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=_diagonal_move,
-      delta=audit_delta, reported_epsilon=reported,
-      default_trials=30_000 if broken is None else 10_000,
-      broken=broken is not None,
-      position=position if broken is None else None)
+      delta=audit_delta, reported_epsilon=reported)
 
 
 def _canary_rows(participants: int, rows: int, dim: int, unit: int):
@@ -304,20 +298,16 @@ def distributed_moments_dropout_spec(*, position: str = "first",
 
   extra = ({} if broken is None else
            {"claimed_shares": participants, "claimed_epsilon_pca": reported})
-  name = ("feddpdr_distributed_moments_dropout" if broken is None
-          else f"feddpdr_distributed_moments_dropout_{broken}")
   return AuditSpec(
-      name=spec_name(name, position if broken is None else None),
+      **identity("feddpdr_distributed_moments_dropout", position=position,
+                 broken=broken, trials=(30_000, 10_000)),
       relation="replace_one",
       settings={**_public_settings(secure), **extra, "rows": 1, "d": dim,
                 "survivors": list(survivors), "canary_unit": unit,
                 "canary": "e0 -> e1", "unit": "row",
                 "variant": broken or "library"},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=_diagonal_move,
-      delta=audit_delta, reported_epsilon=reported,
-      default_trials=30_000 if broken is None else 10_000,
-      broken=broken is not None,
-      position=position if broken is None else None)
+      delta=audit_delta, reported_epsilon=reported)
 
 
 def specs() -> list[AuditSpec]:

@@ -16,7 +16,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dpcore import accounting
-from dpcore.audit_spec import AuditSpec, check_variant, claimed_epsilon
+from dpcore.audit_spec import (
+  AuditSpec,
+  check_variant,
+  claimed_epsilon,
+  identity,
+)
 from mechanisms.erm import objective_perturbation as op
 
 BROKEN = ("clip_skipped",)
@@ -72,18 +77,16 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
     return release(key, plan, x.astype(jnp.float64), y,
                    mask.astype(jnp.float64)).beta
 
-  name = f"objective_perturbation_{loss}"
   return AuditSpec(
-      name=name if broken is None else f"{name}_{broken}",
+      **identity(f"objective_perturbation_{loss}", position=None,
+                 broken=broken, trials=(200_000, 20_000)),
       relation="replace_one",
       settings={"loss": loss, "epsilon": epsilon, "lam": lam, "n": 1,
                 "p": plan.p, "theta": plan.theta, "row_norm": row_norm,
                 "variant": broken or "library"},
       mechanism=mechanism, data_0=jnp.ones((1,)), data_1=-jnp.ones((1,)),
       statistic=lambda beta: -beta[0], delta=0.0,
-      reported_epsilon=claimed_epsilon(ledger, "replace_one"),
-      default_trials=200_000 if broken is None else 20_000,
-      x64=True, broken=broken is not None)
+      reported_epsilon=claimed_epsilon(ledger, "replace_one"), x64=True)
 
 
 def specs() -> list[AuditSpec]:

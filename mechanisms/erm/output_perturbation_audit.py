@@ -16,7 +16,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from dpcore import accounting
-from dpcore.audit_spec import AuditSpec, check_variant, claimed_epsilon
+from dpcore.audit_spec import (
+  AuditSpec,
+  check_variant,
+  claimed_epsilon,
+  identity,
+)
 from mechanisms.erm import output_perturbation as outp
 
 BROKEN = ("add_remove_sensitivity",)
@@ -61,17 +66,15 @@ def output_perturbation_spec(*, epsilon: float = 1.0, c: float = 0.1,
     return jnp.linalg.norm(out - w_0) - jnp.linalg.norm(out - w_1)
 
   return AuditSpec(
-      name=("output_perturbation" if broken is None
-            else f"output_perturbation_{broken}"),
+      **identity("output_perturbation", position=None, broken=broken,
+                 trials=(500_000, 100_000)),
       relation="replace_one",
       settings={"epsilon": epsilon, "c": c, "sensitivity": plan.sensitivity,
                 "noise_sensitivity": noise_sensitivity,
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1)),
                 "variant": broken or "library"},
       mechanism=mechanism, data_0=w_0, data_1=w_1, statistic=statistic,
-      delta=0.0, reported_epsilon=claimed_epsilon(ledger, "replace_one"),
-      default_trials=500_000 if broken is None else 100_000,
-      broken=broken is not None)
+      delta=0.0, reported_epsilon=claimed_epsilon(ledger, "replace_one"))
 
 
 def specs() -> list[AuditSpec]:

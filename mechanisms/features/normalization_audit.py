@@ -53,7 +53,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from mechanisms.features import normalization
 
@@ -139,18 +139,15 @@ def data_norm_spec(*, position: str = "first", broken: str | None = None,
     return jnp.concatenate([sum_a, sum_b]) @ direction / plan.sigma
 
   return AuditSpec(
-      name=(spec_name("features_data_norm", position) if broken is None
-            else f"features_data_norm_{broken}"),
+      **identity("features_data_norm", position=position, broken=broken,
+                 trials=(1_000_000, 100_000)),
       relation=plan.relation,
       settings={**cfg, "sigma": plan.sigma, "sigma_used": used.sigma,
                 "sensitivity": plan.sensitivity,
                 "variant": broken or "library", "canary_row": row},
-      position=position if broken is None else None,
       mechanism=mechanism, data_0=data_0, data_1=data_1,
       statistic=statistic, delta=audit_delta,
-      reported_epsilon=claimed_epsilon(ledger, plan.relation, audit_delta),
-      default_trials=1_000_000 if broken is None else 100_000,
-      broken=broken is not None)
+      reported_epsilon=claimed_epsilon(ledger, plan.relation, audit_delta))
 
 
 def specs() -> list[AuditSpec]:

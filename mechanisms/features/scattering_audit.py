@@ -51,7 +51,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from mechanisms.features import normalization, scattering
 
@@ -129,20 +129,17 @@ def features_dpsgd_spec(*, position: str = "first",
     return w @ direction * expected / (lr * clip)
 
   return AuditSpec(
-      name=(spec_name("features_dpsgd", position) if broken is None
-            else f"features_dpsgd_{broken}"),
+      **identity("features_dpsgd", position=position, broken=broken,
+                 trials=(200_000, 20_000)),
       relation="add_remove",
       settings={**cfg, "max_batch": plan.max_batch, "sampler": plan.sampler,
                 "path": "ghost", "norm": "group",
                 "num_features": int(phi.shape[0]),
                 "canary_feature_norm": phi_norm,
                 "variant": broken or "library", "canary_row": row},
-      position=position if broken is None else None,
       mechanism=mechanism, data_0=images_0, data_1=images_1,
       statistic=statistic, delta=audit_delta,
-      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
-      default_trials=200_000 if broken is None else 20_000,
-      broken=broken is not None)
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta))
 
 
 def specs() -> list[AuditSpec]:

@@ -46,7 +46,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from mechanisms.features import scatternet
 
@@ -114,19 +114,16 @@ def head_spec(*, position: str = "first", broken: str | None = None,
     return -jnp.sum(w * direction) * scale
 
   return AuditSpec(
-      name=(spec_name("scatternet_head", position) if broken is None
-            else f"scatternet_head_{broken}"),
+      **identity("scatternet_head", position=position, broken=broken,
+                 trials=(200_000, 20_000)),
       relation=plan.relation,
       settings={**cfg, "max_batch": plan.max_batch, "sampler": plan.sampler,
                 "noise_multiplier_used": used.noise_multiplier,
                 "canary_w_share": w_share,
                 "variant": broken or "library", "canary_row": row},
-      position=position if broken is None else None,
       mechanism=mechanism, data_0=data_0, data_1=data_1,
       statistic=statistic, delta=audit_delta,
-      reported_epsilon=claimed_epsilon(ledger, plan.relation, audit_delta),
-      default_trials=200_000 if broken is None else 20_000,
-      broken=broken is not None)
+      reported_epsilon=claimed_epsilon(ledger, plan.relation, audit_delta))
 
 
 def specs() -> list[AuditSpec]:

@@ -32,7 +32,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from mechanisms.lvq import init
 
@@ -116,18 +116,16 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
   def statistic(prototypes):
     return prototypes[0, 0]  # class 0's noisy mean, which the canary raises
 
-  base = f"lvq_init_{kind}" + ("" if broken is None else f"_{broken}")
-  positioned = position if broken is None else None
   return AuditSpec(
-      name=spec_name(base, positioned), relation="add_remove",
+      **identity(f"lvq_init_{kind}", position=position, broken=broken,
+                 trials=(200_000, 20_000)),
+      relation="add_remove",
       settings={"kind": kind, "epsilon": EPSILON, "dim": 1,
                 "rows_per_class": ROWS_PER_CLASS, "canary": canary,
                 "canary_row": at, "variant": broken or "library"},
-      position=positioned, mechanism=mechanism, data_0=data_0,
-      data_1=data_1, statistic=statistic, delta=delta,
-      reported_epsilon=claimed_epsilon(ledger, "add_remove", delta or None),
-      default_trials=200_000 if broken is None else 20_000,
-      broken=broken is not None)
+      mechanism=mechanism, data_0=data_0, data_1=data_1,
+      statistic=statistic, delta=delta,
+      reported_epsilon=claimed_epsilon(ledger, "add_remove", delta or None))
 
 
 def specs() -> list[AuditSpec]:

@@ -22,7 +22,7 @@ from dpcore.audit_spec import (
   canary_index,
   check_variant,
   claimed_epsilon,
-  spec_name,
+  identity,
 )
 from mechanisms.pca import dp_pca
 
@@ -89,22 +89,18 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   def statistic(result):
     return jnp.sum(result.eigenvalues * result.components[0] ** 2)
 
-  positioned = position if broken is None else None
   return AuditSpec(
-      name=spec_name("dp_pca" if broken is None else f"dp_pca_{broken}",
-                     positioned),
+      **identity("dp_pca", position=position, broken=broken,
+                 trials=(300_000, 20_000)),
       relation="add_remove",
       settings={"epsilon": epsilon, "delta": delta, "sigma": plan.sigma,
                 "d": dim, "k": dim, "calibration": plan.calibration,
                 "variant": broken or "library", "canary_row": at,
                 "canary_norm": canary_norm},
-      position=positioned,
       mechanism=mechanism, data_0=(rows, mask_0), data_1=(rows, mask_1),
       statistic=statistic, delta=audit_delta,
       reported_epsilon=claimed_epsilon(ledger, "add_remove", audit_delta),
-      nominal_epsilon=epsilon,
-      default_trials=300_000 if broken is None else 20_000,
-      broken=broken is not None)
+      nominal_epsilon=epsilon)
 
 
 def specs() -> list[AuditSpec]:

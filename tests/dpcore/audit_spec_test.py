@@ -29,6 +29,20 @@ def test_positions_and_names():
   assert audit_spec.group("gaussian") == "gaussian"
 
 
+def test_identity_names_a_broken_variant_base_broken_without_a_position():
+  trials = (200_000, 20_000)
+  assert audit_spec.identity("dpsgd", position="middle", broken=None,
+                             trials=trials) == {
+      "name": "dpsgd@middle", "position": "middle", "broken": False,
+      "default_trials": 200_000}
+  assert audit_spec.identity("dpsgd", position="middle",
+                             broken="clip_skipped", trials=trials) == {
+      "name": "dpsgd_clip_skipped", "position": None, "broken": True,
+      "default_trials": 20_000}
+  assert audit_spec.identity("gaussian", position=None, broken=None,
+                             trials=trials)["name"] == "gaussian"
+
+
 def test_the_relation_is_parsed_and_a_claim_under_another_refused():
   assert _spec().relation == "add_remove"
   ledger = accounting.PrivacyLedger()
