@@ -1,12 +1,8 @@
 """launch.dpwss's command line: one-line errors before any work, resume.
 
-Every bad flag value must end the script with exit status 2 and one
-``error: …`` line naming the cause, before any data is read or any solver
-runs. To prove the "before", one subprocess imports the script once, makes
-the data loader and the solvers raise if called, and runs ``main`` through
-``common.run_cli`` for every case (launch scripts define absl flags at
-import, so they cannot share the pytest process with another script; the
-harness is :mod:`tests.launch.cli`).
+Every bad flag value ends the script with exit status 2 and one
+``error: …`` line, before any data is read or any solver runs (the
+harness, :mod:`tests.launch.cli`, says how that is proven).
 """
 
 import pytest
