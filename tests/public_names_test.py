@@ -8,6 +8,7 @@ or listed). ``from module import *`` then gives exactly the public API.
 
 import importlib
 import inspect
+import os
 import pkgutil
 
 import pytest
@@ -57,3 +58,19 @@ def test_the_check_sees_a_name_left_out():
     if inspect.isfunction(obj):
       obj.__module__ = "fake"
   assert _missing_and_unknown(module) == (["g"], ["h"])
+
+
+def test_every_library_module_has_its_mirrored_test_file():
+  # tests/ mirrors the library: mechanisms/svm/smo.py is tested in
+  # tests/mechanisms/svm/smo_test.py (CONTRIBUTING.md).
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  missing = []
+  for name in _module_names():
+    module = importlib.import_module(name)
+    path = os.path.relpath(module.__file__, root)
+    if os.path.basename(path) == "__init__.py":
+      continue
+    test = os.path.join("tests", path[:-len(".py")] + "_test.py")
+    if not os.path.exists(os.path.join(root, test)):
+      missing.append(test)
+  assert not missing, f"library modules without their test file: {missing}"

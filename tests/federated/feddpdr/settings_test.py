@@ -1,4 +1,4 @@
-"""Tests of federated.feddpdr.settings and its mechanism table (registry)."""
+"""Tests of federated.feddpdr.settings."""
 
 import dataclasses
 
@@ -37,22 +37,6 @@ def test_config_is_static_plus_the_budget():
   # The program's key is a plain Static: no budget reaches the jit cache.
   assert type(feddpdr.Config(epsilon=3.0).static) is feddpdr.Static
   assert type(feddpdr.program(feddpdr.Config())) is feddpdr.Static
-
-
-def test_every_mechanism_is_described_once():
-  assert tuple(feddpdr.DESCRIPTIONS) == tuple(options.FedDPDRMechanism)
-  for name, mech in feddpdr.DESCRIPTIONS.items():
-    assert mech.name == name and feddpdr.describe(name) is mech
-    program = feddpdr.describe(mech.program)
-    # A mechanism runs a private program that reduces and aggregates as
-    # it does; only the noise (its plan) may differ.
-    assert program.program == program.name and program.private
-    assert (program.reduces, program.federated) == (mech.reduces,
-                                                   mech.federated)
-  assert [m for m, d in feddpdr.DESCRIPTIONS.items() if not d.private] == [
-      "nonpriv"]
-  with pytest.raises(ValueError, match="sweep_mechanisms must be one of"):
-    feddpdr.describe("fedavg", "sweep_mechanisms")
 
 
 @pytest.mark.parametrize("change, message", [

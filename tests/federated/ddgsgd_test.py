@@ -1,4 +1,5 @@
-"""federated.fedsgd, trust="distributed": plan, accounting and laws."""
+"""federated.ddgsgd, through fedsgd's trust="distributed": plan,
+accounting and laws."""
 
 import math
 
