@@ -700,15 +700,36 @@ def _lvq(data: LVQData, run: Run, s: Setting) -> dict:
           "scaling_reads_data": True, "privacy_scope": LVQ_SCOPE}
 
 
+@functools.cache
+def _softmax_program(dim: int, num_classes: int, learning_rate: float):
+  """The folds' training and scoring, vmapped over (key, train, test) rows.
+
+  The plan is an argument (a pytree whose leaves are σ, C and ε), so one
+  compiled program serves every ε of a data set.
+  """
+  import jax  # noqa: PLC0415
+  import optax  # noqa: PLC0415
+
+  from dpcore import trainer  # noqa: PLC0415
+  from mechanisms.erm import softmax  # noqa: PLC0415
+  optimizer = optax.sgd(learning_rate)
+
+  def one(key, plan, xs, ys, tr, te):
+    res = trainer.train(key, plan, softmax.loss,
+                        softmax.initial_params(dim, num_classes),
+                        (xs[tr], ys[tr]), optimizer)
+    return softmax.accuracy(res.params, xs[te], ys[te]), res.overflow_steps
+
+  return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, 0, 0)))
+
+
 def _softmax(data: LVQData, run: Run, s: Setting) -> dict:
   """Central DP-SGD softmax on Segment's folds (σ = 0: the ceiling)."""
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
-  import optax  # noqa: PLC0415
 
   from dpcore import accounting, clipping, trainer  # noqa: PLC0415
   from launch.experiments import lvq_eval  # noqa: PLC0415
-  from mechanisms.erm import softmax  # noqa: PLC0415
   p, private = data.prepared, run.epsilon is not None
   x = np.asarray(clipping.unit_rows(p.x), np.float32)
   train_idx, test_idx = lvq_eval.cv_splits(
@@ -722,21 +743,14 @@ def _softmax(data: LVQData, run: Run, s: Setting) -> dict:
       delta=s.delta, noise_multiplier=None if private else 0.0)
   privacy = (_ledger(plan).report(s.delta) if private
              else accounting.no_guarantee_record(accounting.NON_PRIVATE))
-  d, k = x.shape[1], p.num_classes
-  optimizer = optax.sgd(SOFTMAX_RECIPE["learning_rate"])
-  xs, ys = jnp.asarray(x), jnp.asarray(p.y, jnp.int32)
-
-  def one(key, tr, te):
-    res = trainer.train(key, plan, softmax.loss,
-                        softmax.initial_params(d, k), (xs[tr], ys[tr]),
-                        optimizer)
-    return softmax.accuracy(res.params, xs[te], ys[te]), res.overflow_steps
-
+  program = _softmax_program(x.shape[1], p.num_classes,
+                             SOFTMAX_RECIPE["learning_rate"])
   root = jax.random.fold_in(jax.random.key(0), zlib.crc32(
       f"{run.dataset}/{run.method}/{run.epsilon}".encode()))
   keys = jax.random.split(root, train_idx.shape[0])
-  acc, overflow = jax.block_until_ready(jax.jit(jax.vmap(one))(
-      keys, jnp.asarray(train_idx), jnp.asarray(test_idx)))
+  acc, overflow = jax.block_until_ready(program(
+      keys, plan, jnp.asarray(x), jnp.asarray(p.y, jnp.int32),
+      jnp.asarray(train_idx), jnp.asarray(test_idx)))
   acc = np.asarray(acc, np.float64).reshape(s.seeds, LVQ_FOLDS)
   details = {"n_train": int(n), "n_test": int(test_idx.shape[1]),
              "sampling_rate": q, "steps": plan.steps,

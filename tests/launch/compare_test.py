@@ -365,3 +365,28 @@ def test_every_method_on_the_small_sets(tmp_path):
   for r in records:
     if r["guarantee"] == "dp":
       assert 0 < r["privacy"]["epsilon"] <= 4.0 * (1 + 1e-6)
+
+
+def test_dpsgd_softmax_compiles_once_for_every_epsilon():
+  import jax
+  import numpy as np
+
+  from launch.experiments import compare, dplvq
+  rng = np.random.default_rng(0)
+  x = rng.uniform(-1.0, 1.0, size=(60, 3)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.int32)
+  data = compare.LVQData(
+      dplvq.Prepared("toy", x, y, num_classes=2, scaling="box"),
+      jax.random.key(0))
+  s = compare.Setting(datasets=("segment",), seeds=1)
+  program = compare._softmax_program(3, 2, compare.SOFTMAX_RECIPE[
+      "learning_rate"])
+  before = program._cache_size()
+  sigmas = []
+  for epsilon in (1.0, 4.0):
+    rec = compare._softmax(data, compare.Run("toy", "dpsgd_softmax",
+                                             epsilon), s)
+    sigmas.append(rec["settings"]["noise_multiplier"])
+    assert all(0.0 <= a <= 1.0 for a in rec["settings"]["accuracy_per_run"])
+  assert sigmas[0] > sigmas[1] > 0  # two plans, one compiled program
+  assert program._cache_size() == before + 1
