@@ -310,13 +310,12 @@ def laplace_means(count_key, sum_key, plan: LaplacePlan, x, y, *,
   [−1, 1]^d, which :func:`release_laplace` enforces before calling it;
   on other rows it is not private (the audit's broken variant).
   """
-  epsilon, d = plan.epsilon, x.shape[1]
   return _noisy_means(
       count_key, sum_key, x, y, num_classes=num_classes, min_count=min_count,
       count_noise=lambda k, shape: noise.laplace_noise(
-          k, shape, scale=2.0 / epsilon, dtype=x.dtype),
+          k, shape, scale=plan.count_scale, dtype=x.dtype),
       sum_noise=lambda k, shape: noise.laplace_noise(
-          k, shape, scale=2.0 * d / epsilon, dtype=x.dtype))
+          k, shape, scale=plan.sum_scale, dtype=x.dtype))
 
 
 def release_laplace(key: jax.Array, plan: LaplacePlan, x, y, *,
