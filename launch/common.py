@@ -335,31 +335,33 @@ def progress(message: str) -> None:
         flush=True)
 
 
-def _parse_list(values, kind, flag, what):
+def _parse_list(values, kind, flag, what, example):
   items = values.split(",") if isinstance(values, str) else list(values)
   items = [v.strip() if isinstance(v, str) else v for v in items]
   try:
     return [kind(v) for v in items if v != ""]
   except ValueError:
     shown = ",".join(str(v) for v in items)
+    hint = "" if example is None else f", e.g. {flag or 'value'}={example}"
     raise ValueError(f"{flag or 'value'}={shown!r}: expected a "
-                     f"comma-separated list of {what}.") from None
+                     f"comma-separated list of {what}{hint}.") from None
 
 
-def parse_floats(values: str | Iterable, flag: str | None = None
-                 ) -> list[float]:
+def parse_floats(values: str | Iterable, flag: str | None = None, *,
+                 example: str | None = None) -> list[float]:
   """``"0.1,0.5"`` or ``["0.1", "0.5"]`` (a list flag) → ``[0.1, 0.5]``.
 
   Blank items are dropped. A non-number is refused in one line naming
-  ``flag`` (e.g. ``"--epsilons"``) and the list.
+  ``flag`` (e.g. ``"--epsilons"``) and the list, and showing ``example``
+  (e.g. ``"0.5,1,2"``) where one is given. Ranges are the caller's.
   """
-  return _parse_list(values, float, flag, "numbers")
+  return _parse_list(values, float, flag, "numbers", example)
 
 
-def parse_ints(values: str | Iterable, flag: str | None = None
-               ) -> list[int]:
+def parse_ints(values: str | Iterable, flag: str | None = None, *,
+               example: str | None = None) -> list[int]:
   """``"1,2"`` or ``["1", "2"]`` → ``[1, 2]``; see :func:`parse_floats`."""
-  return _parse_list(values, int, flag, "integers")
+  return _parse_list(values, int, flag, "integers", example)
 
 
 def setting_from_flags(cls, *, flag_values=flags.FLAGS, **parsed):

@@ -73,23 +73,13 @@ def _names(values) -> tuple[str, ...]:
   return tuple(v.strip() for v in values if v.strip())
 
 
-def _epsilons() -> tuple[float, ...]:
-  values = []
-  for text in _EPSILONS.value:
-    try:
-      values.append(float(text))
-    except ValueError:
-      raise ValueError(f"--epsilons: {text!r} is not a number; give ε > 0, "
-                       f"e.g. --epsilons=0.5,1,2,4,8.") from None
-  return tuple(values)
-
-
 def main(argv):
   del argv
   setting = common.setting_from_flags(
       experiment.Setting, datasets=_names(_DATASETS.value),
       methods=None if _METHODS.value is None else _names(_METHODS.value),
-      epsilons=_epsilons()).check()
+      epsilons=tuple(common.parse_floats(_EPSILONS.value, "--epsilons",
+                                         example="0.5,1,2,4,8"))).check()
   out, table_md, plots = _OUT.value, _TABLE_MD.value, _PLOTS.value
   if not out:
     raise ValueError("--out: give a JSON-lines file path.")

@@ -120,10 +120,8 @@ _TUNE_FLAGS = ("tune_expected_trials", "tune_distribution", "tune_eta",
 
 
 def _epsilons(flag) -> list[float]:
-  try:
-    values = [float(v) for v in flag.value]
-  except ValueError:
-    values = [-1.0]
+  values = common.parse_floats(flag.value, f"--{flag.name}",
+                               example="0.75,1.5,2.5")
   if not values or not all(0.0 < v < float("inf") for v in values):
     raise ValueError(f"--{flag.name}={','.join(flag.value)}: give "
                      f"comma-separated ε > 0 (e.g. 0.75,1.5,2.5).")

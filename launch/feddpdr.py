@@ -187,12 +187,10 @@ def _numbers(flag, kind, paper_key=None) -> tuple | None:
   raw = _value(flag, paper_key)
   if raw is None:
     return None
-  try:
-    return tuple(kind(v) for v in raw)
-  except ValueError:
-    example = "0.5,2,8" if kind is float else "100,500"
-    raise ValueError(f"--{flag.name}={','.join(raw)}: give numbers, e.g. "
-                     f"--{flag.name}={example}.") from None
+  if kind is float:
+    return tuple(common.parse_floats(raw, f"--{flag.name}",
+                                     example="0.5,2,8"))
+  return tuple(common.parse_ints(raw, f"--{flag.name}", example="100,500"))
 
 
 def _processes():

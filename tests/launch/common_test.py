@@ -83,6 +83,9 @@ def test_a_bad_item_is_refused_in_one_line_naming_the_flag(parse, values,
   with pytest.raises(ValueError) as caught:
     parse(values, "--epsilons")
   assert str(caught.value) == words
+  with pytest.raises(ValueError) as caught:
+    parse(values, "--epsilons", example="1,2")
+  assert str(caught.value) == words[:-1] + ", e.g. --epsilons=1,2."
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

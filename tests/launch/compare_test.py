@@ -42,7 +42,9 @@ BEFORE_WORK = {
     "method_runs_nothing": (["--datasets=heart", "--methods=feddpdr"],
                             "runs nothing on --datasets=heart"),
     "epsilon_zero": (["--epsilons=1,0"], "--epsilons must be > 0"),
-    "epsilon_text": (["--epsilons=1,x"], "'x' is not a number"),
+    "epsilon_text": (["--epsilons=1,x"], "--epsilons='1,x': expected a "
+                     "comma-separated list of numbers, e.g. "
+                     "--epsilons=0.5,1,2,4,8."),
     "epsilon_inf": (["--epsilons=inf"],
                     "--epsilons must be a finite positive number"),
     "epsilon_empty": (["--epsilons="], "--epsilons is empty"),

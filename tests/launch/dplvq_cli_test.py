@@ -90,7 +90,8 @@ BEFORE_LOAD = {
     "table_epsilons": (["--table", "--table_epsilons=1,-2"],
                        "--table_epsilons=1,-2: give comma-separated ε > 0"),
     "figure_epsilons": (["--table", "--figure_epsilons=a"],
-                        "--figure_epsilons"),
+                        "--figure_epsilons='a': expected a comma-separated "
+                        "list of numbers, e.g. --figure_epsilons=0.75,"),
     "models": (["--table", "--models=foo"], "models must be one of"),
     "max_steps": (["--max_steps=0"], "max_steps must be ≥ 1, got 0"),
     "memory_budget": (["--memory_budget=lots"],

@@ -43,7 +43,9 @@ for group, items in cases.items():
 BEFORE_LOAD = {
     "epsilon_zero": (["--epsilon=0"], "epsilon must be > 0"),
     "epsilon_negative": (["--epsilon=0.5,-1"], "epsilon must be > 0"),
-    "epsilon_text": (["--epsilon=abc"], "--epsilon=abc"),
+    "epsilon_text": (["--epsilon=abc"], "--epsilon='abc': expected a "
+                     "comma-separated list of numbers, e.g. "
+                     "--epsilon=0.5,2,8."),
     "epsilon_empty": (["--epsilon="], "epsilon is empty"),
     "epsilon_inf": (["--epsilon=inf"], "epsilon"),
     # The library's check (dpcore.calibration.check_calibrated_epsilon).
