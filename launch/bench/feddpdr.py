@@ -230,7 +230,8 @@ def main(argv):
             participants=_PARTICIPANTS.value, n_per=_N_PER.value,
             epsilon=_EPSILON.value, k=_K.value, repeats=_REPEATS.value,
             variants=_VARIANTS.value, seed=_SEED.value, out=_OUT.value,
-            variant_epsilons=[float(e) for e in _VARIANT_EPSILONS.value])
+            variant_epsilons=common.parse_floats(
+                _VARIANT_EPSILONS.value, "--variant_epsilons"))
 
 
 if __name__ == "__main__":

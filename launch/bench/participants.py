@@ -290,12 +290,9 @@ def benchmark(*, d: int, participants: int, rows: int, k: int,
 def main(argv):
   del argv
   common.check_output_path(_OUT.value, "--bench_out")
-  try:
-    dims = [int(v) for v in _DIMS.value]
-    epsilons = [float(v) for v in _EPSILON.value]
-  except ValueError:
-    raise ValueError("--bench_dims takes integers and --bench_epsilon "
-                     "numbers, e.g. --bench_dims=784,64.") from None
+  dims = common.parse_ints(_DIMS.value, "--bench_dims", example="784,64")
+  epsilons = common.parse_floats(_EPSILON.value, "--bench_epsilon",
+                                 example="2")
   for value, name in ((_PARTICIPANTS.value, "bench_participants"),
                       (_ROWS.value, "bench_rows"), (_K.value, "bench_k"),
                       (_REPEATS.value, "bench_repeats"), *(

@@ -157,8 +157,9 @@ def benchmark(*, d: int, participants: int, k: int, rows: int,
 def main(argv):
   del argv
   common.check_output_path(_OUT.value, "--topk_out")
-  dims = [int(v) for v in _DIMS.value]
-  sizes = [int(v) for v in _PARTICIPANTS.value]
+  dims = common.parse_ints(_DIMS.value, "--topk_dims", example="64,784")
+  sizes = common.parse_ints(_PARTICIPANTS.value, "--topk_participants",
+                            example="16,128")
   for d in dims:
     if d not in (64, 784):
       raise ValueError(f"--topk_dims takes 64 or 784, got {d}.")
