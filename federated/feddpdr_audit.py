@@ -199,14 +199,9 @@ def distributed_moments_spec(*, position: str = "first",
   position = position if broken is None else "first"
   participants, rows = _SECURE_LAYOUT[broken]
   dim = 2
-  config = feddpdr.Config(epsilon=2 * epsilon_pca, delta=audit_delta, k=1,
-                          aggregation="distributed_moments")
-  plan = feddpdr.make_plan([rows] * participants, dim=dim, num_classes=2,
-                           config=config)
-  secure = plan.pca
-  ledger = accounting.PrivacyLedger()
-  secure.record(ledger)
-  reported = claimed_epsilon(ledger, "replace_one", audit_delta)
+  secure = _secure_plan([rows] * participants, epsilon_pca=epsilon_pca,
+                        audit_delta=audit_delta)
+  reported = _claim(secure, audit_delta)
   run, extra = secure, {}
   if broken == "share_over_p":
     p = secure.params
@@ -231,6 +226,22 @@ def distributed_moments_spec(*, position: str = "first",
                 "variant": broken or "library"},
       mechanism=mechanism, data_0=x_0, data_1=x_1, statistic=_diagonal_move,
       delta=audit_delta, reported_epsilon=reported)
+
+
+def _secure_plan(sizes, *, epsilon_pca: float, audit_delta: float,
+                 min_survivors: int | None = None):
+  """The PCA plan of ``distributed_moments`` on ``sizes`` (d = 2, k = 1)."""
+  config = feddpdr.Config(epsilon=2 * epsilon_pca, delta=audit_delta, k=1,
+                          aggregation="distributed_moments",
+                          min_survivors=min_survivors)
+  return feddpdr.make_plan(sizes, dim=2, num_classes=2, config=config).pca
+
+
+def _claim(plan, audit_delta: float) -> float:
+  """The ε ``plan`` records, at the audit's δ, under replace-one."""
+  ledger = accounting.PrivacyLedger()
+  plan.record(ledger)
+  return claimed_epsilon(ledger, "replace_one", audit_delta)
 
 
 def _canary_rows(participants: int, rows: int, dim: int, unit: int):
@@ -276,18 +287,11 @@ def distributed_moments_dropout_spec(*, position: str = "first",
   position = position if broken is None else "first"
   participants, survivors = DROPOUT_SURVIVORS[broken]
   dim = 2
-  config = feddpdr.Config(epsilon=2 * epsilon_pca, delta=audit_delta, k=1,
-                          aggregation="distributed_moments",
-                          min_survivors=len(survivors))
-  plan = feddpdr.make_plan([1] * participants, dim=dim, num_classes=2,
-                           config=config)
-  secure = plan.pca
+  secure = _secure_plan([1] * participants, epsilon_pca=epsilon_pca,
+                        audit_delta=audit_delta, min_survivors=len(survivors))
   # The broken claim: the same release, its curve at all P shares.
-  claimed = (secure if broken is None else
-             dataclasses.replace(secure, min_survivors=participants))
-  ledger = accounting.PrivacyLedger()
-  claimed.record(ledger)
-  reported = claimed_epsilon(ledger, "replace_one", audit_delta)
+  reported = _claim(secure if broken is None else dataclasses.replace(
+      secure, min_survivors=participants), audit_delta)
   alive = jnp.zeros((participants,), bool).at[jnp.asarray(survivors)].set(
       True)
   unit = survivors[canary_index(len(survivors), position)]
