@@ -106,14 +106,18 @@ def run_cli(main: Callable[[list[str]], None]) -> None:
 _HELP_FLAGS = ("-h", "--help", "-?", "--helpshort", "--helpfull")
 
 
-def check_output_path(path: str | None, flag: str = "--out") -> None:
+def check_output_path(path: str | None, flag: str = "--out", *,
+                      required: bool = False) -> None:
   """Refuses an output file that cannot be appended to, before any work.
 
   Creates the parent directories and opens the file for appending (which
   creates it empty if missing), so a path under a file, a directory or a
   read-only location fails here with the flag's name, not after the run.
+  An empty ``path`` means no file, refused where ``required``.
   """
   if not path:
+    if required:
+      raise ValueError(f"{flag}: give a JSON-lines file path.")
     return
   if os.path.isdir(path):
     raise ValueError(f"{flag}={path!r} is a directory; give a file path, "

@@ -81,12 +81,10 @@ def main(argv):
       epsilons=tuple(common.parse_floats(_EPSILONS.value, "--epsilons",
                                          example="0.5,1,2,4,8"))).check()
   out, table_md, plots = _OUT.value, _TABLE_MD.value, _PLOTS.value
-  if not out:
-    raise ValueError("--out: give a JSON-lines file path.")
   if plots and os.path.exists(plots) and not os.path.isdir(plots):
     raise ValueError(f"--plots={plots!r} is a file; give a directory for "
                      f"the PNGs, or '' for none.")
-  common.check_output_path(out, "--out")
+  common.check_output_path(out, "--out", required=True)
   common.check_output_path(table_md, "--table_md")
   with common.heavy_imports():
     from launch import plot_compare  # pylint: disable=g-import-not-at-top

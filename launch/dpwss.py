@@ -117,11 +117,8 @@ def main(argv):
     )
 
   out = _OUT.value
-  if not out:
-    raise ValueError("--out: give a JSON-lines file path.")
-  common.check_output_path(out, "--out")
-  if _TABLE_MD.value:
-    common.check_output_path(_TABLE_MD.value, "--table_md")
+  common.check_output_path(out, "--out", required=True)
+  common.check_output_path(_TABLE_MD.value, "--table_md")
   if _TABLE.value and _SELECTION_TABLE.value:
     raise ValueError("--table and --selection_table are two modes; give "
                      "one of them.")

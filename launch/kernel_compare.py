@@ -49,11 +49,8 @@ def main(argv):
     from launch.experiments import dpwss
     from launch.experiments import kernel_compare as experiment
   out = _OUT.value
-  if not out:
-    raise ValueError("--out: give a JSON-lines file path.")
-  common.check_output_path(out, "--out")
-  if _TABLE_MD.value:
-    common.check_output_path(_TABLE_MD.value, "--table_md")
+  common.check_output_path(out, "--out", required=True)
+  common.check_output_path(_TABLE_MD.value, "--table_md")
   setting = common.setting_from_flags(
       experiment.Setting,
       datasets=tuple(d.strip() for d in _DATASETS.value if d.strip()),

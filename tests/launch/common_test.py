@@ -120,3 +120,15 @@ def test_setting_from_flags_refuses_a_field_without_flag_or_value():
   # A parsed value stands in for the missing flag.
   assert common.setting_from_flags(
       _Setting, flag_values=values, seeds=(3,), name="b").name == "b"
+
+
+def test_check_output_path_refuses_a_directory_and_a_missing_required_path(
+    tmp_path):
+  common.check_output_path("", "--table_md")  # no file asked for
+  with pytest.raises(ValueError, match=r"^--out: give a JSON-lines file"):
+    common.check_output_path("", "--out", required=True)
+  with pytest.raises(ValueError, match="is a directory"):
+    common.check_output_path(str(tmp_path), "--out")
+  path = tmp_path / "sub" / "r.jsonl"
+  common.check_output_path(str(path), "--out", required=True)
+  assert path.exists() and path.read_text() == ""
