@@ -262,6 +262,7 @@ def test_encode_is_the_sum_of_the_rotated_rows_conditional_roundings():
   assert np.all(np.asarray(ints)[np.asarray(weights) == 0] == 0)
 
 
+@pytest.mark.slow  # equal results along two execution paths
 def test_encode_many_is_vmap_of_encode_bitwise():
   # One rounding loop over all participants' rows, with and without given
   # shares; rows of weight 0 anywhere.
@@ -387,6 +388,7 @@ def test_choose_params_refuses(bad):
     _params(**bad)
 
 
+@pytest.mark.slow  # equal results along two execution paths
 def test_same_messages_with_and_without_x64():
   # The noise shares (the Gaussian sampler's int32 counters), the rotation
   # signs (float32 coins) and the rows scaled in float32 even when the

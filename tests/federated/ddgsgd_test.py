@@ -198,6 +198,7 @@ def test_no_noise_has_no_guarantee_to_record():
     _plan().record(accounting.PrivacyLedger())
 
 
+@pytest.mark.slow  # equal results along two execution paths
 def test_the_release_is_the_same_with_and_without_x64():
   # The step's counters are int32 whatever the mode (jax_enable_x64 widened
   # the dropped-overflow count to int64 and the step's scan refused it).

@@ -369,6 +369,7 @@ def test_every_method_on_the_small_sets(tmp_path):
       assert 0 < r["privacy"]["epsilon"] <= 4.0 * (1 + 1e-6)
 
 
+@pytest.mark.slow  # one compilation shared by several plans
 def test_dpsgd_softmax_compiles_once_for_every_epsilon():
   import jax
   import numpy as np
