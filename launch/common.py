@@ -31,7 +31,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from absl import app, flags
@@ -263,6 +264,50 @@ def timed(fn: Callable, *args, repeats: int = 1, **kwargs):
     result = block(fn(*args, **kwargs))
     times.append(time.perf_counter() - start)
   return result, compile_seconds, float(np.median(times))
+
+
+class Timings(NamedTuple):
+  """What :func:`round_robin` measured, each a dict by path name."""
+  first_call: dict  # seconds of the first call: compiling, then one run
+  wall: dict  # wall seconds of each timed call, in order
+  cpu: dict  # process CPU seconds of each timed call, in order
+
+
+def round_robin(paths: Mapping[str, Callable[[int | None], object]], *,
+                repeats: int, most: Mapping[str, int] | None = None,
+                label: str | None = None) -> Timings:
+  """Times several paths against each other on a shared machine.
+
+  Each path is called once (its compile), then ``repeats`` rounds call
+  every path once in turn, so load from other processes falls on all
+  paths alike and their ratios stay meaningful.
+
+  Args:
+    paths: name → a call of one path: ``call(None)`` is the first call,
+      ``call(r)`` the call of round r = 0, 1, …; its result is waited for.
+    repeats: the rounds.
+    most: name → the most timed calls of that path (a slow path).
+    label: when given, a progress line ``label: compiling NAME`` before
+      each first call.
+  """
+  most = most or {}
+  timings = Timings({}, {name: [] for name in paths},
+                    {name: [] for name in paths})
+  for name, call in paths.items():
+    if label is not None:
+      progress(f"{label}: compiling {name}")
+    start = time.perf_counter()
+    block(call(None))
+    timings.first_call[name] = time.perf_counter() - start
+  for r in range(repeats):
+    for name, call in paths.items():
+      if len(timings.wall[name]) >= most.get(name, repeats):
+        continue
+      start, start_cpu = time.perf_counter(), time.process_time()
+      block(call(r))
+      timings.wall[name].append(time.perf_counter() - start)
+      timings.cpu[name].append(time.process_time() - start_cpu)
+  return timings
 
 
 @contextlib.contextmanager

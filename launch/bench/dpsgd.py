@@ -29,7 +29,6 @@ steps per second, one epoch's seconds (1/q steps) and the ratio to
 from __future__ import annotations
 
 import math
-import time
 
 from absl import flags
 
@@ -208,19 +207,13 @@ def run(model: str, x, y, classes: int) -> list[dict]:
       key, x, y, params, loss, batch=_BATCH.value, steps=_STEPS.value,
       vmap_steps=_VMAP_STEPS.value, sigma=_SIGMA.value,
       clip_norm=_CLIP.value, learning_rate=_LR.value)
-  compile_s, times = {}, {p: [] for p in fns}
-  for path, fn in fns.items():
-    common.progress(f"{model}: compiling {path}")
-    start = time.perf_counter()
-    common.block(fn(params, x, y))
-    compile_s[path] = time.perf_counter() - start
-  for r in range(_REPEATS.value):
-    for path, fn in fns.items():
-      if path == "dp_vmap" and r >= 2:
-        continue  # minutes per call for the MLP; two calls suffice
-      start = time.perf_counter()
-      common.block(fn(params, x, y))
-      times[path].append((time.perf_counter() - start) / steps_of[path])
+  # dp_vmap takes minutes per call for the MLP: two calls suffice.
+  timed = common.round_robin(
+      {path: lambda _, fn=fn: fn(params, x, y) for path, fn in fns.items()},
+      repeats=_REPEATS.value, most={"dp_vmap": 2}, label=model)
+  compile_s = timed.first_call
+  times = {path: [s / steps_of[path] for s in timed.wall[path]]
+           for path in fns}
   base = float(np.median(times["plain"]))
   steps_per_epoch = math.ceil(x.shape[0] / _BATCH.value)
   records = []

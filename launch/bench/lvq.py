@@ -23,8 +23,6 @@ claims no guarantee::
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -116,18 +114,11 @@ def main(argv):
     params, steps = make_steps(
         jax.random.fold_in(key, model == "gmlvq"), batch=_BATCH.value,
         dim=_DIM.value, classes=_CLASSES.value, model=model)
-    # Compile each path, then time them round-robin, so that load from
-    # other processes on a shared machine hits every path alike.
-    compile_s, times = {}, {p: [] for p in steps}
-    for path, (fn, state) in steps.items():
-      _, compile_s[path], _ = common.timed(fn, params, state, repeats=1)
-    for _ in range(_REPEATS.value):
-      for path, (fn, state) in steps.items():
-        if path == "dp_vmap" and len(times[path]) >= _SLOW_REPEATS.value:
-          continue
-        start = time.perf_counter()
-        common.block(fn(params, state))
-        times[path].append(time.perf_counter() - start)
+    timed = common.round_robin(
+        {path: lambda _, fn=fn, s=state, p=params: fn(p, s)
+         for path, (fn, state) in steps.items()},
+        repeats=_REPEATS.value, most={"dp_vmap": _SLOW_REPEATS.value})
+    compile_s, times = timed.first_call, timed.wall
     base = float(np.median(times["plain"]))
     for path in steps:
       secs = float(np.median(times[path]))

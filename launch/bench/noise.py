@@ -26,7 +26,6 @@ whose ``"privacy"`` claims no guarantee (nothing is released)::
 from __future__ import annotations
 
 import contextlib
-import time
 
 import jax
 import jax.numpy as jnp
@@ -104,20 +103,10 @@ def main(argv):
   del argv
   key = jax.random.key(_SEED.value)
   paths = _paths(key)
-  wall = {p[:2]: [] for p in paths}
-  cpu = {p[:2]: [] for p in paths}
-  compile_s = {}
-  for group, path, _, fn in paths:
-    start = time.perf_counter()
-    common.block(fn(key))
-    compile_s[group, path] = time.perf_counter() - start
-  for rep in range(_REPEATS.value):
-    k = jax.random.fold_in(key, rep)
-    for group, path, _, fn in paths:
-      start, start_cpu = time.perf_counter(), time.process_time()
-      common.block(fn(k))
-      wall[group, path].append(time.perf_counter() - start)
-      cpu[group, path].append(time.process_time() - start_cpu)
+  compile_s, wall, cpu = common.round_robin(
+      {(group, path): lambda r, fn=fn: fn(
+          key if r is None else jax.random.fold_in(key, r))
+       for group, path, _, fn in paths}, repeats=_REPEATS.value)
   for group, path, base, _ in paths:
     secs = float(np.median(wall[group, path]))
     cpu_secs = float(np.median(cpu[group, path]))

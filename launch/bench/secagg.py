@@ -34,7 +34,6 @@ JSON line per (participants, path) to ``--out``. Nothing is released
 from __future__ import annotations
 
 import os
-import time
 
 from absl import flags
 
@@ -178,17 +177,12 @@ def bench(key, *, count, rows, bits, steps, repeats) -> list[dict]:
   paths, server, dist, q = make_paths(
       key, count=count, rows=rows, bits=bits, steps=steps, dim=_DIM.value,
       classes=_CLASSES.value, batch=_BATCH.value, sigma=_SIGMA.value)
-  compile_s, times = {}, {name: [] for name in paths}
-  for name, fn in paths.items():
-    common.progress(f"P={count}: compiling and running {name} once")
-    t0 = time.perf_counter()
-    common.block(fn(jax.random.fold_in(key, 99)))
-    compile_s[name] = time.perf_counter() - t0
-  for r in range(repeats):
-    for name, fn in paths.items():  # round-robin: load hits all alike
-      t0 = time.perf_counter()
-      common.block(fn(jax.random.fold_in(key, r)))
-      times[name].append((time.perf_counter() - t0) / steps)
+  timed = common.round_robin(
+      {name: lambda r, fn=fn: fn(jax.random.fold_in(key, 99 if r is None
+                                                     else r))
+       for name, fn in paths.items()}, repeats=repeats, label=f"P={count}")
+  compile_s = timed.first_call
+  times = {name: [s / steps for s in timed.wall[name]] for name in paths}
   load = list(os.getloadavg())  # other jobs share the CPU: read beside
   base = float(np.median(times["server"]))
   p = dist.ddg_params

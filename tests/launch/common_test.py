@@ -132,3 +132,24 @@ def test_check_output_path_refuses_a_directory_and_a_missing_required_path(
   path = tmp_path / "sub" / "r.jsonl"
   common.check_output_path(str(path), "--out", required=True)
   assert path.exists() and path.read_text() == ""
+
+
+def test_round_robin_compiles_each_path_then_times_them_in_turns():
+  calls = []
+
+  def path(name):
+    return lambda r: calls.append((name, r))
+
+  timed = common.round_robin({"a": path("a"), "slow": path("slow"),
+                              "b": path("b")}, repeats=3, most={"slow": 1})
+  # First calls, then rounds in which every path takes its turn, the
+  # capped path only in the first.
+  assert calls == [("a", None), ("slow", None), ("b", None),
+                   ("a", 0), ("slow", 0), ("b", 0),
+                   ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+  assert {k: len(v) for k, v in timed.wall.items()} == {
+      "a": 3, "slow": 1, "b": 3}
+  assert {k: len(v) for k, v in timed.cpu.items()} == {
+      "a": 3, "slow": 1, "b": 3}
+  assert set(timed.first_call) == {"a", "slow", "b"}
+  assert all(s >= 0 for v in timed.wall.values() for s in v)
