@@ -816,15 +816,8 @@ def gaussian_epsilon(*, noise_multiplier: float, delta: float) -> float:
   lo, hi = 0.0, 1.0
   while delta_at(hi) > delta:
     hi *= 2.0
-  for _ in range(200):
-    mid = 0.5 * (lo + hi)
-    if delta_at(mid) > delta:
-      lo = mid
-    else:
-      hi = mid
-    if hi - lo < 1e-12 * hi:
-      break
-  return hi
+  return calibration.bisect(lambda eps: delta_at(eps) > delta, lo, hi,
+                            rtol=1e-12, steps=200)[1]
 
 
 def dpsgd_steps(*, sampling_rate: float, steps: int | None = None,

@@ -11,6 +11,7 @@ Host-side functions of plain floats (they run before any tracing).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from scipy import special
 
@@ -18,6 +19,7 @@ from dpcore import validation
 
 __all__ = [
     "MAX_EPSILON",
+    "bisect",
     "check_calibrated_epsilon",
     "gaussian_delta",
     "gaussian_sigma",
@@ -25,6 +27,47 @@ __all__ = [
     "gaussian_sigma_classic",
     "laplace_scale",
 ]
+
+
+def bisect(below: Callable[[float], bool], lo: float, hi: float, *,
+           rtol: float | None = None, steps: int | None = None,
+           geometric: bool = False) -> tuple[float, float]:
+  """Narrows ``[lo, hi]`` around the point where ``below`` turns False.
+
+  Every calibration here searches a monotone condition: ``below(x)``
+  True for x under the answer, False at and above it. On entry
+  ``below(lo)`` holds and ``below(hi)`` does not (the caller brackets;
+  neither end is evaluated here). Each step tests the midpoint
+  (arithmetic, or geometric when ``geometric``) and moves the end on its
+  side, so the invariant holds on return: a caller that needs the
+  condition False (noise large enough) takes ``hi``, one that needs it
+  True (a budget not exceeded) takes ``lo``.
+
+  Stops after ``steps`` steps or once the bracket is narrow: hi − lo ≤
+  ``rtol``·hi (hi/lo − 1 ≤ ``rtol`` when ``geometric``), whichever is
+  first; give at least one of the two.
+
+  >>> lo, hi = bisect(lambda x: x * x < 2.0, 1.0, 2.0, rtol=1e-12)
+  >>> round(hi, 9), lo < 2.0 ** 0.5 <= hi
+  (1.414213562, True)
+  """
+  if rtol is None and steps is None:
+    raise ValueError("bisect needs rtol, steps or both.")
+
+  def narrow(lo, hi):
+    if rtol is None:
+      return False
+    return hi / lo - 1.0 <= rtol if geometric else hi - lo <= rtol * hi
+
+  step = 0
+  while not narrow(lo, hi) and (steps is None or step < steps):
+    mid = math.sqrt(lo * hi) if geometric else 0.5 * (lo + hi)
+    if below(mid):
+      lo = mid
+    else:
+      hi = mid
+    step += 1
+  return lo, hi
 
 
 def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
@@ -126,13 +169,7 @@ def gaussian_sigma_analytic(*, epsilon: float, delta: float,
     lo /= 2.0
   while too_small(hi):
     hi *= 2.0
-  while hi / lo - 1.0 > rtol:
-    mid = math.sqrt(lo * hi)
-    if too_small(mid):
-      lo = mid
-    else:
-      hi = mid
-  return hi
+  return bisect(too_small, lo, hi, rtol=rtol, geometric=True)[1]
 
 
 def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,

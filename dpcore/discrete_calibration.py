@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dpcore import accounting, validation
+from dpcore import accounting, calibration, validation
 from dpcore.discrete import round_up
 
 
@@ -39,12 +39,8 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float,
   lo, hi = 1e-6, 1.0
   while eps_at(hi) > epsilon:
     lo, hi = hi, hi * 2.0
-  for _ in range(100):
-    mid = 0.5 * (lo + hi)
-    if eps_at(mid) > epsilon:
-      lo = mid
-    else:
-      hi = mid
+  _, hi = calibration.bisect(lambda sigma: eps_at(sigma) > epsilon, lo, hi,
+                             steps=100)
   return round_up(hi, denominator)
 
 

@@ -72,7 +72,7 @@ import numpy as np
 from dp_accounting import rdp as dp_rdp
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_math
 
-from dpcore import accounting, noise, options, validation
+from dpcore import accounting, calibration, noise, options, validation
 
 """Laws of the number of trials K (``negative_binomial`` needs η)."""
 
@@ -98,13 +98,10 @@ def _solve_gamma(eta: float, mean: float) -> float:
   """The γ of D(η, γ) whose mean is ``mean`` (bisection on log γ)."""
   if eta == 1.0:
     return 1.0 / mean
-  lo, hi = -700.0, 0.0  # log γ; the mean falls as γ grows
-  for _ in range(200):
-    mid = 0.5 * (lo + hi)
-    if negative_binomial_mean(eta, math.exp(mid)) > mean:
-      lo = mid
-    else:
-      hi = mid
+  # On log γ, in [−700, 0]: the mean falls as γ grows.
+  _, hi = calibration.bisect(
+      lambda log_gamma: negative_binomial_mean(eta, math.exp(log_gamma))
+      > mean, -700.0, 0.0, steps=200)
   return math.exp(hi)
 
 
@@ -493,14 +490,14 @@ def calibrate(build: Callable[[float], tuple[Any, TrialPrivacy]], *,
                      f"(even a per-trial epsilon of {lo:g} exceeds it); "
                      f"raise epsilon or lower the expected number of "
                      f"trials.")
-  while hi / lo > 1.0 + tolerance:
-    mid = (lo * hi) ** 0.5
-    got = attempt(mid)
-    if got[2].epsilon <= epsilon:
-      lo, best = mid, got
-    else:
-      hi = mid
-  return (*best, lo)
+  tried = {lo: best}
+
+  def within(trial_epsilon):
+    tried[trial_epsilon] = attempt(trial_epsilon)
+    return tried[trial_epsilon][2].epsilon <= epsilon
+
+  lo, _ = calibration.bisect(within, lo, hi, rtol=tolerance, geometric=True)
+  return (*tried[lo], lo)
 
 
 # -- the tuned algorithm's privacy --------------------------------------------

@@ -22,7 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from dpcore import accounting, ddg, ddg_accounting, dpsgd, options, validation
+from dpcore import (
+  accounting,
+  calibration,
+  ddg,
+  ddg_accounting,
+  dpsgd,
+  options,
+  validation,
+)
 from federated import secagg
 
 __all__ = [
@@ -137,12 +145,9 @@ def calibrate(*, epsilon: float | None, noise_multiplier: float | None,
     if hi > 1e4:
       raise ValueError(f"no noise multiplier ≤ 1e4 reaches epsilon="
                        f"{epsilon}; raise epsilon or delta.")
-  while hi - lo > 1e-3 * hi:
-    mid = 0.5 * (lo + hi)
-    if mid > 0 and _epsilon(mid, **kw)[0] <= epsilon:
-      hi = mid
-    else:
-      lo = mid
+  _, hi = calibration.bisect(
+      lambda z: not (z > 0 and _epsilon(z, **kw)[0] <= epsilon), lo, hi,
+      rtol=1e-3)
   eps, params = _epsilon(hi, **kw)
   assert eps <= epsilon  # hi always meets the target
   return hi, params

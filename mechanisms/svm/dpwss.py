@@ -65,7 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import accounting, memory, options, validation
+from dpcore import accounting, calibration, memory, options, validation
 from mechanisms.svm import kernels, smo, smo_train, wss
 
 DEFAULT_DELTA = 1e-5
@@ -680,13 +680,8 @@ def epsilon_per_selection(epsilon: float, *, selections: int,
   lo, hi = 0.0, epsilon  # k draws never cost less than one
   if spent(hi) <= epsilon:
     return hi
-  while hi - lo > tol * hi:
-    mid = 0.5 * (lo + hi)
-    if spent(mid) <= epsilon:
-      lo = mid
-    else:
-      hi = mid
-  return lo
+  return calibration.bisect(lambda e: spent(e) <= epsilon, lo, hi,
+                            rtol=tol)[0]
 
 
 def epsilon_per_iteration(epsilon: float, *, max_iter: int,

@@ -150,3 +150,37 @@ def test_huge_epsilon_is_refused_in_one_line_and_delta_does_not_overflow():
   # The largest accepted ε still calibrates.
   assert calibration.gaussian_sigma_analytic(
       epsilon=calibration.MAX_EPSILON, delta=1e-5, sensitivity=1.0) > 0
+
+
+def test_bisect_keeps_the_bracket_and_stops_where_told():
+  tested = []
+
+  def below(x):
+    tested.append(x)
+    return x < 0.3
+
+  lo, hi = calibration.bisect(below, 0.0, 1.0, rtol=2.0 ** -10)
+  assert lo < 0.3 <= hi and hi - lo <= 2.0 ** -10 * hi
+  # Arithmetic midpoints: the first three are 1/2, 1/4, 3/8.
+  assert tested[:3] == [0.5, 0.25, 0.375]
+  tested.clear()
+  lo, hi = calibration.bisect(below, 0.0, 1.0, steps=7)
+  assert len(tested) == 7 and hi - lo == 2.0 ** -7 and lo < 0.3 <= hi
+  # Steps and rtol together: whichever is first.
+  tested.clear()
+  calibration.bisect(below, 0.0, 1.0, rtol=1e-12, steps=5)
+  assert len(tested) == 5
+
+
+def test_bisect_geometric_halves_the_log_bracket():
+  tested = []
+
+  def below(x):
+    tested.append(x)
+    return x < 3.0
+
+  lo, hi = calibration.bisect(below, 1.0, 16.0, rtol=1e-9, geometric=True)
+  assert tested[:2] == [4.0, 2.0]
+  assert lo < 3.0 <= hi and hi / lo - 1.0 <= 1e-9
+  with pytest.raises(ValueError, match="rtol, steps or both"):
+    calibration.bisect(below, 1.0, 2.0)
