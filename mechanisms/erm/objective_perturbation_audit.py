@@ -2,13 +2,16 @@
 (:mod:`mechanisms.erm.objective_perturbation`).
 
 ``objective_perturbation_huber`` and ``objective_perturbation_logistic``:
-a one-row, one-dimensional fit whose label flips between the neighbours
-(replace-one), with the ε the plan's own ledger claims.
+a one-dimensional fit on :data:`ROWS` rows whose canary's label flips
+between the neighbours (replace-one), with the ε the plan's own ledger
+claims; the canary sits first, in the middle and last
+(``objective_perturbation_huber@first`` …), the other rows blank (x = 0:
+their loss is a constant, so they add nothing to the fit).
 
 Each loss's broken variant, reported with its unbroken plan's ε, must be
 caught: ``objective_perturbation_huber_clip_skipped`` and
-``objective_perturbation_logistic_clip_skipped`` (the row enters the loss
-without being clipped to norm ≤ 1, and it is x = 10).
+``objective_perturbation_logistic_clip_skipped`` (the canary enters the
+loss without being clipped to norm ≤ 1, and it is x = 10; first row).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import jax.numpy as jnp
 
 from dpcore import accounting
 from dpcore.audit_spec import (
+  POSITIONS,
   AuditSpec,
+  canary_index,
   check_variant,
   claimed_epsilon,
   identity,
@@ -25,6 +30,8 @@ from dpcore.audit_spec import (
 from mechanisms.erm import objective_perturbation as op
 
 BROKEN = ("clip_skipped",)
+ROWS = 3
+"""Rows of the audited problem: the canary and two blank rows."""
 CANARY_SCALE = 10.0
 """The norm of the broken variant's row (the unbroken one's is 1)."""
 
@@ -45,16 +52,19 @@ def unclipped_release(key, plan: op.ObjectivePerturbationPlan, x, y,
 
 
 def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
-                                lam: float = 100.0,
+                                lam: float = 100.0, position: str = "first",
                                 broken: str | None = None) -> AuditSpec:
-  """One-row, one-dimensional objective perturbation (replace-one).
+  """One-dimensional objective perturbation (replace-one), canary at
+  ``position`` (one of :data:`dpcore.audit_spec.POSITIONS`) among
+  :data:`ROWS` rows.
 
-  The only row x = 1 has label +1 in ``data_0`` and −1 in ``data_1``. With
-  a strong ridge the fit stays where the Huber hinge is linear, so the
-  gradient the row contributes flips by the full 2 — the worst case of the
-  proof; the logistic loss's derivative is ½ there, so its audit can show
-  only about half of ε. Statistic: −β (label −1 pushes β down). Fits run
-  in float64 to the library's tolerance.
+  The canary x = 1 has label +1 in ``data_0`` and −1 in ``data_1``; the
+  other rows are x = 0 with label +1 in both. With a strong ridge the fit
+  stays where the Huber hinge is linear, so the gradient the canary
+  contributes flips by the full 2 — the worst case of the proof; the
+  logistic loss's derivative is ½ there, so its audit can show only about
+  half of ε. Statistic: −β (label −1 pushes β down). Fits run in float64
+  to the library's tolerance.
 
   ``broken``: None, or ``"clip_skipped"`` (:data:`BROKEN`): the row is not
   clipped to norm ≤ 1 before the fit (:func:`unclipped_release`) and is
@@ -65,39 +75,44 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   it.
   """
   check_variant(broken, BROKEN)
-  plan = op.make_plan(epsilon=epsilon, num_examples=1, lam=lam, loss=loss)
+  canary = canary_index(ROWS, position)
+  plan = op.make_plan(epsilon=epsilon, num_examples=ROWS, lam=lam, loss=loss)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   row_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
-  x = jnp.full((1, 1), row_norm)
-  mask = jnp.ones((1,))
+  x = jnp.zeros((ROWS, 1)).at[canary, 0].set(row_norm)
+  mask = jnp.ones((ROWS,))
   release = unclipped_release if broken == "clip_skipped" else op.release
 
   def mechanism(key, y):
     return release(key, plan, x.astype(jnp.float64), y,
                    mask.astype(jnp.float64)).beta
 
+  labels = jnp.ones((ROWS,))
   return AuditSpec(
-      **identity(f"objective_perturbation_{loss}", position=None,
-                 broken=broken, trials=(200_000, 20_000)),
+      **identity(f"objective_perturbation_{loss}",
+                 position=None if broken else position, broken=broken,
+                 trials=(200_000, 20_000)),
       relation="replace_one",
-      settings={"loss": loss, "epsilon": epsilon, "lam": lam, "n": 1,
+      settings={"loss": loss, "epsilon": epsilon, "lam": lam, "n": ROWS,
                 "p": plan.p, "theta": plan.theta, "row_norm": row_norm,
-                "variant": broken or "library"},
-      mechanism=mechanism, data_0=jnp.ones((1,)), data_1=-jnp.ones((1,)),
+                "canary_row": canary, "variant": broken or "library"},
+      mechanism=mechanism, data_0=labels,
+      data_1=labels.at[canary].set(-1.0),
       statistic=lambda beta: -beta[0], delta=0.0,
       reported_epsilon=claimed_epsilon(ledger, "replace_one"), x64=True)
 
 
 def specs() -> list[AuditSpec]:
-  """Objective perturbation with the Huber and the logistic loss, then
-  the Huber fit's broken variant, then the logistic fit's."""
-  return [objective_perturbation_spec(loss="huber"),
-          objective_perturbation_spec(loss="logistic"),
+  """Objective perturbation with the Huber and the logistic loss at each
+  canary position, then the Huber fit's broken variant, then the
+  logistic fit's."""
+  return [*(objective_perturbation_spec(loss=loss, position=position)
+            for loss in ("huber", "logistic") for position in POSITIONS),
           objective_perturbation_spec(broken="clip_skipped"),
           objective_perturbation_spec(loss="logistic",
                                       broken="clip_skipped")]
 
 
-__all__ = ["BROKEN", "CANARY_SCALE", "objective_perturbation_spec", "specs",
-           "unclipped_release"]
+__all__ = ["BROKEN", "CANARY_SCALE", "ROWS", "objective_perturbation_spec",
+           "specs", "unclipped_release"]

@@ -18,11 +18,14 @@ learner's accounting uses:
   C·lr/(qN), ~ Binomial(T, q) + N(0, Tσ²) with the canary and N(0, Tσ²)
   without. Reported ε: the ledger's, from the plan's ``record``
   (:meth:`random_features.RFFDPSGDPlan.record`), at the audit's δ.
-* ``rff_output_perturbation`` (replace-one, n = 1): one canary row chosen
+* ``rff_output_perturbation`` (replace-one, n = 3): one canary row chosen
   from the PUBLIC map so that every cos(ω_jᵀx + b_j) = 1, i.e.
-  ‖φ(x_c)‖ = √2, the bound: its augmented row has norm exactly 1 and the
-  exact minimisers for labels +1 and −1 are 2C apart — the sensitivity
-  is attained. They are computed host-side by
+  ‖φ(x_c)‖ = √2, the bound: its augmented row has norm exactly 1. The
+  other two rows are copies of it labelled +1 and −1 (the same in both
+  neighbours: at this small C every margin stays below 1, so their pulls
+  cancel), and the exact minimisers for the canary labelled +1 and −1
+  are 2C apart — the sensitivity is attained. The canary sits first, in
+  the middle and last. The minimisers are computed host-side by
   :func:`random_features.exact_weights`; the audit runs the release's
   noise step (:func:`mechanisms.erm.output_perturbation.perturb` at the
   plan's Δ₂ and ε, as :func:`random_features.release_output_perturbation`
@@ -132,11 +135,14 @@ def attaining_row(feature_map: random_features.FeatureMap) -> np.ndarray:
 
 
 def output_perturbation_spec(*, epsilon: float | None = None,
-                             broken: bool = False) -> AuditSpec:
-  """Output perturbation on random features, sensitivity attained.
+                             broken: bool = False,
+                             position: str = "first") -> AuditSpec:
+  """Output perturbation on random features, sensitivity attained, the
+  canary at ``position`` of three rows.
 
   ``broken``: the noise is drawn for Δ₂/√2, the sensitivity of features
-  of norm ≤ 1 (the φ/√2 scaling forgotten), and the plan's ε reported.
+  of norm ≤ 1 (the φ/√2 scaling forgotten), and the plan's ε reported
+  (canary first).
   """
   cfg = dict(_OUTPUT)
   if epsilon is not None:
@@ -146,9 +152,14 @@ def output_perturbation_spec(*, epsilon: float | None = None,
       num_features=cfg["num_features"])
   plan = random_features.make_output_perturbation_plan(
       c=cfg["c"], epsilon=cfg["epsilon"])
-  x = attaining_row(fmap)[None]
-  w_0 = random_features.exact_weights(plan, fmap, x, np.ones(1))
-  w_1 = random_features.exact_weights(plan, fmap, x, -np.ones(1))
+  position = "first" if broken else position
+  canary = canary_index(3, position)
+  x = np.repeat(attaining_row(fmap)[None], 3, axis=0)
+  others = np.array([1.0, -1.0])  # the other rows' labels, in order
+  w_0 = random_features.exact_weights(plan, fmap, x,
+                                      np.insert(others, canary, 1.0))
+  w_1 = random_features.exact_weights(plan, fmap, x,
+                                      np.insert(others, canary, -1.0))
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   w_0 = jnp.asarray(w_0, jnp.float32)
@@ -163,11 +174,13 @@ def output_perturbation_spec(*, epsilon: float | None = None,
   def statistic(out):
     return jnp.linalg.norm(out - w_0) - jnp.linalg.norm(out - w_1)
 
-  phi = np.asarray(random_features.features(fmap, x.astype(np.float32)))
+  phi = np.asarray(random_features.features(fmap, x[:1].astype(np.float32)))
   return AuditSpec(
       name=("rff_output_perturbation_unscaled_features" if broken
-            else "rff_output_perturbation"), relation="replace_one",
-      settings={**cfg, "sensitivity": plan.sensitivity,
+            else spec_name("rff_output_perturbation", position)),
+      position=None if broken else position, relation="replace_one",
+      settings={**cfg, "rows": 3, "canary_row": canary,
+                "sensitivity": plan.sensitivity,
                 "canary_feature_norm": float(np.linalg.norm(phi)),
                 "feature_bound": math.sqrt(2.0),
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1)),
@@ -183,7 +196,8 @@ def specs() -> list[AuditSpec]:
   reported ε), then the σ-halved DP-SGD variant and the unscaled-features
   output perturbation (each must be caught)."""
   return [*(dpsgd_spec(position=p) for p in POSITIONS),
-          output_perturbation_spec(), dpsgd_spec(broken=True),
+          *(output_perturbation_spec(position=p) for p in POSITIONS),
+          dpsgd_spec(broken=True),
           output_perturbation_spec(broken=True)]
 
 

@@ -56,11 +56,13 @@ EXPECTED = {
         "fedsgd_server_noise_halved@first",
         "fedsgd_local_noise_halved@first"],
     "mechanisms.erm.objective_perturbation_audit": [
-        "objective_perturbation_huber", "objective_perturbation_logistic",
+        *_at("objective_perturbation_huber"),
+        *_at("objective_perturbation_logistic"),
         "objective_perturbation_huber_clip_skipped",
         "objective_perturbation_logistic_clip_skipped"],
     "mechanisms.erm.output_perturbation_audit": [
-        "output_perturbation", "output_perturbation_add_remove_sensitivity"],
+        *_at("output_perturbation"),
+        "output_perturbation_add_remove_sensitivity"],
     "mechanisms.lvq.init_audit": [
         *_at("lvq_init_laplace", "lvq_init_gaussian"),
         "lvq_init_laplace_box_skipped", "lvq_init_gaussian_box_skipped"],
@@ -78,7 +80,7 @@ EXPECTED = {
         "dpwss_private_transcript_j", "dpwss_private_transcript_i",
         "dpwss_private_transcript_i_support_masked"],
     "mechanisms.svm.random_features_audit": [
-        *_at("rff_dpsgd"), "rff_output_perturbation",
+        *_at("rff_dpsgd", "rff_output_perturbation"),
         "rff_dpsgd_sigma_halved",
         "rff_output_perturbation_unscaled_features"],
 }

@@ -1,6 +1,6 @@
 """mechanisms.erm.objective_perturbation_audit: the Huber fit's claim
-survives a small audit, and the audit shows most of it; the skipped row
-clip is caught."""
+survives a small audit with the canary at each position, and the audit
+shows most of it; the skipped row clip is caught."""
 
 import jax
 import jax.numpy as jnp
@@ -21,18 +21,27 @@ def specs():
   return {s.name: s for s in audit.specs()}
 
 
-def test_names_and_claims(specs):
-  assert list(specs) == ["objective_perturbation_huber",
-                         "objective_perturbation_logistic", *BROKEN]
+def test_names_claims_and_canary_rows(specs):
+  assert list(specs) == [
+      f"objective_perturbation_{loss}@{position}"
+      for loss in ("huber", "logistic")
+      for position in audit_spec.POSITIONS] + list(BROKEN)
   for spec in specs.values():
     assert spec.relation == "replace_one" and spec.x64
     assert spec.reported_epsilon == pytest.approx(1.0)
-    assert spec.settings["n"] == 1
+    assert spec.settings["n"] == audit.ROWS == 3
+    # The neighbours differ in the canary's label alone.
+    row = spec.settings["canary_row"]
+    assert row == {"first": 0, "middle": 1, "last": 2,
+                   None: 0}[spec.position]
+    differ = np.flatnonzero(np.asarray(spec.data_0) !=
+                            np.asarray(spec.data_1))
+    assert differ.tolist() == [row]
 
 
 def test_broken_variant_reports_the_unbroken_claim(specs):
   spec = specs["objective_perturbation_huber_clip_skipped"]
-  unbroken = specs["objective_perturbation_huber"]
+  unbroken = specs["objective_perturbation_huber@first"]
   assert spec.broken and not unbroken.broken and spec.position is None
   assert spec.reported_epsilon == unbroken.reported_epsilon
   assert spec.settings["p"] == unbroken.settings["p"]
@@ -56,8 +65,9 @@ def test_unclipped_release_differs_from_the_release_by_the_clip_alone():
   np.testing.assert_allclose(got.beta, want.beta, atol=1e-12)
 
 
-def test_small_audit_stays_below_the_claim(specs):
-  spec = specs["objective_perturbation_huber"]
+@pytest.mark.parametrize("position", audit_spec.POSITIONS)
+def test_small_audit_stays_below_the_claim(specs, position):
+  spec = specs[f"objective_perturbation_huber@{position}"]
   result = audit_spec.run(jax.random.key(11), spec, trials=20_000)
   assert result.epsilon_lower <= spec.reported_epsilon
   # The Huber hinge's worst case: the audit shows most of ε.

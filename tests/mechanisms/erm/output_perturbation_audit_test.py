@@ -1,6 +1,6 @@
-"""mechanisms.erm.output_perturbation_audit: the sensitivity is attained
-and the claim survives a small audit; noise calibrated for the add/remove
-sensitivity is caught."""
+"""mechanisms.erm.output_perturbation_audit: with the canary at each
+position the sensitivity is attained and the claim survives a small
+audit; noise calibrated for the add/remove sensitivity is caught."""
 
 import jax
 import pytest
@@ -17,9 +17,18 @@ def specs():
   return {s.name: s for s in audit.specs()}
 
 
-def test_the_sensitivity_is_attained_and_the_claim_holds(specs):
-  assert list(specs) == ["output_perturbation", *BROKEN]
-  spec = specs["output_perturbation"]
+def test_names_and_canary_rows(specs):
+  assert list(specs) == [f"output_perturbation@{p}"
+                         for p in audit_spec.POSITIONS] + list(BROKEN)
+  for spec in specs.values():
+    assert spec.settings["rows"] == audit.ROWS == 3
+    assert spec.settings["canary_row"] == {
+        "first": 0, "middle": 1, "last": 2, None: 0}[spec.position]
+
+
+@pytest.mark.parametrize("position", audit_spec.POSITIONS)
+def test_the_sensitivity_is_attained_and_the_claim_holds(specs, position):
+  spec = specs[f"output_perturbation@{position}"]
   assert spec.relation == "replace_one" and not spec.broken
   # The two exact minimisers are exactly the sensitivity apart.
   assert spec.settings["minimiser_distance"] == pytest.approx(
@@ -32,7 +41,7 @@ def test_the_sensitivity_is_attained_and_the_claim_holds(specs):
 
 def test_broken_variant_reports_the_unbroken_claim(specs):
   spec = specs["output_perturbation_add_remove_sensitivity"]
-  unbroken = specs["output_perturbation"]
+  unbroken = specs["output_perturbation@first"]
   assert spec.broken and spec.position is None
   assert spec.relation == "replace_one"
   assert spec.reported_epsilon == unbroken.reported_epsilon

@@ -2,6 +2,7 @@
 claims survive a small audit, the sensitivity is attained, and the
 σ-halved DP-SGD variant is caught."""
 
+import functools
 import math
 
 import jax
@@ -16,7 +17,8 @@ SQRT2 = math.sqrt(2.0)
 
 @pytest.mark.parametrize("make,trials", [
     (rff_audit.dpsgd_spec, 40_000),
-    (rff_audit.output_perturbation_spec, 100_000),
+    *((functools.partial(rff_audit.output_perturbation_spec, position=p),
+       100_000) for p in audit_spec.POSITIONS),
 ])
 def test_audit_stays_below_the_reported_epsilon(make, trials):
   spec = make()
@@ -43,14 +45,22 @@ def test_audit_catches_output_noise_for_unscaled_features():
   assert result.epsilon_lower > spec.reported_epsilon
 
 
-def test_output_perturbation_audit_attains_the_sensitivity():
-  spec = rff_audit.output_perturbation_spec()
+@pytest.mark.parametrize("position,row", [("first", 0), ("middle", 1),
+                                          ("last", 2)])
+def test_output_perturbation_audit_attains_the_sensitivity(position, row):
+  spec = rff_audit.output_perturbation_spec(position=position)
+  assert spec.name == f"rff_output_perturbation@{position}"
+  assert spec.settings["canary_row"] == row
   assert spec.settings["canary_feature_norm"] == pytest.approx(SQRT2,
                                                                rel=1e-5)
   assert spec.settings["minimiser_distance"] == pytest.approx(
       spec.settings["sensitivity"], rel=1e-5)
+  assert jnp.asarray(spec.data_0).shape == (3,)  # D = 2 weights and b
+
+
+def test_spec_names():
   assert [s.name for s in rff_audit.specs()] == [
       "rff_dpsgd@first", "rff_dpsgd@middle", "rff_dpsgd@last",
-      "rff_output_perturbation", "rff_dpsgd_sigma_halved",
+      "rff_output_perturbation@first", "rff_output_perturbation@middle",
+      "rff_output_perturbation@last", "rff_dpsgd_sigma_halved",
       "rff_output_perturbation_unscaled_features"]
-  assert jnp.asarray(spec.data_0).shape == (3,)
