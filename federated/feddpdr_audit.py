@@ -1,14 +1,18 @@
 """Audit specs of FedDPDR-DPML (:mod:`federated.feddpdr`), one participant.
 
-``feddpdr_participant``: the DP-PCA basis and the objective-perturbation
-fit that one participant releases, :func:`federated.feddpdr.train`
-itself, for a one-row participant whose label flips between the
-neighbours (replace-one, the relation the pipeline is accounted under),
-with the ε of the plan's privacy record and the paper's nominal ε.
+``feddpdr_participant@{first,middle,last}``: the DP-PCA basis and the
+objective-perturbation fit that one participant releases,
+:func:`federated.feddpdr.train` itself, for a participant of
+:data:`ROWS` rows whose canary's label flips between the neighbours
+(replace-one, the relation the pipeline is accounted under), the canary
+first, in the middle or last of its rows (the others are 0: they add
+nothing to XᵀX and their projections nothing to the fit), with the ε of
+the plan's privacy record and the paper's nominal ε.
 
 The broken variant, reported with the unbroken plan's ε, must be caught:
 ``feddpdr_participant_clip_skipped`` (the participant's projected rows
-reach its fit without being clipped to norm ≤ 1, and its row is 10·e₁).
+reach its fit without being clipped to norm ≤ 1, and its canary, the
+first row, is 10·e₁).
 
 ``feddpdr_distributed_moments@{first,middle,last}``: the PCA release of
 ``aggregation="distributed_moments"`` (:mod:`federated.feddpdr.
@@ -70,6 +74,8 @@ from mechanisms.pca import dp_pca
 BROKEN = ("clip_skipped",)
 CANARY_SCALE = 10.0
 """The norm of the broken variant's row (the unbroken one's is 1)."""
+ROWS = 3
+"""The rows of the audited participant: the canary and two rows of 0."""
 
 
 def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
@@ -115,13 +121,16 @@ def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
 
 
 def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
-                 lam: float = 100.0, broken: str | None = None
-                 ) -> AuditSpec:
+                 lam: float = 100.0, position: str = "first",
+                 broken: str | None = None) -> AuditSpec:
   """One FedDPDR-DPML participant's releases: DP-PCA basis and its fit.
 
-  A participant with one row x = e₁ (d = 2, k = 2, two classes), label 1
-  in ``data_0`` and 0 in ``data_1`` (replace-one, the relation the
-  pipeline is accounted under). The mechanism is
+  A participant of :data:`ROWS` rows (d = 2, k = 2, two classes) whose
+  canary, at ``position`` (one of :data:`dpcore.audit_spec.POSITIONS`;
+  the broken variant's is first), is x = e₁ with label 1 in ``data_0``
+  and 0 in ``data_1`` (replace-one, the relation the pipeline is
+  accounted under); the other rows are 0, labelled 1 in both. The
+  mechanism is
   :func:`federated.feddpdr.train` itself for that one participant; the
   statistic is the released model mapped back to the input space, −(Ûβ̂)₁
   (with k = d the basis is a rotation, so this probes the fit).
@@ -135,12 +144,14 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   Reported with the plan's ε, the audit must find a bound above it.
   """
   check_variant(broken, BROKEN)
+  position = "first" if broken else position
+  canary = canary_index(ROWS, position)
   config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=epsilon,
                           delta=delta, k=2, lam=lam)
-  plan = feddpdr.make_plan([1], dim=2, num_classes=2, config=config)
+  plan = feddpdr.make_plan([ROWS], dim=2, num_classes=2, config=config)
   row_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
-  x = jnp.zeros((1, 1, 2), jnp.float32).at[0, 0, 0].set(row_norm)
-  mask = jnp.ones((1, 1), jnp.float32)
+  x = jnp.zeros((1, ROWS, 2), jnp.float32).at[0, canary, 0].set(row_norm)
+  mask = jnp.ones((1, ROWS), jnp.float32)
   arrays = tuple(jnp.asarray(a) for a in
                  (plan.sigma.astype("float32"), plan.sizes, plan.p, plan.theta))
 
@@ -160,16 +171,18 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
     return -(basis @ beta)[0]
 
   return AuditSpec(
-      **identity("feddpdr_participant", position=None, broken=broken,
+      **identity("feddpdr_participant",
+                 position=None if broken else position, broken=broken,
                  trials=(100_000, 20_000)),
       relation="replace_one",
       settings={"mechanism": config.mechanism, "epsilon": epsilon,
-                "delta": delta, "d": 2, "k": 2, "lam": lam, "n": 1,
-                "epsilon_pca": plan.epsilon_pca,
+                "delta": delta, "d": 2, "k": 2, "lam": lam, "n": ROWS,
+                "canary_row": canary, "epsilon_pca": plan.epsilon_pca,
                 "epsilon_fit": plan.epsilon_fit, "row_norm": row_norm,
                 "variant": broken or "library"},
-      mechanism=mechanism, data_0=jnp.ones((1, 1), jnp.int32),
-      data_1=jnp.zeros((1, 1), jnp.int32), statistic=statistic,
+      mechanism=mechanism, data_0=jnp.ones((1, ROWS), jnp.int32),
+      data_1=jnp.ones((1, ROWS), jnp.int32).at[0, canary].set(0),
+      statistic=statistic,
       delta=delta,
       reported_epsilon=claimed_epsilon(plan.privacy, "replace_one"),
       nominal_epsilon=plan.privacy["epsilon_nominal"], x64=True)
@@ -315,10 +328,11 @@ def distributed_moments_dropout_spec(*, position: str = "first",
 
 
 def specs() -> list[AuditSpec]:
-  """The one-participant FedDPDR-DPML audit and its broken variant, then
-  every position of the distributed moments and theirs, then the same
-  with dropouts and theirs."""
-  return ([feddpdr_spec(), feddpdr_spec(broken="clip_skipped")]
+  """The one-participant FedDPDR-DPML audit at every position and its
+  broken variant, then every position of the distributed moments and
+  theirs, then the same with dropouts and theirs."""
+  return ([feddpdr_spec(position=p) for p in POSITIONS]
+          + [feddpdr_spec(broken="clip_skipped")]
           + [distributed_moments_spec(position=p) for p in POSITIONS]
           + [distributed_moments_spec(broken=b) for b in SECURE_BROKEN]
           + [distributed_moments_dropout_spec(position=p)
@@ -328,6 +342,6 @@ def specs() -> list[AuditSpec]:
 
 
 __all__ = ["BROKEN", "CANARY_SCALE", "DROPOUT_BROKEN", "DROPOUT_SURVIVORS",
-           "SECURE_BROKEN", "distributed_moments_dropout_spec",
+           "ROWS", "SECURE_BROKEN", "distributed_moments_dropout_spec",
            "distributed_moments_spec", "feddpdr_spec", "specs",
            "unclipped_participant"]

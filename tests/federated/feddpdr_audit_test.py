@@ -28,17 +28,25 @@ def specs():
   return {s.name: s for s in feddpdr_audit.specs()}
 
 
-def test_spec_and_a_small_audit(specs):
-  assert list(specs) == ["feddpdr_participant",
-                         "feddpdr_participant_clip_skipped", *SECURE,
-                         "feddpdr_distributed_moments_share_over_p",
-                         *DROPOUT,
-                         "feddpdr_distributed_moments_dropout_all_shares"]
-  spec = specs["feddpdr_participant"]
+def test_spec_names():
+  assert [s.name for s in feddpdr_audit.specs()] == [
+      *(f"feddpdr_participant@{p}" for p in POSITIONS),
+      "feddpdr_participant_clip_skipped", *SECURE,
+      "feddpdr_distributed_moments_share_over_p", *DROPOUT,
+      "feddpdr_distributed_moments_dropout_all_shares"]
+
+
+@pytest.mark.parametrize("position,row", [("first", 0), ("middle", 1),
+                                          ("last", 2)])
+def test_spec_and_a_small_audit(specs, position, row):
+  spec = specs[f"feddpdr_participant@{position}"]
   assert spec.relation == "replace_one" and spec.x64 and not spec.broken
-  # The neighbours differ in the one row's label (replace-one).
-  assert np.asarray(spec.data_0).tolist() == [[1]]
-  assert np.asarray(spec.data_1).tolist() == [[0]]
+  assert spec.settings["canary_row"] == row and spec.settings["n"] == 3
+  # The neighbours differ in the canary's label alone (replace-one).
+  want = [[1, 1, 1]]
+  assert np.asarray(spec.data_0).tolist() == want
+  want[0][row] = 0
+  assert np.asarray(spec.data_1).tolist() == want
   settings = spec.settings
   assert settings["epsilon_pca"] + settings["epsilon_fit"] == (
       pytest.approx(settings["epsilon"]))
@@ -49,7 +57,7 @@ def test_spec_and_a_small_audit(specs):
 
 def test_broken_variant_reports_the_unbroken_claim(specs):
   spec = specs["feddpdr_participant_clip_skipped"]
-  unbroken = specs["feddpdr_participant"]
+  unbroken = specs["feddpdr_participant@first"]
   assert spec.broken and spec.position is None and spec.x64
   assert spec.reported_epsilon == unbroken.reported_epsilon
   assert spec.nominal_epsilon == unbroken.nominal_epsilon

@@ -45,7 +45,7 @@ EXPECTED = {
         *_at("fedsgd_distributed"), "fedsgd_distributed_share_over_p",
         "fedsgd_distributed_unbounded_rounding"],
     "federated.feddpdr_audit": [
-        "feddpdr_participant", "feddpdr_participant_clip_skipped",
+        *_at("feddpdr_participant"), "feddpdr_participant_clip_skipped",
         *_at("feddpdr_distributed_moments"),
         "feddpdr_distributed_moments_share_over_p",
         *_at("feddpdr_distributed_moments_dropout"),
