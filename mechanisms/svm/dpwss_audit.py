@@ -24,9 +24,10 @@ D′ (replace-one, l public):
   whole run at ε = 1 (the paper's exits), both audit far above the nominal
   figure: the loss is unbounded, so the bound grows with the trials.
 * The private selection (:class:`mechanisms.svm.wss.PrivateWSS`): the same
-  canaries, T iterations, ``reported_epsilon`` from the ledger's
-  composition of the 2T draws (the plan's ``record``); the audit must come
-  out below it.
+  two canaries, each first, in the middle and last
+  (``dpwss_private_transcript_j@first`` …), T iterations,
+  ``reported_epsilon`` from the ledger's composition of the 2T draws (the
+  plan's ``record``); the audit must come out below it.
 * Its broken variant ``dpwss_private_transcript_i_support_masked``
   (:class:`SupportMaskedWSS`): the private selection with the rows
   outside I_up (for i) and I_low (for j) masked out of the exponential
@@ -47,7 +48,14 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore.audit_spec import AuditSpec, check_variant, claimed_epsilon
+from dpcore.audit_spec import (
+  POSITIONS,
+  AuditSpec,
+  canary_index,
+  check_variant,
+  claimed_epsilon,
+  spec_name,
+)
 from mechanisms.svm import dpwss, kernels, smo, wss
 
 DELTA = 1e-5
@@ -56,29 +64,30 @@ C = 10.0  # above every α these separable problems reach (tested)
 BROKEN = ("support_masked",)
 
 
-def canary_data(position: str):
+def canary_data(probe: str, position: str):
   """(x, y_D′, y_D, canary index) of an 8-row, 2-feature problem.
 
   Positives near (1, 1), negatives near (−1, −1) (fixed points, no
-  randomness). ``position="first"``: row 0 is a copy of row 1 (a
-  positive); ``"last"``: the canary is the last row, at (1, 1). Only the
-  canary's label differs between D′ (``y_0``) and D (``y_1``).
+  randomness), and the canary inserted at ``position`` (one of
+  :data:`dpcore.audit_spec.POSITIONS`). ``probe="j"``: the canary is a
+  copy of the first positive, labelled +1 in D′ and −1 in D; ``"i"``: it
+  is (1, 1), labelled −1 in D′ and +1 in D. Only the canary's label
+  differs between D′ (``y_0``) and D (``y_1``). The paper's weaknesses
+  need the j-canary first and the i-canary last (module docstring).
   """
+  if probe not in ("i", "j"):
+    raise ValueError(f"probe must be 'i' or 'j', got {probe!r}.")
   pos = np.array([[1.0, 1.2], [1.3, 0.8], [0.7, 1.1]], np.float32)
   neg = np.array([[-1.0, -1.1], [-1.2, -0.7], [-0.8, -1.3],
                   [-1.4, -1.0]], np.float32)
-  if position == "first":
-    x = np.concatenate([pos[:1], pos, neg])
-    y_0 = np.array([1] * 4 + [-1] * 4, np.float32)
-    canary, label_1 = 0, -1.0
-  elif position == "last":
-    x = np.concatenate([pos, neg, [[1.0, 1.0]]]).astype(np.float32)
-    y_0 = np.array([1] * 3 + [-1] * 4 + [-1], np.float32)
-    canary, label_1 = 7, 1.0
-  else:
-    raise ValueError(f"position must be 'first' or 'last', got {position!r}.")
+  others = np.concatenate([pos, neg])
+  labels = np.array([1] * 3 + [-1] * 4, np.float32)
+  canary = canary_index(len(others) + 1, position)
+  row, label_0 = (pos[0], 1.0) if probe == "j" else ((1.0, 1.0), -1.0)
+  x = np.insert(others, canary, row, axis=0).astype(np.float32)
+  y_0 = np.insert(labels, canary, label_0)
   y_1 = y_0.copy()
-  y_1[canary] = label_1
+  y_1[canary] = -label_0
   return x, y_0, y_1, canary
 
 
@@ -153,11 +162,12 @@ def first_i_is(canary: int):
 
 
 def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
-          trials, nominal=None, broken=None):
+          trials, nominal=None, broken=None, named_position=False):
   mechanism = transcript_mechanism(selection=selection, epsilon=epsilon,
                                    sigma=sigma, max_iter=max_iter,
                                    broken=broken)
-  x, y_0, y_1, canary = canary_data(position)
+  probe = "i" if statistic is first_i_is else "j"
+  x, y_0, y_1, canary = canary_data(probe, position)
   reported = None
   if selection == "private":  # the correct private plan's claim
     plan = dpwss.make_plan(selection_epsilon=epsilon, sigma=sigma,
@@ -165,7 +175,9 @@ def _spec(name, *, selection, position, statistic, epsilon, sigma, max_iter,
                            max_iter=max_iter)
     reported = claimed_epsilon(plan.report(), "replace_one")
   return AuditSpec(
-      name=name, relation="replace_one",
+      name=spec_name(name, position) if named_position else name,
+      position=position if named_position else None,
+      relation="replace_one",
       settings={"selection": selection, "epsilon_per_selection": epsilon,
                 "sigma": sigma, "max_iter": max_iter, "rows": int(len(y_0)),
                 "canary": canary, "canary_label_D": float(y_1[canary]),
@@ -198,12 +210,11 @@ def specs() -> list[AuditSpec]:
       _spec("dpwss_paper_transcript_i", selection="paper", position="last",
             statistic=first_i_is, epsilon=1.0, sigma=0.5,
             max_iter=paper_max_iter, trials=100_000, nominal=1.0),
-      _spec("dpwss_private_transcript_j", selection="private",
-            position="first", statistic=ever_selected, epsilon=1.0,
-            sigma=0.5, max_iter=5, trials=100_000),
-      _spec("dpwss_private_transcript_i", selection="private",
-            position="last", statistic=first_i_is, epsilon=1.0, sigma=0.5,
-            max_iter=5, trials=100_000),
+      *(_spec(f"dpwss_private_transcript_{probe}", selection="private",
+              position=position, statistic=statistic, epsilon=1.0,
+              sigma=0.5, max_iter=5, trials=100_000, named_position=True)
+        for probe, statistic in (("j", ever_selected), ("i", first_i_is))
+        for position in POSITIONS),
       # Never the first i under D′: the bound is limited by the trials
       # alone, log(¼·trials/2 / 3.7) ≈ 9.5 > 8.08 at 400,000.
       _spec("dpwss_private_transcript_i_support_masked",

@@ -77,7 +77,7 @@ EXPECTED = {
     "mechanisms.svm.dpwss_audit": [
         "dpwss_paper_one_selection_j", "dpwss_paper_one_selection_i",
         "dpwss_paper_transcript_j", "dpwss_paper_transcript_i",
-        "dpwss_private_transcript_j", "dpwss_private_transcript_i",
+        *_at("dpwss_private_transcript_j", "dpwss_private_transcript_i"),
         "dpwss_private_transcript_i_support_masked"],
     "mechanisms.svm.random_features_audit": [
         *_at("rff_dpsgd", "rff_output_perturbation"),
@@ -177,7 +177,11 @@ def test_every_spec_with_units_has_its_canary_first_middle_and_last(
       groups.setdefault(group(spec.name), set()).add(spec.position)
   assert {"dpsgd", "trainer_ghost", "fedsgd_server", "fedsgd_local",
           "fedsgd_participant", "fedsgd_distributed", "dp_pca",
-          "features_dpsgd", "features_data_norm", "rff_dpsgd"} <= set(groups)
+          "features_dpsgd", "features_data_norm", "rff_dpsgd",
+          "rff_output_perturbation", "objective_perturbation_huber",
+          "objective_perturbation_logistic", "output_perturbation",
+          "feddpdr_participant", "dpwss_private_transcript_i",
+          "dpwss_private_transcript_j"} <= set(groups)
   for name, positions in groups.items():
     assert positions == set(POSITIONS), name
 

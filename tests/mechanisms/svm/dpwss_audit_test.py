@@ -1,6 +1,7 @@
 """mechanisms.svm.dpwss_audit: the paper's selection audits far above its
-nominal ε (no claim); the private selection stays below its claim, and
-with its support masked it is caught."""
+nominal ε (no claim); the private selection stays below its claim with
+each canary first, in the middle and last, and with its support masked
+it is caught."""
 
 import jax
 import numpy as np
@@ -28,12 +29,19 @@ def test_dpwss_audit_specs(specs):
   assert list(specs) == [
       "dpwss_paper_one_selection_j", "dpwss_paper_one_selection_i",
       "dpwss_paper_transcript_j", "dpwss_paper_transcript_i",
-      "dpwss_private_transcript_j", "dpwss_private_transcript_i", *BROKEN]
+      *(f"dpwss_private_transcript_{probe}@{position}"
+        for probe in "ji" for position in audit_spec.POSITIONS), *BROKEN]
+  # The paper's canaries: j's first, i's last; the private selection's at
+  # every position.
+  assert [specs[f"dpwss_paper_transcript_{p}"].settings["canary"]
+          for p in "ji"] == [0, 7]
+  assert [specs[f"dpwss_private_transcript_i@{p}"].settings["canary"]
+          for p in audit_spec.POSITIONS] == [0, 4, 7]
 
 
 def test_broken_variant_reports_the_unbroken_claim(specs):
   spec = specs["dpwss_private_transcript_i_support_masked"]
-  unbroken = specs["dpwss_private_transcript_i"]
+  unbroken = specs["dpwss_private_transcript_i@last"]
   assert spec.broken and spec.position is None
   assert spec.reported_epsilon == unbroken.reported_epsilon
   # The same run, canary and statistic; only the rule differs.
@@ -49,13 +57,24 @@ def test_broken_variant_reports_the_unbroken_claim(specs):
                                      broken="support_masked")
 
 
-def test_canaries_differ_in_one_label_only():
-  for position in ("first", "last"):
-    x, y_0, y_1, canary = dpwss_audit.canary_data(position)
-    assert np.flatnonzero(y_0 != y_1).tolist() == [canary]
-    assert x.shape == (8, 2)
+@pytest.mark.parametrize("probe", ["i", "j"])
+@pytest.mark.parametrize("position,row", [("first", 0), ("middle", 4),
+                                          ("last", 7)])
+def test_canaries_differ_in_one_label_only(probe, position, row):
+  x, y_0, y_1, canary = dpwss_audit.canary_data(probe, position)
+  assert canary == row and x.shape == (8, 2)
+  assert np.flatnonzero(y_0 != y_1).tolist() == [canary]
+  # The other rows stay in their order around the canary.
+  rest = np.delete(x, canary, axis=0)
+  np.testing.assert_array_equal(rest, np.delete(
+      dpwss_audit.canary_data(probe, "first")[0], 0, axis=0))
+
+
+def test_canary_data_refuses_an_unknown_probe_or_position():
+  with pytest.raises(ValueError, match="probe must be"):
+    dpwss_audit.canary_data("k", "first")
   with pytest.raises(ValueError, match="position must be"):
-    dpwss_audit.canary_data("middle")
+    dpwss_audit.canary_data("i", "end")
 
 
 def _audit(specs, name, trials):
@@ -83,11 +102,11 @@ def test_paper_transcript_audits_far_above_its_nominal_epsilon(specs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dpwss_paper_one_selection_j",
-                                  "dpwss_paper_one_selection_i",
-                                  "dpwss_paper_transcript_i",
-                                  "dpwss_private_transcript_j",
-                                  "dpwss_private_transcript_i"])
+@pytest.mark.parametrize("name", [
+    "dpwss_paper_one_selection_j", "dpwss_paper_one_selection_i",
+    "dpwss_paper_transcript_i",
+    *(f"dpwss_private_transcript_{probe}@{position}"
+      for probe in "ji" for position in audit_spec.POSITIONS)])
 def test_dpwss_audits(specs, name):
   spec, result = _audit(specs, name, 20_000)
   if spec.reported_epsilon is None:
