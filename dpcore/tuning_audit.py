@@ -2,9 +2,14 @@
 
 The toy: each trial picks one of a few candidates (public offsets added to
 the score) uniformly at random and releases a canary count plus Laplace
-noise of scale 1/ε (an ε-DP trial); the tuning runs K ~ Geometric(γ)
-trials (E[K] = 1/γ) and releases the best score. The neighbours are the
-count without and with the canary (0 and 1, add/remove of one row).
+noise of scale 1/ε (an ε-DP trial); the tuning runs K trials and releases
+the best score. K follows each law the library accounts (:data:`LAWS`):
+geometric (``tuning_laplace``, E[K] = 10), Poisson (``tuning_poisson``,
+K may be 0: nothing is released then), the truncated negative binomial
+with η = ½ (``tuning_negative_binomial``) and the logarithmic law
+(``tuning_logarithmic``, η = 0, E[K] = 5). The neighbours are the count
+without and with the canary (0 and 1, add/remove of one row); the data
+is one count, so there are no positions.
 
 The released maximum of K noisy scores is where tuning leaks more than one
 trial: its lower tail P[max ≤ t] = E[F(t)^K] moves by more than e^ε when
@@ -21,9 +26,15 @@ must be caught:
   {score ≤ t and K ≥ 5} fixed in advance. Given K the output is a
   best-of-K selection, whose loss grows with K.
 
-K is drawn inside jit as 1 + ⌊E/log(1/(1 − γ))⌋ with E ~ Exp(1), and
-capped at ``max_trials`` (P[K > 256] = 0.9²⁵⁶ ≈ 2·10⁻¹² at E[K] = 10), so
-100 000 tuned runs per side vmap in a few seconds.
+and for the other laws, the mistake the audit catches there:
+``tuning_poisson_per_trial_epsilon`` (Poisson's bound is loose enough
+that a fixed K stays below it), ``tuning_negative_binomial_fixed_k`` and
+``tuning_logarithmic_fixed_k``.
+
+Geometric K is drawn inside jit as 1 + ⌊E/log(1/(1 − γ))⌋ with
+E ~ Exp(1) and capped at 256 (P[K > 256] = 0.9²⁵⁶ ≈ 2·10⁻¹² at E[K] =
+10); the other laws by inversion (:func:`_trial_count_sampler`), capped
+at 512. 100 000 tuned runs per side vmap in a few seconds.
 """
 
 from __future__ import annotations
@@ -50,10 +61,44 @@ def _trial_privacy(epsilon: float) -> tuning.TrialPrivacy:
   return tuning.trial_privacy(ledger)
 
 
-def tuned_laplace_spec(*, epsilon: float = 1.0, expected_trials: float = 10.0,
-                       delta: float = 1e-5, max_trials: int = 256,
+LAWS = {"geometric": (10.0, None), "poisson": (10.0, None),
+        "negative_binomial": (10.0, 0.5), "logarithmic": (5.0, None)}
+"""Each law of K audited (every :class:`dpcore.options.TrialDistribution`),
+with its E[K] and η: P[K > 512] is below 10⁻¹⁵ for each."""
+
+
+def _trial_count_sampler(count: tuning.TrialCount, max_trials: int):
+  """``key -> K`` inside jit, K ~ ``count`` capped at ``max_trials``.
+
+  Geometric K is 1 + ⌊E/log(1/(1 − γ))⌋ with E ~ Exp(1); the other laws
+  are inverted from their survival function P[K > k] (host-side, from
+  ``count.log_pmf``) at a float32 uniform, which matches each P[K > k]
+  to within the uniform's 2⁻²³ steps, far below what 10⁵ runs resolve.
+  """
+  if count.distribution == "geometric":
+    rate = -math.log1p(-count.gamma)  # P[K > k] = e^{-rate·k}
+
+    def draw(key):
+      return 1 + jnp.floor(noise.exponential_noise(key, ()) / rate).astype(
+          jnp.int32)
+    return draw
+  pmf = [math.exp(count.log_pmf(k)) for k in range(max_trials)]
+  survival = jnp.asarray([max(0.0, 1.0 - sum(pmf[:k + 1]))
+                          for k in range(max_trials)], jnp.float32)
+
+  def draw(key):  # K = #{k : P[K > k] > u}
+    u = jax.random.uniform(key, (), jnp.float32)
+    return jnp.sum(survival > u, dtype=jnp.int32)
+  return draw
+
+
+def tuned_laplace_spec(*, epsilon: float = 1.0,
+                       distribution: str = "geometric",
+                       expected_trials: float | None = None,
+                       delta: float = 1e-5, max_trials: int | None = None,
                        broken: str | None = None) -> AuditSpec:
-  """Tuning of a Laplace count over :data:`OFFSETS`, geometric K.
+  """Tuning of a Laplace count over :data:`OFFSETS`, K ~ ``distribution``
+  (E[K] and η from :data:`LAWS` unless ``expected_trials`` is given).
 
   ``broken``: ``None``; ``"per_trial_epsilon"`` (reports one trial's ε);
   ``"fixed_k"`` (runs K = E[K] trials every time, reports the random-K
@@ -62,23 +107,26 @@ def tuned_laplace_spec(*, epsilon: float = 1.0, expected_trials: float = 10.0,
   if broken not in (None, "per_trial_epsilon", "fixed_k", "k_released"):
     raise ValueError(f"broken={broken!r}: choose None, 'per_trial_epsilon', "
                      f"'fixed_k' or 'k_released'.")
-  count = tuning.trial_count("geometric", expected_trials)
+  if distribution not in LAWS:
+    raise ValueError(f"distribution={distribution!r}: choose one of "
+                     f"{sorted(LAWS)}.")
+  mean, eta = LAWS[distribution]
+  count = tuning.trial_count(
+      distribution, mean if expected_trials is None else expected_trials,
+      **({} if eta is None else {"eta": eta}))
+  max_trials = max_trials or (256 if distribution == "geometric" else 512)
   trial = _trial_privacy(epsilon)
   guarantee = tuning.tuned_guarantee(trial, count, delta=delta)
   reported = (trial.epsilon(delta) if broken == "per_trial_epsilon"
               else guarantee.epsilon)
-  rate = -math.log1p(-count.gamma)  # P[K > k] = e^{-rate·k}
+  draw_k = _trial_count_sampler(count, max_trials)
   fixed = int(round(count.expected))
   offsets = jnp.asarray(OFFSETS, jnp.float32)
   scale = 1.0 / epsilon
 
   def mechanism(key, canary):
     k_count, k_pick, k_noise = jax.random.split(key, 3)
-    if broken == "fixed_k":
-      k = jnp.int32(fixed)
-    else:
-      e = noise.exponential_noise(k_count, ())
-      k = 1 + jnp.floor(e / rate).astype(jnp.int32)
+    k = jnp.int32(fixed) if broken == "fixed_k" else draw_k(k_count)
     picks = jax.random.randint(k_pick, (max_trials,), 0, len(OFFSETS))
     scores = canary + offsets[picks] + noise.laplace_noise(
         k_noise, (max_trials,), scale=scale)
@@ -94,28 +142,41 @@ def tuned_laplace_spec(*, epsilon: float = 1.0, expected_trials: float = 10.0,
     # other run pushed beyond any threshold.
     return jnp.where(k >= K_LEAK, best, 1e6)
 
-  name = "tuning_laplace" if broken is None else f"tuning_{broken}"
+  if distribution == "geometric":  # the first law audited keeps its names
+    name = "tuning_laplace" if broken is None else f"tuning_{broken}"
+  else:
+    name = "_".join(["tuning", distribution] + ([broken] if broken else []))
   return AuditSpec(
       name=name, relation="add_remove",
       settings={"epsilon_trial": epsilon, "expected_trials": count.expected,
                 "released": "score and K" if broken == "k_released"
                 else "score",
-                "distribution": "geometric", "offsets": list(OFFSETS),
-                "max_trials": max_trials,
+                "distribution": distribution, "eta": count.eta,
+                "offsets": list(OFFSETS), "max_trials": max_trials,
                 "trials_run": "E[K] every time" if broken == "fixed_k"
-                else "geometric",
+                else distribution,
                 "method": guarantee.method},
       mechanism=mechanism, data_0=jnp.float32(0.0), data_1=jnp.float32(1.0),
       statistic=statistic, delta=delta, reported_epsilon=reported,
       nominal_epsilon=None, default_trials=100_000, broken=broken is not None)
 
 
+OTHER_LAWS_BROKEN = {"poisson": "per_trial_epsilon",
+                     "negative_binomial": "fixed_k",
+                     "logarithmic": "fixed_k"}
+"""The broken variant audited for each law but the geometric."""
+
+
 def specs() -> list[AuditSpec]:
-  """The tuning audits: the unbroken one and the three broken variants."""
-  return [tuned_laplace_spec(),
+  """The tuning audits: one per law of K, the geometric law's three broken
+  variants, then one broken variant of each other law."""
+  return [*(tuned_laplace_spec(distribution=law) for law in LAWS),
           tuned_laplace_spec(broken="per_trial_epsilon"),
           tuned_laplace_spec(broken="fixed_k"),
-          tuned_laplace_spec(broken="k_released")]
+          tuned_laplace_spec(broken="k_released"),
+          *(tuned_laplace_spec(distribution=law, broken=broken)
+            for law, broken in OTHER_LAWS_BROKEN.items())]
 
 
-__all__ = ["K_LEAK", "OFFSETS", "specs", "tuned_laplace_spec"]
+__all__ = ["K_LEAK", "LAWS", "OFFSETS", "OTHER_LAWS_BROKEN", "specs",
+           "tuned_laplace_spec"]

@@ -39,8 +39,11 @@ EXPECTED = {
                            "discrete_laplace_scale_halved",
                            "exponential_sensitivity_halved"],
     "dpcore.trainer_audit": [*_at("trainer_ghost"), "trainer_clip_skipped"],
-    "dpcore.tuning_audit": ["tuning_laplace", "tuning_per_trial_epsilon",
-                            "tuning_fixed_k", "tuning_k_released"],
+    "dpcore.tuning_audit": [
+        "tuning_laplace", "tuning_poisson", "tuning_negative_binomial",
+        "tuning_logarithmic", "tuning_per_trial_epsilon", "tuning_fixed_k",
+        "tuning_k_released", "tuning_poisson_per_trial_epsilon",
+        "tuning_negative_binomial_fixed_k", "tuning_logarithmic_fixed_k"],
     "federated.ddgsgd_audit": [
         *_at("fedsgd_distributed"), "fedsgd_distributed_share_over_p",
         "fedsgd_distributed_unbounded_rounding"],
