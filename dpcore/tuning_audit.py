@@ -136,7 +136,9 @@ def tuned_laplace_spec(*, epsilon: float = 1.0,
 
   def statistic(out):
     if broken != "k_released":
-      return out  # the released best score: all a tuning releases
+      # The released best score, all a tuning releases; K = 0 (Poisson)
+      # releases nothing, the max of no score, read as a finite −10⁶.
+      return jnp.where(jnp.isfinite(out), out, -1e6)
     best, k = out
     # Reads K too: low scores among runs of at least K_LEAK trials, every
     # other run pushed beyond any threshold.

@@ -95,3 +95,17 @@ def test_each_law_survives_its_audit_and_its_broken_variant_is_caught(law):
       distribution=law, broken=tuning_audit.OTHER_LAWS_BROKEN[law])
   result = audit_spec.run(jax.random.key(1), broken, trials=20_000)
   assert result.epsilon_lower > broken.reported_epsilon
+
+
+def test_no_trial_is_a_finite_statistic():
+  # Poisson K is 0 with probability e^(−μ) (0.37 at μ = 1): nothing is
+  # released, and the statistic stays finite for the audit's thresholds.
+  spec = tuning_audit.tuned_laplace_spec(distribution="poisson",
+                                         expected_trials=1.0)
+  keys = jax.random.split(jax.random.key(0), 2_000)
+  out = jax.vmap(spec.mechanism, in_axes=(0, None))(keys, spec.data_1)
+  assert np.mean(np.isinf(np.asarray(out))) == pytest.approx(
+      math.exp(-1.0), abs=0.04)
+  stat = np.asarray(jax.vmap(spec.statistic)(out))
+  assert np.all(np.isfinite(stat))
+  assert np.all(stat[np.isinf(np.asarray(out))] == -1e6)
