@@ -189,6 +189,22 @@ def test_every_spec_with_units_has_its_canary_first_middle_and_last(
     assert positions == set(POSITIONS), name
 
 
+# Claims whose data has no units to place a canary among: one scalar
+# query (the noise samplers' specs) or one count (the tuning's).
+UNITLESS = {"gaussian", "laplace", "discrete_gaussian", "discrete_laplace",
+            "exponential", "tuning_laplace", "tuning_poisson",
+            "tuning_negative_binomial", "tuning_logarithmic"}
+
+
+def test_every_claim_on_units_is_audited_at_positions(all_specs):
+  # A spec that claims an ε for data of several units has positions
+  # (a new one without them fails here unless its data has no units).
+  flat = {name for name, spec in all_specs.items()
+          if not spec.broken and spec.reported_epsilon is not None
+          and spec.position is None}
+  assert flat == UNITLESS
+
+
 def test_a_module_without_specs_or_a_duplicate_name_is_refused(
     monkeypatch):
   gaussian = importlib.import_module("dpcore.noise_audit").gaussian_spec()
