@@ -39,6 +39,7 @@ at 512. 100 000 tuned runs per side vmap in a few seconds.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -64,7 +65,8 @@ def _trial_privacy(epsilon: float) -> tuning.TrialPrivacy:
 LAWS = {"geometric": (10.0, None), "poisson": (10.0, None),
         "negative_binomial": (10.0, 0.5), "logarithmic": (5.0, None)}
 """Each law of K audited (every :class:`dpcore.options.TrialDistribution`),
-with its E[K] and η: P[K > 512] is below 10⁻¹⁵ for each."""
+with its E[K] and η. The caps on K (256 for the geometric law, 512 for
+the others) leave out less than 2·10⁻¹² of each law."""
 
 
 def _trial_count_sampler(count: tuning.TrialCount, max_trials: int):
@@ -82,9 +84,9 @@ def _trial_count_sampler(count: tuning.TrialCount, max_trials: int):
       return 1 + jnp.floor(noise.exponential_noise(key, ()) / rate).astype(
           jnp.int32)
     return draw
-  pmf = [math.exp(count.log_pmf(k)) for k in range(max_trials)]
-  survival = jnp.asarray([max(0.0, 1.0 - sum(pmf[:k + 1]))
-                          for k in range(max_trials)], jnp.float32)
+  cdf = itertools.accumulate(math.exp(count.log_pmf(k))
+                             for k in range(max_trials))
+  survival = jnp.asarray([max(0.0, 1.0 - c) for c in cdf], jnp.float32)
 
   def draw(key):  # K = #{k : P[K > k] > u}
     u = jax.random.uniform(key, (), jnp.float32)
