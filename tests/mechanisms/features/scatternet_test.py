@@ -111,3 +111,29 @@ def test_one_compiled_program_serves_every_epsilon():
   assert scatternet._fit._cache_size() == before + 1
   # The two σ really reach the program: the released weights differ.
   assert not np.allclose(outs[0]["out"]["w"], outs[1]["out"]["w"])
+
+
+def test_data_norm_standardises_with_the_released_statistics_only():
+  # The composition the ledger accounts: train and test rows are
+  # standardised by the noisy statistics of the one release (the plan
+  # returned), never by the data's exact mean and variance.
+  rng = np.random.default_rng(1)
+  rows = rng.normal(0.3, 0.2, (256, 3, 2, 2)).astype(np.float32)
+  test = rng.normal(0.3, 0.2, (16, 3, 2, 2)).astype(np.float32)
+  key = jax.random.key(4)
+  recipe = scatternet.Recipe(norm="data")
+  x, xt, plan = scatternet.normalise(key, recipe, rows, test, delta=1e-5)
+  stats = normalization.release(key, plan, rows)
+  np.testing.assert_array_equal(
+      x, np.asarray(normalization.standardize(rows, stats)).reshape(256, -1))
+  np.testing.assert_array_equal(
+      xt, np.asarray(normalization.standardize(test, stats)).reshape(16, -1))
+  # Not the exact statistics (what a leaky composition would use).
+  exact = normalization.NormStats(rows.mean(axis=(0, 2, 3)),
+                                  rows.var(axis=(0, 2, 3)))
+  leaky = np.asarray(normalization.standardize(rows, exact)).reshape(256, -1)
+  assert np.max(np.abs(x - leaky)) > 0.05
+  # Another key, another release.
+  x2, _, _ = scatternet.normalise(jax.random.key(5), recipe, rows, test,
+                                  delta=1e-5)
+  assert not np.array_equal(x, x2)
