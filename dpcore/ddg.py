@@ -56,12 +56,14 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from fractions import Fraction
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from dpcore import ddg_accounting, discrete, rotation, validation
@@ -103,6 +105,14 @@ class DDGParams:
     sigma_share: s, each participant's noise σ in grid units (an exact
       rational, the sampler's parameter).
     max_tries: rounding draws per row before the deterministic fallback.
+
+  A pytree whose leaves are the numbers that follow σ: γ (float32), ⌊Δ²⌋
+  (uint32) and s (a :class:`dpcore.discrete.GaussianSampler`); d, D, b,
+  C, β and the tries are static. Passed to ``jit`` as an argument (or in
+  a plan that is one), it gives one compiled program for every σ, with
+  the same draws as the host values: inside, ``gamma``, ``bound_sq`` and
+  ``sigma_share`` are those arrays. Host-side code (accounting, records)
+  reads the exact values.
   """
   dim: int
   padded: int
@@ -113,6 +123,13 @@ class DDGParams:
   bound_sq: int
   sigma_share: Fraction | None
   max_tries: int = 64
+
+  @functools.cached_property
+  def _leaves(self) -> tuple:
+    """(γ, ⌊Δ²⌋, s) as arrays (built once; the sampler's table once)."""
+    return (np.float32(self.gamma), np.uint32(self.bound_sq),
+            None if self.sigma_share is None
+            else discrete.gaussian_sampler(self.sigma_share))
 
   @property
   def sensitivity(self) -> float:
@@ -127,6 +144,28 @@ class DDGParams:
   @property
   def modulus_mask(self) -> int:
     return (1 << self.bits) - 1
+
+
+_STATIC = ("dim", "padded", "bits", "clip_norm", "beta", "max_tries")
+
+
+def _flatten(params: DDGParams):
+  return params._leaves, tuple(getattr(params, f) for f in _STATIC)
+
+
+def _unflatten(static, leaves) -> DDGParams:
+  # The traced view: the same fields, the σ-dependent ones as the leaves.
+  params = object.__new__(DDGParams)
+  for name, value in zip(_STATIC, static, strict=True):
+    object.__setattr__(params, name, value)
+  for name, value in zip(("gamma", "bound_sq", "sigma_share"), leaves,
+                         strict=True):
+    object.__setattr__(params, name, value)
+  params.__dict__["_leaves"] = tuple(leaves)
+  return params
+
+
+jax.tree_util.register_pytree_node(DDGParams, _flatten, _unflatten)
 
 
 def share_sigma(sigma: float) -> Fraction:

@@ -25,6 +25,9 @@ Parameters are host-side rationals (``int``, ``fractions.Fraction`` or a
 float that is exactly such a fraction, e.g. 2.5), validated when the
 sampler is called; a float such as 3.7296 has a 50-bit denominator and is
 refused: round it *up* with :func:`round_up` (more noise, never less).
+A rational σ is a constant of the compiled program; to serve every σ with
+one program, pass :func:`gaussian_sampler` (σ) instead (its constants
+and exponent table as arrays, traced): the same draws, bitwise.
 
 JAX's 64-bit mode (``jax_enable_x64``) changes nothing: every word,
 counter and index the samplers carry is explicitly 32-bit (a Python int or
@@ -90,6 +93,7 @@ from typing import NamedTuple
 import jax
 import jax.extend.random as jax_random_ext
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from dpcore.uint64 import (
@@ -488,15 +492,73 @@ class _GaussState(NamedTuple):
 _TABLE_MAX = 1 << 16
 
 
-def _exponent_table(p: GaussianParams):
-  """(N, R) of (|y|·t·d − n)² = N·m + R for |y| ≤ a table bound (host)."""
-  size = min(p.limit, 64 * p.t + 64, _TABLE_MAX - 1) + 1
+def _exponent_rows(p: GaussianParams, size: int) -> list:
+  """(N, R) of (|y|·t·d − n)² = N·m + R for |y| < ``size`` (host), as
+  four uint32 words each."""
   rows = []
   for a in range(size):
     q, r = divmod((a * p.td - p.n) ** 2, p.m)
     rows.append((q >> 32, q & ALL_ONES, r >> 32, r & ALL_ONES))
-  table = jnp.asarray(rows, U32)
-  return size, table
+  return rows
+
+
+class GaussianSampler(NamedTuple):
+  """A discrete Gaussian σ as arrays, so that one compiled sampler serves
+  every σ: made host-side by :func:`gaussian_sampler`, passed through
+  ``jit`` as an argument (a pytree) and given to :func:`discrete_gaussian`
+  as ``sigma``.
+
+  The uint32 words of :class:`GaussianParams` (t, n, t·d, the cut-off L,
+  m = 2·n·d·t² split in two words) and the exponent table at its full
+  size (:data:`_TABLE_MAX` rows; |y| up to ``table_size`` − 1 =
+  min(L, 2¹⁶ − 1) read from it, beyond by long division). Every entry is
+  an exact Python-integer division, as for a rational σ, so the draws of
+  a key are the same bitwise.
+  """
+  t: jax.Array
+  n: jax.Array
+  td: jax.Array
+  limit: jax.Array
+  m_hi: jax.Array
+  m_lo: jax.Array
+  table_size: jax.Array
+  table: jax.Array
+
+
+def gaussian_sampler(sigma) -> GaussianSampler:
+  """σ (an exact rational, validated as by :func:`gaussian_params`) as a
+  :class:`GaussianSampler` (host-side; about 0.1 s for the table)."""
+  p = gaussian_params(sigma)
+  size = min(p.limit, _TABLE_MAX - 1) + 1
+  table = np.zeros((_TABLE_MAX, 4), np.uint32)
+  table[:size] = np.asarray(_exponent_rows(p, size), np.uint32)
+  word = np.uint32
+  return GaussianSampler(word(p.t), word(p.n), word(p.td), word(p.limit),
+                         word(p.m >> 32), word(p.m & ALL_ONES), word(size),
+                         table)
+
+
+class _Constants(NamedTuple):
+  """What :func:`_gaussian_step` reads: Python ints and a small table for
+  a rational σ (constants of the program), arrays for a sampler."""
+  t: jax.Array
+  n: jax.Array
+  td: jax.Array
+  limit: int | jax.Array
+  m_hi: jax.Array
+  m_lo: jax.Array
+  table_size: int | jax.Array
+  table: jax.Array
+
+
+def _constants(sigma) -> _Constants:
+  if isinstance(sigma, GaussianSampler):
+    return _Constants(*(jnp.asarray(v, U32) for v in sigma))
+  p = gaussian_params(sigma)
+  size = min(p.limit, 64 * p.t + 64, _TABLE_MAX - 1) + 1
+  mh, ml = split64(p.m)
+  return _Constants(u32(p.t), u32(p.n), u32(p.td), p.limit, mh, ml, size,
+                    jnp.asarray(_exponent_rows(p, size), U32))
 
 
 def _gaussian_words(key, step, n, num):
@@ -522,7 +584,7 @@ def _fresh_state(width: int) -> _GaussState:
                      zero, zero)
 
 
-def _gaussian_step(key, p: GaussianParams):
+def _gaussian_step(key, p: _Constants):
   """One step of every lane of :func:`_gaussian_batch`: ``state -> state``.
 
   A lane in phase 0–2 advances its discrete Laplace proposal (scale t);
@@ -530,11 +592,8 @@ def _gaussian_step(key, p: GaussianParams):
   its value in ``value``. The constants (t, m, the exponent table) are
   made once, outside the loop.
   """
-  t = u32(p.t)
-  mh, ml = split64(p.m)
-  n_word = u32(p.n)
-  td = u32(p.td)
-  table_size, table = _exponent_table(p)
+  t, mh, ml, n_word, td = p.t, p.m_hi, p.m_lo, p.n, p.td
+  table_size, table = p.table_size, p.table
   one = u32(1)
   m1h, m1l = sub64(mh, ml, u32(0), u32(1))
   mask_h = smear(m1h)
@@ -661,7 +720,7 @@ def _run_lanes(step, size: int):
   return c[3]
 
 
-def _gaussian_batch(key, size: int, p: GaussianParams):
+def _gaussian_batch(key, size: int, p: _Constants):
   """Discrete Gaussian N_Z(0, n/d) (CKS Algorithm 3), as one flat machine.
 
   Each element runs its own sequence of proposals: the discrete Laplace
@@ -702,9 +761,12 @@ def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
     key: PRNG key (consumed).
     shape: output shape.
     sigma: σ > 0 as an exact rational (validated host-side by
-      :func:`gaussian_params`; round a float up with :func:`round_up`).
+      :func:`gaussian_params`; round a float up with :func:`round_up`),
+      or a :class:`GaussianSampler` of one (:func:`gaussian_sampler`),
+      which may be traced: one compiled program for every σ, the same
+      draws.
   """
-  p = gaussian_params(sigma)
+  p = _constants(sigma)
   shape, size = _flat_size(shape)
   if size == 0:
     return jnp.zeros(shape, jnp.int32)
@@ -712,8 +774,8 @@ def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
 
 
 __all__ = [
-    "GaussianParams", "LaplaceParams", "MAX_CUTOFF_MASS", "MAX_MAGNITUDE",
-    "as_fraction", "bernoulli_exp", "cutoff_mass", "discrete_gaussian",
-    "discrete_laplace", "gaussian_params", "laplace_params", "random_words",
-    "round_up",
+    "GaussianParams", "GaussianSampler", "LaplaceParams", "MAX_CUTOFF_MASS",
+    "MAX_MAGNITUDE", "as_fraction", "bernoulli_exp", "cutoff_mass",
+    "discrete_gaussian", "discrete_laplace", "gaussian_params",
+    "gaussian_sampler", "laplace_params", "random_words", "round_up",
 ]

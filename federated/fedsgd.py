@@ -115,11 +115,11 @@ _ASSUMPTIONS = {
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["clip_norm", "noise_multiplier", "row_plan", "epsilon",
-                 "target_epsilon", "delta"],
+                 "target_epsilon", "delta", "ddg_params"],
     meta_fields=["trust", "num_participants", "rows", "num_examples",
                  "sampling_rate", "steps", "truncation_probability",
                  "sampler_departure", "relation", "server_batch",
-                 "ddg_params", "min_survivors"])
+                 "min_survivors"])
 @dataclasses.dataclass(frozen=True)
 class FedSGDPlan:
   """The public description of one federated DP-SGD run (see make_plan).
@@ -165,11 +165,11 @@ class FedSGDPlan:
       shares.
 
   A pytree whose leaves are C, σ, the row plan's C and σ, ε, the target
-  ε and δ (the numbers; the other facts, q included, are static): under
-  ``jax.jit`` a plan passed as an argument gives one compiled program for
-  every ε of the same run shape. ``"distributed"`` is the exception: its
-  :class:`dpcore.ddg.DDGParams` (the grid and the discrete noise share,
-  which follow σ) are static, so each ε compiles its own program.
+  ε and δ, and for ``"distributed"`` the numbers of its
+  :class:`dpcore.ddg.DDGParams` that follow σ (the grid step, the
+  rounding bound, the noise share's sampler); the other facts, q
+  included, are static. Under ``jax.jit`` a plan passed as an argument
+  gives one compiled program for every ε of the same run shape.
   """
   trust: str
   num_participants: int

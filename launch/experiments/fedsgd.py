@@ -149,6 +149,12 @@ def make_plan(recipe: FedSGDRecipe, sizes, *, epsilon: float, delta: float,
   return fedsgd.make_plan(sizes, noise_multiplier=sigma, **common)
 
 
+def _as_traced(leaf) -> np.ndarray:
+  """A plan's leaf as jit traces it: a Python number as float32."""
+  value = np.asarray(leaf)
+  return value.astype(np.float32) if isinstance(leaf, float) else value
+
+
 @functools.lru_cache(maxsize=8)
 def _program(learning_rate: float, dim: int, num_classes: int,
              chunk: int | None):
@@ -212,10 +218,11 @@ def run(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   keys = jax.random.split(jax.random.fold_in(key, 3), seeds)
-  # The plan's leaves (C, σ, ε, δ) enter the program as float32 arrays
-  # (the values a jit would trace them as), so its stored trace is keyed
-  # by their shapes.
-  traced = jax.tree.map(lambda v: np.asarray(v, np.float32), plan)
+  # The plan's leaves enter the program as the arrays a jit would trace
+  # them as (its numbers C, σ, ε, δ as float32; the distributed grid's
+  # integer words as they are), so its stored trace is keyed by their
+  # shapes.
+  traced = jax.tree.map(_as_traced, plan)
   args = (keys, traced, parts.x, parts.y.astype(np.int32), parts.mask)
   program = fedsgd_program(args, learning_rate=recipe.learning_rate,
                            dim=dim, num_classes=num_classes,

@@ -418,3 +418,32 @@ def test_same_messages_with_and_without_x64():
 
   modes.assert_same_in_both_modes(
       lambda: run(jax.random.key(0), rows, weights))
+
+
+def test_params_are_a_pytree_of_the_numbers_that_follow_sigma():
+  p = ddg.choose_params(dim=40, clip_norm=1.0, bits=16, noise_multiplier=1.0,
+                        shares=3, rows=30, steps=10)
+  leaves, treedef = jax.tree.flatten(p)
+  gamma, bound_sq, *sampler = leaves
+  assert gamma.dtype == np.float32 and gamma == np.float32(p.gamma)
+  assert bound_sq.dtype == np.uint32 and int(bound_sq) == p.bound_sq
+  assert len(sampler) == len(discrete.GaussianSampler._fields)
+  # The static part is the same for another σ; the leaves are not.
+  q = ddg.choose_params(dim=40, clip_norm=1.0, bits=16, noise_multiplier=2.0,
+                        shares=3, rows=30, steps=10)
+  assert jax.tree.structure(q) == treedef and q.sigma_share != p.sigma_share
+  # Inside jit the σ-dependent fields are the arrays; the messages are
+  # bitwise those of the host values, for either σ.
+  rows = jax.random.normal(jax.random.key(1), (6, 40))
+  encode = jax.jit(lambda params: ddg.encode(
+      jax.random.key(2), jax.random.key(3), rows, jnp.ones(6),
+      params=params))
+  for params in (p, q):
+    want = ddg.encode(jax.random.key(2), jax.random.key(3), rows,
+                      jnp.ones(6), params=params)
+    np.testing.assert_array_equal(encode(params), want)
+  assert encode._cache_size() == 1
+  # Without noise (tests only) the sampler is absent, another structure.
+  none = ddg.choose_params(dim=40, clip_norm=1.0, bits=16,
+                           noise_multiplier=0.0, shares=3, rows=30, steps=10)
+  assert len(jax.tree.leaves(none)) == 2

@@ -265,3 +265,22 @@ def test_ledger_discrete_laplace():
 ])
 def test_same_draws_with_and_without_x64(name, draw):
   modes.assert_same_in_both_modes(lambda: draw(jax.random.key(0)))
+
+
+def test_a_sampler_draws_as_its_rational_in_one_program_for_every_sigma():
+  # The arrays of gaussian_sampler(σ), traced, give bitwise the draws of
+  # the rational σ (the audited path), and one compiled program serves
+  # every σ (the table at full size, the constants as arguments).
+  draw = jax.jit(lambda k, s: discrete.discrete_gaussian(k, (600,), sigma=s))
+  for i, sigma in enumerate([3, Fraction(5, 2), Fraction(1227, 4),
+                             Fraction(1, 2)]):
+    want = discrete.discrete_gaussian(jax.random.key(i), (600,), sigma=sigma)
+    got = draw(jax.random.key(i), discrete.gaussian_sampler(sigma))
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == jnp.int32
+  assert draw._cache_size() == 1
+  sampler = discrete.gaussian_sampler(Fraction(1227, 4))
+  assert sampler.table.shape == (1 << 16, 4) and sampler.table.dtype == (
+      np.uint32)
+  with pytest.raises(ValueError, match="sigma=3.7296"):
+    discrete.gaussian_sampler(3.7296)  # not an exact rational

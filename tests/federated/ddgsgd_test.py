@@ -212,3 +212,28 @@ def test_the_release_is_the_same_with_and_without_x64():
   assert_same_in_both_modes(lambda: fedsgd.release(
       jax.random.key(4), plan, _indicator_loss, _params(rows), x, y, mask,
       optax.sgd(1.0), alive=alive).params)
+
+
+def test_one_program_serves_every_epsilon_with_the_audited_draws():
+  # The plan as an argument (its DDGParams' γ, ⌊Δ²⌋ and noise sampler
+  # traced): one compiled program for every ε, and bitwise the model of
+  # the plan as a constant of the program (the host rationals, the path
+  # the audit runs).
+  rows = sum(SIZES)
+  x = jax.random.normal(jax.random.key(3), (2, 8, rows))
+  y = jnp.zeros((2, 8), jnp.int32)
+  mask = jnp.ones((2, 8), jnp.float32)
+
+  def release(plan):
+    return fedsgd.release(jax.random.key(4), plan, _indicator_loss,
+                          _params(rows), x, y, mask, optax.sgd(1.0))
+
+  traced = jax.jit(release)
+  sigmas = []
+  for eps in (1.0, 4.0):
+    plan = _plan(steps=3, noise_multiplier=None, epsilon=eps)
+    got = traced(plan).params["w"]["w"]
+    want = jax.jit(lambda plan=plan: release(plan))().params["w"]["w"]
+    np.testing.assert_array_equal(got, want)
+    sigmas.append(plan.ddg_params.sigma_share)
+  assert sigmas[0] != sigmas[1] and traced._cache_size() == 1
