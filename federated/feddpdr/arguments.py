@@ -35,7 +35,7 @@ class Calibration(Protocol):
   """What the arguments read of a plan (a
   :class:`federated.feddpdr.FedDPDRPlan`): every participant's σ, size, p
   and θ (host arrays, in participant order), the experiment, K and the
-  secure sum's static parameters (None but for distributed_moments)."""
+  secure sum's parameters (None but for distributed_moments)."""
   sigma: np.ndarray
   sizes: np.ndarray
   p: np.ndarray
@@ -111,11 +111,13 @@ def train_arguments(key: jax.Array, participants: Participants | Buckets,
                    for g in participants.groups)
     index = tuple(jnp.asarray(i, jnp.int32) for i in participants.index)
     return (keys, Bucketed(groups, index),
-            Traced(*(jnp.asarray(a, t) for a, t in _traced(plan))))
+            Traced(*(jnp.asarray(a, t) for a, t in _traced(plan)),
+                   secure_sum=plan.secure_sum))
   rows = Rows(*(sharding.place(jnp.asarray(a, t), mesh)
                 for a, t in _rows(participants)))
   traced = Traced(*(sharding.place(jnp.asarray(a, t), mesh)
-                    for a, t in _traced(plan)))
+                    for a, t in _traced(plan)),
+                  secure_sum=plan.secure_sum)
   return sharding.place(keys, mesh, split=False), rows, traced
 
 
@@ -171,7 +173,10 @@ def global_train_arguments(key: jax.Array, local: Participants,
             for a, t in pairs)
 
   rows = Rows(*place((_pad_rows(a, n_max), t) for a, t in _rows(local)))
-  traced = Traced(*place(_traced(plan, slice(start, stop))))
+  secure_sum = (None if plan.secure_sum is None else jax.tree.map(
+      lambda a: distributed.replicate(np.asarray(a), mesh), plan.secure_sum))
+  traced = Traced(*place(_traced(plan, slice(start, stop))),
+                  secure_sum=secure_sum)
   keys = jax.random.split(key, seeds)
   return distributed.replicate(keys, mesh), rows, traced
 
@@ -190,7 +195,7 @@ class TrainingJob:
     args: the positional arguments of :func:`train`, ``(keys, rows,
       traced)`` (placed arrays).
     program: the :class:`Static` of the compiled program (:func:`program`;
-      a :class:`Program` with the plan's secure-sum parameters for
+      a :class:`Program` with the secure sum's threshold and dropouts for
       ``aggregation="distributed_moments"``).
     num_classes: K.
     mesh: the participant mesh, or None.
@@ -215,8 +220,7 @@ class TrainingJob:
     else:
       args = train_arguments(key, participants, plan, seeds=seeds,
                              mesh=mesh)
-    return cls(args, program(plan.config, secure_sum=plan.secure_sum),
-               plan.num_classes, mesh, chunk)
+    return cls(args, program(plan.config), plan.num_classes, mesh, chunk)
 
   def __call__(self) -> TrainOutput:
     return train(*self.args, config=self.program,

@@ -14,6 +14,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dpcore import ddg
+
 __all__ = ["Bucketed", "Layout", "Rows", "Traced", "TrainOutput"]
 
 
@@ -57,11 +59,15 @@ class Traced(NamedTuple):
     sizes: (N,) float64 true sizes.
     p: (N,) float64 objective-perturbation p (∞: no noise).
     theta: (N,) float64 objective-perturbation θ.
+    secure_sum: ``aggregation="distributed_moments"`` only: the secure
+      sum's :class:`dpcore.ddg.DDGParams` (a pytree of its grid and
+      share, which follow ε: one program for every budget here too).
   """
   sigma: jax.Array
   sizes: jax.Array
   p: jax.Array
   theta: jax.Array
+  secure_sum: ddg.DDGParams | None = None
 
 
 class TrainOutput(NamedTuple):

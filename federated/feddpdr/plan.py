@@ -21,8 +21,9 @@ switches the noise off in the private program (σ = 0, θ = 0, p = ∞).
 DP-PCA's Gaussian entry by the secure sum's RDP curve, its share σ
 calibrated for the same (ε₁, δ) under replace-one; the plan's ``pca`` is
 then a :class:`~federated.feddpdr.secure_moments.SecureMomentsPlan`, its
-``secure_sum`` the sum's static parameters (noise-free ones for
-``nonpriv``), and ``secure_aggregation`` states both guarantees: against
+``secure_sum`` the sum's parameters (noise-free ones for ``nonpriv``;
+they reach the program traced, so every budget shares it), and
+``secure_aggregation`` states both guarantees: against
 the server given secure aggregation (``privacy``), and each
 participant's own should it fail (``own_epsilon``: its share alone,
 composed with its fits). The curve counts ``Config.min_survivors``
@@ -96,7 +97,7 @@ class FedDPDRPlan:
       (the paper's nominal figure ε₁ + ε₂, the record's
       ``epsilon_nominal``; with ``budget_per_classifier`` the guarantee is
       larger); None for ``nonpriv``.
-    secure_sum: the secure sum's static parameters
+    secure_sum: the secure sum's parameters
       (``aggregation="distributed_moments"``, noise-free for ``nonpriv``),
       else None.
     secure_aggregation: JSON-ready facts of the secure sum (grid, bits,

@@ -69,26 +69,26 @@ class Static:
 
 @dataclasses.dataclass(frozen=True)
 class Program(Static):
-  """A :class:`Static` with the static facts its plan fixes: the secure
-  sum's :class:`dpcore.ddg.DDGParams` (its noise share is static, as the
-  exact sampler needs it, so each budget compiles its own program), its
-  threshold P_min (``min_survivors``, None: every participant) and the
-  simulated dropouts (the last ``dropouts`` participants' messages never
-  reach the server). Only :func:`program` with ``secure_sum=`` makes
-  one."""
-  secure_sum: ddg.DDGParams | None = None
+  """A :class:`Static` with the static facts of a secure sum
+  (``aggregation="distributed_moments"``): its threshold P_min
+  (``min_survivors``, None: every participant) and the simulated dropouts
+  (the last ``dropouts`` participants' messages never reach the server).
+  The sum's grid and shares follow ε and reach the program traced
+  (:class:`federated.feddpdr.Traced`'s ``secure_sum``). :func:`program`
+  makes one for a secure :class:`Config`."""
   min_survivors: int | None = None
   dropouts: int = 0
 
 
-def secure_sum_of(static: Static) -> ddg.DDGParams:
-  """The program's secure-sum parameters, or a one-line ValueError."""
-  params = getattr(static, "secure_sum", None)
+def secure_sum_of(traced) -> ddg.DDGParams:
+  """The secure sum's parameters among the traced arguments
+  (:class:`federated.feddpdr.Traced`), or a one-line ValueError."""
+  params = getattr(traced, "secure_sum", None)
   if params is None:
     raise ValueError(
         "aggregation=distributed_moments needs its plan's secure-sum "
-        "parameters: train through feddpdr.release/execute, or pass "
-        "config=feddpdr.program(config, secure_sum=plan.secure_sum).")
+        "parameters: train through feddpdr.release/execute, or build the "
+        "arguments with feddpdr.train_arguments(key, participants, plan).")
   return params
 
 
@@ -263,8 +263,7 @@ def _static(config: Config | Static) -> Static:
   return config.static if isinstance(config, Config) else config
 
 
-def program(config: Config | Static, *,
-            secure_sum: ddg.DDGParams | None = None) -> Static:
+def program(config: Config | Static) -> Static:
   """The :class:`Static` that selects the compiled program.
 
   A mechanism runs the program its :class:`Mechanism` names: ``nonpriv``
@@ -274,21 +273,18 @@ def program(config: Config | Static, *,
   are the members of their :mod:`dpcore.options` sets, so one program
   has one spelling however its settings were spelt.
 
-  ``secure_sum``: the plan's secure-sum parameters
-  (``aggregation="distributed_moments"``, ``FedDPDRPlan.secure_sum``):
-  the result is then a :class:`Program` carrying them (static: its budget
-  reaches the program, unlike every other aggregation's), with the
-  ``min_survivors`` and ``dropouts`` of ``config`` (a :class:`Config` or
-  a :class:`Program`; a :class:`Static` has none: every participant
-  arrives). A :class:`Program` given keeps its own.
+  A secure :class:`Config` (``aggregation="distributed_moments"`` on a
+  mechanism that aggregates at the server) gives a :class:`Program`
+  carrying its ``min_survivors`` and ``dropouts``; a :class:`Program`
+  given keeps its own; a :class:`Static` has none (every participant
+  arrives).
   """
   static = _static(config)
-  if secure_sum is not None:
+  if isinstance(config, Config) and static.secure:
     static = Program(**{f.name: getattr(static, f.name)
                         for f in dataclasses.fields(Static)},
-                     secure_sum=secure_sum,
-                     min_survivors=getattr(config, "min_survivors", None),
-                     dropouts=getattr(config, "dropouts", 0))
+                     min_survivors=config.min_survivors,
+                     dropouts=config.dropouts)
   return dataclasses.replace(
       static,
       mechanism=options.FedDPDRMechanism(static.description.program),

@@ -159,10 +159,11 @@ def _secure_moment_bases(step: Step):
   ``dropouts`` (the program's, :class:`federated.feddpdr.Program`), with
   its threshold ``min_survivors``. No local basis is computed.
   """
-  params = secure_sum_of(step.static)
+  params = secure_sum_of(step.traced)
+  dropouts = getattr(step.static, "dropouts", 0)
   rotation_key, setup_key = protocol_keys(step.key)
   count = step.layout.count
-  alive = jnp.arange(count) < count - step.static.dropouts
+  alive = jnp.arange(count) < count - dropouts
   encode = step.each(lambda kk, xi, mi, i: secure_moments.message(
       kk, rotation_key, setup_key, i, xi, mi, params=params, count=count))
   masked = step.layout.in_order(_per_bucket(
@@ -170,7 +171,8 @@ def _secure_moment_bases(step: Step):
       step.pca_keys, jnp.arange(count, dtype=jnp.int32)))
   total = secure_moments.server_moments(
       masked, alive, rotation_key, setup_key, params=params,
-      dim=step.layout.dim, min_survivors=step.static.min_survivors)
+      dim=step.layout.dim,
+      min_survivors=getattr(step.static, "min_survivors", None))
   return _no_local_bases(step), aggregation.moments_aggregate(
       total.astype(step.layout.dtype), step.static.k, **_server_topk(step))
 

@@ -700,10 +700,8 @@ def budget_table(prepared: Prepared, setting: Setting, *, sizes,
   records, seen = [], set()
   for i, config in enumerate(configs):
     program = (feddpdr.program(config), len(sizes))
-    # distributed_moments' shares are static: a program per ε.
     _say(i, len(configs), LABELS[config.mechanism],
-         config.epsilon if config.private else None,
-         program not in seen or config.secure)
+         config.epsilon if config.private else None, program not in seen)
     seen.add(program)
     records.append(run_one(
         prepared, sizes=sizes, seed=s.seed, seeds=s.seeds, config=config,
@@ -712,9 +710,8 @@ def budget_table(prepared: Prepared, setting: Setting, *, sizes,
     common.emit_record(records[-1], s.out)
   for recipe in s.fedsgd if s.config.private else ():
     for i, eps in enumerate(s.epsilons):
-      # The distributed mode's grid and shares are static: a program per ε.
       _say(i, len(s.epsilons), f"{LABELS['fedsgd']} ({recipe.trust} noise)",
-           eps, i == 0 or recipe.trust == options.Trust.DISTRIBUTED)
+           eps, i == 0)
       records.append(fedsgd.run(
           prepared, sizes=sizes, seed=s.seed, seeds=s.seeds,
           epsilon=float(eps), delta=s.config.delta, recipe=recipe,

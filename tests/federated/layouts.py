@@ -108,8 +108,7 @@ def train(parts, mechanism: str, *, seeds: int = 2, mesh=None,
   cfg = dataclasses.replace(config(mechanism), aggregation=aggregation)
   plan = feddpdr.make_plan(parts.sizes, dim=D, num_classes=NUM_CLASSES,
                          config=cfg)
-  program = (cfg if plan.secure_sum is None
-             else feddpdr.program(cfg, secure_sum=plan.secure_sum))
+  program = feddpdr.program(cfg)
   with jax.enable_x64(True):
     args = feddpdr.train_arguments(jax.random.key(2), parts, plan,
                                    seeds=seeds, mesh=mesh)

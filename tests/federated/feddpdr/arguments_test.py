@@ -48,8 +48,9 @@ def test_train_arguments_types_and_buckets():
                                                 plan, seeds=3)
   assert keys.shape == (3,)
   assert [a.dtype for a in rows] == [np.float32, np.int32, np.float32]
-  assert [a.dtype for a in traced] == [np.float32] + [np.float64] * 3
+  assert [a.dtype for a in traced[:4]] == [np.float32] + [np.float64] * 3
+  assert traced.secure_sum is None  # no secure sum in this run
   assert isinstance(bucketed, feddpdr.Bucketed)
   assert len(bucketed.groups) == len(bucketed.index) == len(buckets.groups)
-  for got, want in zip(same, traced, strict=True):
+  for got, want in zip(same[:4], traced[:4], strict=True):
     np.testing.assert_array_equal(got, want)

@@ -104,9 +104,12 @@ def test_the_plan_records_both_guarantees_and_the_ledger_composes_them():
   kinds = [e["kind"] for e in plan.privacy["entries"]]
   assert kinds[0] == "rdp_curve" and plan.privacy["relation"] == (
       "replace_one")
-  assert feddpdr.program(config, secure_sum=plan.secure_sum).secure_sum == (
-      plan.secure_sum)
-  assert type(feddpdr.program(config)) is feddpdr.Static
+  # The program carries the sum's static facts; its grid and shares go in
+  # the traced arguments (one program for every budget).
+  assert type(feddpdr.program(config)) is feddpdr.Program
+  assert feddpdr.program(config) == feddpdr.program(
+      dataclasses.replace(config, epsilon=4.0))
+  assert type(feddpdr.program(config.static)) is feddpdr.Static
   # Local mechanisms do not aggregate: the setting changes nothing there.
   local = feddpdr.make_plan(sizes, dim=5, num_classes=3,
                             config=dataclasses.replace(
@@ -149,9 +152,9 @@ def test_settings_only_gaussian_dp_pca_reads_are_refused(change, message):
 
 
 def test_training_without_the_plans_parameters_is_refused():
-  config = feddpdr.Config(aggregation="distributed_moments", k=2)
+  traced = feddpdr.Traced(*(jnp.zeros(3),) * 4)
   with pytest.raises(ValueError, match="needs its plan's secure-sum"):
-    feddpdr.secure_sum_of(feddpdr.program(config))
+    feddpdr.secure_sum_of(traced)
 
 
 def test_the_option_is_an_aggregation():
@@ -454,7 +457,7 @@ def test_the_plan_and_program_carry_min_survivors_and_dropouts():
   assert (secure["participants"], secure["min_survivors"],
           secure["shares"], secure["bits"]) == (3, 2, 2, 18)
   assert plan.privacy["entries"][0]["params"]["shares"] == 2
-  prog = feddpdr.program(config, secure_sum=plan.secure_sum)
+  prog = feddpdr.program(config)
   assert (prog.min_survivors, prog.dropouts) == (2, 1)
   assert feddpdr.program(prog) == prog
   # No dropouts: the plan is the one of before (P shares, P_min = P).
@@ -507,3 +510,24 @@ def test_the_release_is_the_same_with_and_without_x64():
   alive = jnp.asarray([True, False, True])
   assert_same_in_both_modes(
       lambda: sm.release(jax.random.key(4), plan, x, mask, alive))
+
+
+@pytest.mark.slow  # one compile shared by two budgets (~20 s)
+def test_every_budget_shares_one_compiled_program():
+  from federated.feddpdr import training  # noqa: PLC0415
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(60, 4)).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  parts = partition.partition(jax.random.key(0), x, rng.integers(0, 2, 60),
+                              sizes=(20, 20, 20))
+  before = training._train_all._cache_size()
+  bases = []
+  for eps in (1.0, 4.0):
+    config = feddpdr.Config(epsilon=eps, k=2, lam=1.0,
+                            aggregation="distributed_moments")
+    plan = feddpdr.make_plan(parts.sizes, dim=4, num_classes=2,
+                             config=config)
+    bases.append(np.asarray(jax.device_get(
+        feddpdr.release(jax.random.key(3), plan, parts)).global_basis))
+  assert training._train_all._cache_size() == before + 1
+  assert not np.array_equal(bases[0], bases[1])  # other shares, other noise
