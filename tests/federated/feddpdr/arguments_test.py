@@ -1,5 +1,7 @@
 """Tests of the program's arguments (federated.feddpdr.arguments)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -8,9 +10,13 @@ from federated import distributed, feddpdr, partition
 from tests.federated import layouts
 
 
-def test_global_train_arguments_check_the_local_block():
+@pytest.mark.parametrize("aggregation", ["subspace", "distributed_moments"])
+def test_global_train_arguments_check_the_local_block(aggregation):
+  # With distributed_moments the secure sum's parameters travel in the
+  # traced arguments too, replicated: the same leaves either way.
   parts, _, _ = layouts.problem(4)
-  cfg = layouts.config("feddpdr")
+  cfg = dataclasses.replace(layouts.config("feddpdr"),
+                            aggregation=aggregation)
   plan = feddpdr.make_plan(parts.sizes, dim=layouts.D,
                            num_classes=layouts.NUM_CLASSES, config=cfg)
   mesh = distributed.global_mesh(4)
@@ -26,6 +32,7 @@ def test_global_train_arguments_check_the_local_block():
   keys, rows, traced = args
   assert isinstance(rows, feddpdr.Rows)
   assert isinstance(traced, feddpdr.Traced)
+  assert (traced.secure_sum is None) == (aggregation == "subspace")
   assert jax.tree.structure(args) == jax.tree.structure(want)
   np.testing.assert_array_equal(jax.random.key_data(keys),
                                 jax.random.key_data(want[0]))
