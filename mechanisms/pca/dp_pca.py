@@ -177,19 +177,20 @@ def pca_sigma(*, epsilon: float, delta: float, calibration: str = "analytic",
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["sigma", "epsilon", "target_epsilon", "delta"],
+    data_fields=["sigma", "epsilon", "target_epsilon", "delta",
+                 "sigma_lattice", "sampler"],
     meta_fields=["relation", "sensitivity", "k", "dim", "calibration",
-                 "noise", "granularity", "sigma_lattice"])
+                 "noise", "granularity"])
 @dataclasses.dataclass(frozen=True)
 class PcaPlan:
   """The public facts of one DP-PCA release (see :func:`make_plan`).
 
   A pytree whose leaves are σ, ε, the target ε and δ (as
-  :class:`federated.fedsgd.FedSGDPlan`): a plan passed to a jitted
+  :class:`federated.fedsgd.FedSGDPlan`), and with ``noise="discrete"``
+  the lattice σ and its exact sampler's arrays
+  (:func:`dpcore.discrete.gaussian_sampler`): a plan passed to a jitted
   function is an argument, not a constant, and plans that differ only in
-  ε share one compiled program. With ``noise="discrete"`` the lattice σ
-  (an integer the sampler needs concretely) is static, so each ε compiles
-  its own.
+  ε share one compiled program.
 
   Attributes:
     epsilon: the guarantee: the ε at ``delta`` that a ledger holding
@@ -211,6 +212,8 @@ class PcaPlan:
     noise: ``"float"`` or ``"discrete"`` (module docstring).
     granularity: the grid γ of discrete noise, else None.
     sigma_lattice: σ in grid units, ⌈σ/γ⌉ (discrete noise), else None.
+    sampler: the exact sampler of ``sigma_lattice`` as arrays (discrete
+      noise), else None; what :func:`release` draws from.
   """
   epsilon: float
   target_epsilon: float
@@ -224,6 +227,17 @@ class PcaPlan:
   noise: str = "float"
   granularity: float | None = None
   sigma_lattice: int | None = None
+  sampler: discrete.GaussianSampler | None = dataclasses.field(
+      default=None, compare=False, repr=False)
+
+  def __post_init__(self):
+    # The sampler follows the lattice σ: made here, and made again when a
+    # copy changes σ (dataclasses.replace), so the two always agree.
+    # (Traced leaves, inside a program, are left as they are.)
+    units = self.sigma_lattice
+    if isinstance(units, int) and (
+        self.sampler is None or int(self.sampler.n) != units * units):
+      object.__setattr__(self, "sampler", discrete.gaussian_sampler(units))
 
   def record(self, ledger, *, label: str = "dp_pca", count: int = 1,
              relation: options.Relation | str | None = None) -> None:
@@ -343,7 +357,9 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
   ``granularity`` and gets discrete Gaussian noise of ⌈σ/γ⌉ grid units;
   the result is integers·γ (exact floats while |integer| < 2²⁴ in
   float32; the integers are the release, the float view is
-  post-processing). σ must then be concrete.
+  post-processing). σ must then be concrete, or the lattice σ's
+  :class:`dpcore.discrete.GaussianSampler` (a plan's ``sampler``, which
+  may be traced: the same draws).
 
   Privacy: see the module docstring (sensitivity 1 under add/remove; the
   clipping of the rows and of the mask to [0, 1] makes every row's
@@ -356,7 +372,8 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
     return m + dp_noise.symmetric_from_upper(upper_noise, m.shape[0])
   rows = clipped_rows(x, mask)
   m = rows.T @ rows
-  sigma_lattice = lattice_sigma(sigma, granularity=g)
+  sigma_lattice = (sigma if isinstance(sigma, discrete.GaussianSampler)
+                   else lattice_sigma(sigma, granularity=g))
   d = m.shape[0]
   upper = np.triu_indices(d)
   z = lattice.to_lattice(m[upper], g) + discrete.discrete_gaussian(
@@ -431,8 +448,9 @@ def _check_data(x, mask) -> None:
 
 
 def _check_concrete_sigma(sigma) -> None:
-  """Refuses a concrete σ that is not a finite number > 0 (tracers pass)."""
-  if isinstance(sigma, jax.core.Tracer):
+  """Refuses a concrete σ that is not a finite number > 0 (tracers and a
+  plan's discrete sampler, validated when it was made, pass)."""
+  if isinstance(sigma, jax.core.Tracer | discrete.GaussianSampler):
     return  # a traced per-participant σ: checked host-side by its caller
   values = np.asarray(sigma, dtype=np.float64)
   if values.size == 0 or not np.all(np.isfinite(values) & (values > 0)):
@@ -547,8 +565,7 @@ def release(key: jax.Array, plan: PcaPlan, x, mask=None, *,
                      f"dim=x.shape[1].")
   if mask is None:
     mask = jnp.ones(jnp.shape(x)[0], jnp.result_type(x))
-  sigma = (plan.sigma if plan.noise == "float"
-           else plan.sigma_lattice * plan.granularity)
+  sigma = plan.sigma if plan.noise == "float" else plan.sampler
   return noisy_basis(key, x, mask, k=plan.k, sigma=sigma, noise=plan.noise,
                      granularity=plan.granularity, topk=topk)
 

@@ -316,6 +316,28 @@ def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   assert len(traces) == 2  # another k, another program: the counter counts
 
 
+def test_discrete_plans_share_one_compilation_with_the_same_draws():
+  # The lattice σ and its exact sampler are leaves too: one program for
+  # every ε, and bitwise the release of the plan as a constant of the
+  # program (the sampler's draws are the rational σ's: discrete_test).
+  x = jnp.asarray(_unit_rows(30, 5, 13))
+  traces = []
+
+  @jax.jit
+  def run(key, plan):
+    traces.append(plan)
+    return dp_pca.release(key, plan, x).components
+
+  for eps in (0.5, 2.0):
+    plan = dp_pca.make_plan(epsilon=eps, delta=1e-5, k=2, dim=5,
+                            noise="discrete", granularity=2.0 ** -10)
+    constant = jax.jit(lambda key, plan=plan: dp_pca.release(
+        key, plan, x).components)
+    np.testing.assert_array_equal(run(jax.random.key(1), plan),
+                                  constant(jax.random.key(1)))
+  assert len(traces) == 1
+
+
 @pytest.mark.parametrize("bad, match", [
     ("empty", "non-empty"),
     ("all_nan", "NaN"),
@@ -435,9 +457,13 @@ def test_discrete_release_meets_its_epsilon():
   assert 0.95 < eps <= 1.0
   # One grid step less noise would overspend.
   tighter = accounting.PrivacyLedger()
-  dataclasses.replace(plan, sigma=plan.sigma - g,
-                      sigma_lattice=plan.sigma_lattice - 1).record(tighter)
+  smaller = dataclasses.replace(plan, sigma=plan.sigma - g,
+                                sigma_lattice=plan.sigma_lattice - 1)
+  smaller.record(tighter)
   assert tighter.report(1e-5)["epsilon"] > 1.0
+  # The copy draws from its own σ: its sampler follows the lattice σ.
+  assert int(smaller.sampler.n) == smaller.sigma_lattice ** 2
+  assert int(plan.sampler.n) == plan.sigma_lattice ** 2
 
 
 def test_float_mode_is_the_default_and_unchanged():
