@@ -272,8 +272,7 @@ def test_a_sampler_draws_as_its_rational_in_one_program_for_every_sigma():
   # the rational σ (the audited path), and one compiled program serves
   # every σ (the table at full size, the constants as arguments).
   draw = jax.jit(lambda k, s: discrete.discrete_gaussian(k, (600,), sigma=s))
-  for i, sigma in enumerate([3, Fraction(5, 2), Fraction(1227, 4),
-                             Fraction(1, 2)]):
+  for i, sigma in enumerate([Fraction(5, 2), Fraction(1227, 4)]):
     want = discrete.discrete_gaussian(jax.random.key(i), (600,), sigma=sigma)
     got = draw(jax.random.key(i), discrete.gaussian_sampler(sigma))
     np.testing.assert_array_equal(got, want)
