@@ -538,27 +538,17 @@ def gaussian_sampler(sigma) -> GaussianSampler:
                          table)
 
 
-class _Constants(NamedTuple):
-  """What :func:`_gaussian_step` reads: Python ints and a small table for
-  a rational σ (constants of the program), arrays for a sampler."""
-  t: jax.Array
-  n: jax.Array
-  td: jax.Array
-  limit: int | jax.Array
-  m_hi: jax.Array
-  m_lo: jax.Array
-  table_size: int | jax.Array
-  table: jax.Array
-
-
-def _constants(sigma) -> _Constants:
+def _constants(sigma) -> GaussianSampler:
+  """What :func:`_gaussian_step` reads: a sampler's arrays, or for a
+  rational σ the same fields with the cut-off and the table size as
+  Python ints and a table of 64·t + 64 rows (constants of the program)."""
   if isinstance(sigma, GaussianSampler):
-    return _Constants(*(jnp.asarray(v, U32) for v in sigma))
+    return GaussianSampler(*(jnp.asarray(v, U32) for v in sigma))
   p = gaussian_params(sigma)
   size = min(p.limit, 64 * p.t + 64, _TABLE_MAX - 1) + 1
   mh, ml = split64(p.m)
-  return _Constants(u32(p.t), u32(p.n), u32(p.td), p.limit, mh, ml, size,
-                    jnp.asarray(_exponent_rows(p, size), U32))
+  return GaussianSampler(u32(p.t), u32(p.n), u32(p.td), p.limit, mh, ml,
+                         size, jnp.asarray(_exponent_rows(p, size), U32))
 
 
 def _gaussian_words(key, step, n, num):
@@ -584,7 +574,7 @@ def _fresh_state(width: int) -> _GaussState:
                      zero, zero)
 
 
-def _gaussian_step(key, p: _Constants):
+def _gaussian_step(key, p: GaussianSampler):
   """One step of every lane of :func:`_gaussian_batch`: ``state -> state``.
 
   A lane in phase 0–2 advances its discrete Laplace proposal (scale t);
@@ -720,7 +710,7 @@ def _run_lanes(step, size: int):
   return c[3]
 
 
-def _gaussian_batch(key, size: int, p: _Constants):
+def _gaussian_batch(key, size: int, p: GaussianSampler):
   """Discrete Gaussian N_Z(0, n/d) (CKS Algorithm 3), as one flat machine.
 
   Each element runs its own sequence of proposals: the discrete Laplace
