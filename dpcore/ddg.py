@@ -481,7 +481,8 @@ def noise_shares(key: jax.Array, count: int, *,
   One call for all participants is the simulation's shortcut: the exact
   sampler is about twice as fast on one flat batch as ``vmap``-ped over
   participants (its rare long-division branch then runs every
-  iteration), and the rows have the same law as separate draws.
+  iteration, unless the sampler's table reaches its cut-off), and the
+  rows have the same law as separate draws.
   """
   if params.sigma_share is None:
     raise ValueError("params has no noise share (noise_multiplier=0).")

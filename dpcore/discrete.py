@@ -602,8 +602,20 @@ def _gaussian_step(key, p: GaussianSampler):
                                      jnp.broadcast_to(ml, (n,)))
       return jnp.stack([qh, ql, rh, rl], axis=1)
 
-    big = lax.cond(jnp.any(wanted & ~small), divide,
-                   lambda: jnp.zeros((n, 4), U32))
+    def none():
+      return jnp.zeros((n, 4), U32)
+
+    def beyond():
+      return lax.cond(jnp.any(wanted & ~small), divide, none)
+
+    # A proposal is at most L, so a table of more than L rows leaves
+    # nothing to divide. That test reads the sampler alone: under a vmap
+    # over keys it stays a branch (the inner test, which reads the lanes,
+    # becomes a select that would run the division at every step).
+    if isinstance(p.limit, int):  # a rational σ: the test is static
+      big = none() if p.limit < table_size else beyond()
+    else:
+      big = lax.cond(p.limit < table_size, none, beyond)
     return jnp.where(small[:, None], row, big)
 
   def body(s):
@@ -717,9 +729,11 @@ def _gaussian_batch(key, size: int, p: GaussianSampler):
   steps of :func:`_laplace_batch` (scale t, den 1), then the acceptance
   Bernoulli(exp(−E)) steps of :func:`_bernoulli_exp_batch`, back to a new
   proposal on rejection. E's integer and fractional parts come from a
-  host-side table of exact divisions for |y| up to 64·t + 64 and from the
+  host-side table of exact divisions (|y| up to 64·t + 64 for a rational
+  σ, up to 2¹⁶ − 1 for a :class:`GaussianSampler`) and from the
   word-level long division beyond (a ``lax.cond`` that essentially never
-  runs).
+  runs, and is skipped whole when the table reaches the cut-off L; under
+  a ``vmap`` over keys only the skip stays a branch).
 
   Lanes: the machine has W = :func:`_lanes` (size) lanes (size/16, at
   least 1,024), each running one element; a lane whose element is

@@ -96,6 +96,33 @@ def test_discrete_gaussian_long_division_path(monkeypatch):
   support = np.arange(-40, 41)
   assert _chi2_pvalue(draws, _gaussian_pmf(3.0, support), support) > 1e-3
   assert _chi2_pvalue(draws, _gaussian_pmf(3.3, support), support) < 1e-9
+  # A traced sampler of the same 2-row table, under a vmap over keys (the
+  # division then runs as a select): bitwise the rational path's draws.
+  keys = jax.random.split(jax.random.key(13), 2)
+  got = jax.vmap(lambda k, s: discrete.discrete_gaussian(k, (3000,), sigma=s),
+                 in_axes=(0, None))(keys, discrete.gaussian_sampler(3))
+  for key, row in zip(keys, got, strict=True):
+    np.testing.assert_array_equal(
+        row, discrete.discrete_gaussian(key, (3000,), sigma=3))
+
+
+def test_a_table_past_the_cutoff_keeps_the_division_a_branch_under_vmap():
+  # σ = 4913/16: the cut-off L = 54,471 is below the sampler's 2¹⁶ rows, so
+  # no proposal needs the long division. That test reads the sampler only,
+  # so under a vmap over keys it stays a cond (a select would run the
+  # division at every step); the draws are those of each key alone.
+  sampler = discrete.gaussian_sampler(Fraction(4913, 16))
+  assert int(sampler.limit) < int(sampler.table_size)
+
+  def draw(k, s):
+    return discrete.discrete_gaussian(k, (500,), sigma=s)
+
+  keys = jax.random.split(jax.random.key(14), 2)
+  batched = jax.vmap(draw, in_axes=(0, None))
+  assert "cond[" in str(jax.make_jaxpr(batched)(keys, sampler))
+  got = batched(keys, sampler)
+  for key, row in zip(keys, got, strict=True):
+    np.testing.assert_array_equal(row, draw(key, sampler))
 
 
 def test_discrete_gaussian_at_the_ddg_share_scale_and_in_refilled_lanes():
