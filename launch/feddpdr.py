@@ -106,8 +106,7 @@ _FEDSGD_TRUST = flags.DEFINE_list(
     "federated DP-SGD's trust models, one row each: server (secure "
     "aggregation), local (untrusted server), participant (participant-"
     "level DP), distributed (discrete Gaussian shares under simulated "
-    "secure aggregation; ~20 s per ε on digits on a 2-core CPU, mostly "
-    "compiling)")
+    "secure aggregation; seconds per seed on digits, docs/fedsgd.md)")
 _FEDSGD_RATE = flags.DEFINE_float(
     "fedsgd_sampling_rate", 0.0,
     "federated DP-SGD's Poisson rate q (per row; per participant for "

@@ -12,8 +12,9 @@
   outside the project's environment.
 * ``secagg``: a ``trust="distributed"`` federated step (distributed
   discrete Gaussian, simulated secure aggregation) against server noise;
-  ``secagg_accuracy`` and ``secagg_sigma``: its accuracy and the σ it
-  needs beside ``trust="server"`` (docs/secure_aggregation.md).
+  ``secagg_sigma``: the σ it needs beside ``trust="server"`` (its
+  accuracy is ``launch.feddpdr --fedsgd_trust=server,distributed``;
+  docs/secure_aggregation.md).
 * ``scattering``: the scattering transform of MNIST's 70,000 images
   against the same FFTs in ``scipy.fft``.
 * ``smo``: our WSS2 SMO against LIBSVM, and vmapped DPWSS repeats.

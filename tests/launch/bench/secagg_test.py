@@ -1,5 +1,5 @@
-"""launch.bench.secagg and secagg_accuracy: a tiny run of every path,
-and refusals before any work."""
+"""launch.bench.secagg: a tiny run of every path, and refusals before any
+work."""
 
 import json
 import subprocess
@@ -42,9 +42,6 @@ def test_a_tiny_benchmark_times_every_path(tmp_path):
 @pytest.mark.parametrize("module,args,match", [
     ("launch.bench.secagg", ["--participants=5,1000", "--rows=10"],
      "--rows needs one value"),
-    ("launch.bench.secagg_accuracy", ["--trust=cloud"], "--trust"),
-    ("launch.bench.secagg_accuracy", ["--seeds=2", "--seed_index=2"],
-     "--seed_index"),
 ])
 def test_bad_flags_are_refused_before_any_work(tmp_path, module, args,
                                                match):
