@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from fractions import Fraction
 
 import jax
 import numpy as np
@@ -15,12 +16,26 @@ from tests.launch.cli import REPO
 @pytest.mark.slow
 def test_each_case_draws_the_sampler_it_names():
   key = jax.random.key(3)
-  named = dict(bench_discrete.cases(40))
-  assert len(named) == 7
+  named = {c.name: c for c in bench_discrete.cases(40)}
+  assert len(named) == 11
+
+  def draw(name):
+    case = named[name]
+    return jax.jit(case.draw)(key, *case.args)
+
   np.testing.assert_array_equal(
-      named["discrete_gaussian σ = 26"](key),
+      draw("discrete_gaussian σ = 26"),
       discrete.discrete_gaussian(key, (40,), sigma=26))
-  assert named["bernoulli_exp n/d = 3/2"](key).dtype == np.bool_
+  assert draw("bernoulli_exp n/d = 3/2").dtype == np.bool_
+  # A traced sampler draws its rational σ's values, alone and per key.
+  rational = discrete.discrete_gaussian(key, (40,), sigma=1049)
+  np.testing.assert_array_equal(
+      draw("discrete_gaussian σ = 1049, traced sampler"), rational)
+  batched = draw("discrete_gaussian σ = 4913/16, traced sampler, 4 keys "
+                 "vmapped")
+  assert batched.shape == (4, 10)
+  np.testing.assert_array_equal(batched[2], discrete.discrete_gaussian(
+      jax.random.split(key, 4)[2], (10,), sigma=Fraction(4913, 16)))
 
 
 def test_draws_per_second_times_every_case(monkeypatch):
@@ -28,7 +43,7 @@ def test_draws_per_second_times_every_case(monkeypatch):
   cheap = bench_discrete.cases(20)[:2]
   monkeypatch.setattr(bench_discrete, "cases", lambda num: cheap)
   rows = bench_discrete.draws_per_second(jax.random.key(0), num=20)
-  assert [r["case"] for r in rows] == [c for c, _ in cheap]
+  assert [r["case"] for r in rows] == [c.name for c in cheap]
   for row in rows:
     assert row["draws"] == 20 and row["seconds"] > 0
     assert row["draws_per_second"] == pytest.approx(20 / row["seconds"])
