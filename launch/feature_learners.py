@@ -60,7 +60,7 @@ flags.DEFINE_string("lvq_model", "gmlvq", "glvq or gmlvq")
 flags.DEFINE_string("lvq_trainer", "dpsgd",
                     "dpsgd (private) or sgd (reference)")
 flags.DEFINE_float("lvq_sampling_rate", 0.01, "DP-LVQ q")
-flags.DEFINE_float("lvq_clip", 0.5, "DP-LVQ clip C")
+flags.DEFINE_float("lvq_clip_norm", 0.5, "DP-LVQ clip C")
 flags.DEFINE_integer("lvq_epochs", 50, "DP-LVQ epochs")
 flags.DEFINE_float("lvq_learning_rate", 0.05, "DP-LVQ step size")
 flags.DEFINE_string("lvq_init_mechanism", "laplace",
@@ -68,10 +68,14 @@ flags.DEFINE_string("lvq_init_mechanism", "laplace",
 flags.DEFINE_integer("lvq_rank", None, "rows of Ω (None: full)")
 flags.DEFINE_integer("lvq_folds", 5, "CV folds")
 flags.DEFINE_integer("lvq_repeats", 5, "CV repeats")
-flags.DEFINE_integer("lvq_parallel", 5, "CV runs vmapped together")
+flags.DEFINE_integer("lvq_parallel_runs", 5, "CV runs vmapped together")
 _LVQ_MEMORY = flags.DEFINE_string("lvq_memory_budget", None,
                                   "e.g. 8G (unset: no check)")
 _OUT = flags.DEFINE_string("out", None, "JSON lines output")
+
+# The spellings used before the fields took DP-LVQ's names.
+flags.DEFINE_alias("lvq_clip", "lvq_clip_norm")
+flags.DEFINE_alias("lvq_parallel", "lvq_parallel_runs")
 
 
 def main(argv):

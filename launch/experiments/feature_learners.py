@@ -37,16 +37,11 @@ INPUTS = ("features", "pixels")
 _LVQ_MODELS = ("glvq", "gmlvq")
 _LVQ_TRAINERS = ("dpsgd", "sgd")
 _INIT_MECHANISMS = ("laplace", "gaussian")
-# The DP-LVQ run's fields (launch.experiments.dplvq.Setting) under the
-# names this script gives them, so its refusals name this script's flags.
-_LVQ_FIELDS = {
-    "model": "lvq_model", "trainer": "lvq_trainer",
-    "sampling_rate": "lvq_sampling_rate", "clip_norm": "lvq_clip",
-    "epochs": "lvq_epochs", "learning_rate": "lvq_learning_rate",
-    "init_mechanism": "lvq_init_mechanism", "folds": "lvq_folds",
-    "repeats": "lvq_repeats", "rank": "lvq_rank",
-    "parallel_runs": "lvq_parallel", "memory_budget": "lvq_memory_budget",
-}
+# The DP-LVQ run's fields (launch.experiments.dplvq.Setting) this setting
+# holds, each as ``lvq_<field>`` (its refusals are renamed so).
+_LVQ_FIELDS = ("model", "trainer", "sampling_rate", "clip_norm", "epochs",
+               "learning_rate", "init_mechanism", "folds", "repeats", "rank",
+               "parallel_runs", "memory_budget")
 
 
 class Images(NamedTuple):
@@ -112,10 +107,10 @@ class Setting:
     feature_bound: the public bound c: [−c, c] is mapped onto [−1, 1].
     lvq_model, lvq_trainer: ``"gmlvq"``/``"glvq"``; ``"dpsgd"`` (private)
       or ``"sgd"`` (non-private reference).
-    lvq_sampling_rate, lvq_clip, lvq_epochs, lvq_learning_rate,
+    lvq_sampling_rate, lvq_clip_norm, lvq_epochs, lvq_learning_rate,
     lvq_init_mechanism, lvq_rank: the DP-LVQ recipe.
     lvq_folds, lvq_repeats: the cross-validation protocol.
-    lvq_parallel: runs vmapped together.
+    lvq_parallel_runs: runs vmapped together.
     lvq_memory_budget: bytes the evaluation may use (None: no check).
   """
   learner: str
@@ -148,14 +143,14 @@ class Setting:
   lvq_model: str = "gmlvq"
   lvq_trainer: str = "dpsgd"
   lvq_sampling_rate: float = 0.01
-  lvq_clip: float = 0.5
+  lvq_clip_norm: float = 0.5
   lvq_epochs: int = 50
   lvq_learning_rate: float = 0.05
   lvq_init_mechanism: str = "laplace"
   lvq_rank: int | None = None
   lvq_folds: int = 5
   lvq_repeats: int = 5
-  lvq_parallel: int = 5
+  lvq_parallel_runs: int = 5
   lvq_memory_budget: int | None = None
 
   def check(self) -> Setting:
@@ -245,14 +240,9 @@ class Setting:
     return dplvq.Setting(
         dataset=self.dataset, data_dir=self.data_dir,
         bounds="auto" if loaders.public_bounds(self.dataset) else "0,1",
-        model=self.lvq_model, trainer=self.lvq_trainer,
         epsilon=self.epsilon if private else None, delta=self.delta,
-        sampling_rate=self.lvq_sampling_rate, clip_norm=self.lvq_clip,
-        epochs=self.lvq_epochs, learning_rate=self.lvq_learning_rate,
-        init_mechanism=self.lvq_init_mechanism, folds=self.lvq_folds,
-        repeats=self.lvq_repeats, rank=self.lvq_rank,
-        parallel_runs=self.lvq_parallel, seed=int(self.seeds[0]),
-        memory_budget=self.lvq_memory_budget)
+        seed=int(self.seeds[0]),
+        **{name: getattr(self, f"lvq_{name}") for name in _LVQ_FIELDS})
 
   def recipe(self) -> dict:
     """The fields of this setting's learner, for its records."""
@@ -272,14 +262,12 @@ class Setting:
 
 
 def _lvq_names(message: str) -> str:
-  """A DP-LVQ refusal with its field names spelt as this script's
-  (``clip_norm=…`` → ``lvq_clip=…``): the name that opens the message and
-  every ``name=``."""
+  """A DP-LVQ refusal with its field names spelt as this setting's
+  (``clip_norm=…`` → ``lvq_clip_norm=…``): the name that opens the
+  message and every ``name=``."""
   names = "|".join(_LVQ_FIELDS)
-  message = re.sub(rf"\b({names})(?==)",
-                   lambda m: _LVQ_FIELDS[m.group(1)], message)
-  return re.sub(rf"^({names})\b", lambda m: _LVQ_FIELDS[m.group(1)],
-                message)
+  message = re.sub(rf"\b({names})(?==)", r"lvq_\1", message)
+  return re.sub(rf"^({names})\b", r"lvq_\1", message)
 
 
 # -- data and features ---------------------------------------------------------

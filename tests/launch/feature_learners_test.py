@@ -98,7 +98,7 @@ def test_the_same_seed_gives_the_same_model(images, server_runs):
 
 
 LVQ = dict(learner="dplvq", lvq_epochs=2, lvq_sampling_rate=0.1,
-           lvq_folds=2, lvq_repeats=1, lvq_parallel=2, seeds=(0,), **TINY)
+           lvq_folds=2, lvq_repeats=1, lvq_parallel_runs=2, seeds=(0,), **TINY)
 
 
 @pytest.mark.parametrize("inputs,dim", [
@@ -171,9 +171,9 @@ def test_check_refuses_bad_federated_settings(change, message):
     (dict(feature_bound=-1.0), "feature_bound="),
     # The DP-LVQ run's own refusals name this script's fields.
     (dict(lvq_folds=1), "^lvq_folds=1:.*e.g. lvq_folds=5"),
-    (dict(lvq_clip=-1.0), "^lvq_clip must be > 0"),
+    (dict(lvq_clip_norm=-1.0), "^lvq_clip_norm must be > 0"),
     (dict(lvq_sampling_rate=2.0), "^lvq_sampling_rate must"),
-    (dict(lvq_parallel=0), "^lvq_parallel must"),
+    (dict(lvq_parallel_runs=0), "^lvq_parallel_runs must"),
 ])
 def test_check_refuses_bad_lvq_settings(change, message):
   with pytest.raises(ValueError, match=message):
