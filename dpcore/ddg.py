@@ -479,10 +479,9 @@ def noise_shares(key: jax.Array, count: int, *,
 
   Each row is what one participant adds (:func:`encode`'s ``share=``).
   One call for all participants is the simulation's shortcut: the exact
-  sampler is about twice as fast on one flat batch as ``vmap``-ped over
-  participants (its rare long-division branch then runs every
-  iteration, unless the sampler's table reaches its cut-off), and the
-  rows have the same law as separate draws.
+  sampler is faster on one flat batch than ``vmap``-ped over
+  participants (5 × 8,192 draws: about 44 against 57 ms on a 2-core
+  CPU), and the rows have the same law as separate draws.
   """
   if params.sigma_share is None:
     raise ValueError("params has no noise share (noise_multiplier=0).")

@@ -490,6 +490,7 @@ class _GaussState(NamedTuple):
 
 
 _TABLE_MAX = 1 << 16
+_DIVIDE_LANES = 128  # lanes of one pass of the long division
 
 
 def _exponent_rows(p: GaussianParams, size: int) -> list:
@@ -592,31 +593,30 @@ def _gaussian_step(key, p: GaussianSampler):
   def exponent(a, wanted):
     n = a.shape[0]
     small = a < table_size
-    row = table[jnp.where(small, a, 0)]
+    rows = table[jnp.where(small, a, 0)]
+    if isinstance(p.limit, int) and p.limit < table_size:
+      return rows  # a rational σ whose table reaches L: nothing to divide
+    width = min(n, _DIVIDE_LANES)
 
-    def divide():
-      scaled = jnp.where(a <= p.limit, a, 0) * td
+    def divide(c):
+      rows, need = c
+      pick = jnp.nonzero(need, size=width, fill_value=n)[0]
+      lane = jnp.minimum(pick, n - 1)
+      scaled = jnp.where(a[lane] <= p.limit, a[lane], 0) * td
       u = jnp.where(scaled >= n_word, scaled - n_word, n_word - scaled)
       uh, ul = mul32(u, u)
-      (qh, ql), (rh, rl) = divmod64(uh, ul, jnp.broadcast_to(mh, (n,)),
-                                     jnp.broadcast_to(ml, (n,)))
-      return jnp.stack([qh, ql, rh, rl], axis=1)
+      (qh, ql), (rh, rl) = divmod64(uh, ul, jnp.broadcast_to(mh, (width,)),
+                                     jnp.broadcast_to(ml, (width,)))
+      rows = rows.at[pick].set(jnp.stack([qh, ql, rh, rl], axis=1),
+                               mode="drop")
+      return rows, need.at[pick].set(False, mode="drop")
 
-    def none():
-      return jnp.zeros((n, 4), U32)
-
-    def beyond():
-      return lax.cond(jnp.any(wanted & ~small), divide, none)
-
-    # A proposal is at most L, so a table of more than L rows leaves
-    # nothing to divide. That test reads the sampler alone: under a vmap
-    # over keys it stays a branch (the inner test, which reads the lanes,
-    # becomes a select that would run the division at every step).
-    if isinstance(p.limit, int):  # a rational σ: the test is static
-      big = none() if p.limit < table_size else beyond()
-    else:
-      big = lax.cond(p.limit < table_size, none, beyond)
-    return jnp.where(small[:, None], row, big)
+    # The lanes past the table, by word-level long division, at most
+    # _DIVIDE_LANES a time, while any is left. A loop that has nothing to
+    # do runs no iteration, under a vmap too (a cond on the lanes would
+    # become a select there and divide every lane at every step).
+    return lax.while_loop(lambda c: jnp.any(c[1]), divide,
+                          (rows, wanted & ~small))[0]
 
   def body(s):
     n = s.phase.shape[0]
@@ -731,9 +731,9 @@ def _gaussian_batch(key, size: int, p: GaussianSampler):
   proposal on rejection. E's integer and fractional parts come from a
   host-side table of exact divisions (|y| up to 64·t + 64 for a rational
   σ, up to 2¹⁶ − 1 for a :class:`GaussianSampler`) and from the
-  word-level long division beyond (a ``lax.cond`` that essentially never
-  runs, and is skipped whole when the table reaches the cut-off L; under
-  a ``vmap`` over keys only the skip stays a branch).
+  word-level long division beyond, in a loop over the few lanes that
+  need it that essentially never iterates (also under ``vmap``), and is
+  not built for a rational σ whose table reaches the cut-off L.
 
   Lanes: the machine has W = :func:`_lanes` (size) lanes (size/16, at
   least 1,024), each running one element; a lane whose element is

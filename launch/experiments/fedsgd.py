@@ -168,11 +168,6 @@ def _program(learning_rate: float, dim: int, num_classes: int,
                             softmax.initial_params(dim, num_classes), x, y,
                             mask, optax.sgd(learning_rate),
                             chunk=chunk).params
-    if plan.trust == "distributed":
-      # One seed after another: under a vmap the exact sampler's rare
-      # long division (a lax.cond on the lanes) becomes a select that runs
-      # at every step (the same draws either way; docs/fedsgd.md).
-      return jax.lax.map(one, keys)
     return jax.vmap(one)(keys)
 
   return run

@@ -106,24 +106,38 @@ def test_discrete_gaussian_long_division_path(monkeypatch):
         row, discrete.discrete_gaussian(key, (3000,), sigma=3))
 
 
-def test_a_table_past_the_cutoff_keeps_the_division_a_branch_under_vmap():
-  # σ = 4913/16: the cut-off L = 54,471 is below the sampler's 2¹⁶ rows, so
-  # no proposal needs the long division. That test reads the sampler only,
-  # so under a vmap over keys it stays a cond (a select would run the
-  # division at every step); the draws are those of each key alone.
-  sampler = discrete.gaussian_sampler(Fraction(4913, 16))
-  assert int(sampler.limit) < int(sampler.table_size)
+def test_under_vmap_the_division_runs_only_for_lanes_past_the_table(
+    monkeypatch):
+  # The long division is counted each time it runs. σ = 4913/16: the
+  # cut-off L = 54,471 is below the sampler's 2¹⁶ rows, so no proposal
+  # needs it, and under a vmap over keys it must not run (a cond on the
+  # lanes would become a select there and run it at every step); the
+  # draws are each key's alone. With a 2-row table it does run.
+  runs = []
+  divide = discrete.divmod64
+
+  def counted(*words):
+    jax.debug.callback(lambda: runs.append(1))
+    return divide(*words)
+
+  monkeypatch.setattr(discrete, "divmod64", counted)
 
   def draw(k, s):
     return discrete.discrete_gaussian(k, (500,), sigma=s)
 
+  sampler = discrete.gaussian_sampler(Fraction(4913, 16))
+  assert int(sampler.limit) < int(sampler.table_size)
   keys = jax.random.split(jax.random.key(14), 2)
-  batched = jax.vmap(draw, in_axes=(0, None))
-  assert "cond[" in str(jax.make_jaxpr(batched)(keys, sampler))
-  got = batched(keys, sampler)
+  got = jax.jit(jax.vmap(draw, in_axes=(0, None)))(keys, sampler)
+  jax.effects_barrier()
+  assert runs == []
   for key, row in zip(keys, got, strict=True):
     np.testing.assert_array_equal(row, draw(key, sampler))
-
+  monkeypatch.setattr(discrete, "_TABLE_MAX", 2)
+  jax.block_until_ready(jax.vmap(draw, in_axes=(0, None))(
+      keys, discrete.gaussian_sampler(3)))
+  jax.effects_barrier()
+  assert runs
 
 def test_discrete_gaussian_at_the_ddg_share_scale_and_in_refilled_lanes():
   # σ = 4911/16 ≈ 307 (the MNIST benchmark's noise share), 40,960 draws:
