@@ -37,17 +37,17 @@ same draws with it or without it.
 =====================  ========================  =================  =========
 sampler                returns                   exact for          draws/s
 =====================  ========================  =================  =========
-``bernoulli_exp``      bool, P(1) = exp(−n/d)    0 ≤ n < 2⁶³,       3.3–3.4 M
+``bernoulli_exp``      bool, P(1) = exp(−n/d)    0 ≤ n < 2⁶³,       5.0–5.3 M
                                                  1 ≤ d < 2³¹        (n/d=3/2)
-``discrete_laplace``   int32, ∝ e^(−|z|/t)       t = a/b, a, b ≤    0.8–1.0 M
+``discrete_laplace``   int32, ∝ e^(−|z|/t)       t = a/b, a, b ≤    1.6–1.8 M
                                                  2³⁰, t ≤ 2²³       (t = 2)
-``discrete_gaussian``  int32, ∝ e^(−z²/2σ²)      σ = p/q, σ² = n/d  410–430 k
+``discrete_gaussian``  int32, ∝ e^(−z²/2σ²)      σ = p/q, σ² = n/d  0.92–1.05 M
                                                  n < 2³¹, (⌊σ⌋+1)d  (σ = 3),
-                                                 < 2³⁰, cut-off ok  360–370 k
+                                                 < 2³⁰, cut-off ok  0.88–0.92 M
                                                  (p ≤ ~17 000)      (σ=1049)
 =====================  ========================  =================  =========
 
-(float ``dpcore.noise.gaussian_noise``: 42–48 M draws/s on the same CPU.)
+(float ``dpcore.noise.gaussian_noise``: 41–47 M draws/s on the same CPU.)
 
 Cut-off. Integers live in 32-bit words, so a candidate whose magnitude
 would leave the word is *rejected* (the rejection loop draws again). A
@@ -60,19 +60,20 @@ order as the float samplers' 2⁻¹²³ of :mod:`dpcore.noise`); a parameter
 for which it is not is refused. Nothing else is approximate.
 
 Cost: draws/s above are for 10⁵ draws per call, jit-compiled, second call
-timed, on the 2-core development CPU under a load of ~6 from other jobs
-(ranges over two runs of ``python -m launch.bench.discrete``; earlier
-figures, under other loads, were 3–4× lower throughout). Each sampler is
+timed, on the 2-core development CPU, idle (ranges over three runs of
+``python -m launch.bench.discrete``, 2026-11-27; under a load of ~6 from
+other jobs they were 1.5–2.5× lower). Each sampler is
 one ``lax.while_loop`` stepping elements through CKS's algorithm.
 ``bernoulli_exp`` and ``discrete_laplace`` step every element until the
-slowest is done: 15–50× slower than the float sampler. The Gaussian
+slowest is done: 8–30× slower than the float sampler. The Gaussian
 sampler runs size/16 lanes (at least 1,024) that each take the next
 element when theirs is accepted, and an eighth of them for the tail,
 with words drawn two per Threefry hash
 (:func:`random_words`; :func:`_gaussian_batch`), so a batch costs about
 its total number of steps rather than size × its slowest element's:
-~100× slower than the float sampler. In the same runs the one-lane-per-
-element loop it replaced drew 190–260 k/s at 10⁵ draws; at 40,960 draws
+~45× slower than the float sampler. In the runs under load, where the
+lanes drew 360–430 k/s, the one-lane-per-element loop they replaced
+drew 190–260 k/s at 10⁵ draws; at 40,960 draws
 of σ ≈ 307 (the DDG benchmark's shares) the lanes were 4–5× faster
 (figures above taken before the tail's narrower lanes, which saved a
 further ~20 % at 40,960 and 25 % at 10⁵ draws).
