@@ -11,8 +11,9 @@ No float probability is computed anywhere in a sampler; 64-bit products
 and the 64-by-64-bit division of the discrete Gaussian's acceptance
 exponent are built from pairs of uint32 words (:mod:`dpcore.uint64`; the
 division is read from a host-side table of exact Python-integer divisions
-for the proposals |y| ≤ 64·t + 64, and done by word-level long division
-beyond). Releasing a float query on a grid with this noise is
+for the proposals |y| ≤ 64·t + 64, or 2¹⁶ − 1 for a
+:class:`GaussianSampler`, and done by word-level long division beyond).
+Releasing a float query on a grid with this noise is
 :mod:`dpcore.lattice`; σ for an (ε, δ) target is
 :func:`dpcore.discrete_calibration.discrete_gaussian_sigma`.
 

@@ -13,11 +13,9 @@ and the padding events) under add/remove of one row.
 
 The settings keep a trial cheap while every piece of the mode runs: a
 model of d = D = 2 coordinates, one step, a few participants and rows,
-so a trial draws a handful of exact discrete Gaussians. (Under ``vmap``
-over trials the sampler runs its rare long-division branch on every
-iteration, ~20× its unbatched cost, so the number of draws is what the
-time follows.) At its default trials each spec takes 5–22 s of CPU time
-on the 2-core development CPU (docs/secure_aggregation.md).
+so a trial draws a handful of exact discrete Gaussians. At its default
+trials each spec takes 5–22 s of CPU time on the 2-core development CPU
+(docs/secure_aggregation.md).
 
 * ``fedsgd_distributed@{first,middle,last}``: 2 participants of 4 rows,
   q = 0.5, T = 1, σ = 0.7·C. The canary row (10·C along e₀, clipped to

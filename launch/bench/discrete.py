@@ -54,9 +54,9 @@ def cases(num: int) -> list[Case]:
     return jax.vmap(lambda key: discrete.discrete_gaussian(
         key, (-(-num // 4),), sigma=s))(jax.random.split(k, 4))
 
-  # σ = 1049: the cut-off L is past the table's 2¹⁶ rows, so the rare
-  # long division is a branch alone and a select under vmap; σ = 4913/16:
-  # L = 54,471, the table reaches it and nothing is divided.
+  # σ = 1049: the cut-off L is past the table's 2¹⁶ rows, so a rare lane
+  # needs the long division; σ = 4913/16: L = 54,471, the table reaches
+  # it and nothing is divided.
   wide, narrow = (discrete.gaussian_sampler(1049),
                   discrete.gaussian_sampler(Fraction(4913, 16)))
   return [
