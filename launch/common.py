@@ -413,6 +413,45 @@ def parse_ints(values: str | Iterable, flag: str | None = None, *,
   return _parse_list(values, int, flag, "integers", example)
 
 
+def read_candidates(path: str, flag: str, keys: Iterable[str], *,
+                    example: str) -> list[dict]:
+  """The candidate settings of a tuning flag's JSON file, read before any
+  data.
+
+  The file holds a non-empty list of non-empty objects whose keys are
+  among ``keys`` (``[{"learning_rate": 1}, …]``), or that list as
+  ``{"candidates": [...]}``. Every refusal is one line naming
+  ``flag=path`` and the fix (``example``: a valid file's text). The values
+  are the caller's to check.
+  """
+  where, allowed = f"{flag}={path}", sorted(keys)
+  fix = f"give a JSON list of candidate settings, e.g. {example}"
+  try:
+    with open(os.path.expanduser(path), encoding="utf-8") as f:
+      loaded = json.load(f)
+  except FileNotFoundError:
+    raise ValueError(f"{where}: no such file; {fix}.") from None
+  except json.JSONDecodeError as err:
+    raise ValueError(f"{where} is not JSON ({err}); {fix}.") from None
+  except (OSError, UnicodeDecodeError) as err:
+    raise ValueError(f"{where}: cannot read it ({err}); {fix}.") from None
+  if isinstance(loaded, dict) and set(loaded) == {"candidates"}:
+    loaded = loaded["candidates"]
+  if not isinstance(loaded, list) or not loaded:
+    raise ValueError(f"{where}: the candidate list is empty or not a "
+                     f"list; {fix}.")
+  for i, candidate in enumerate(loaded):
+    if not isinstance(candidate, dict) or not candidate:
+      raise ValueError(f"{where}: candidate {i} is not a non-empty object "
+                       f"of settings ({', '.join(allowed)}).")
+    unknown = sorted(set(candidate) - set(allowed))
+    if unknown:
+      raise ValueError(f"{where}: candidate {i} has unknown setting(s) "
+                       f"{unknown}; a candidate may set "
+                       f"{', '.join(allowed)}.")
+  return loaded
+
+
 def setting_from_flags(cls, *, flag_values=flags.FLAGS, **parsed):
   """A script's frozen setting ``cls``, read from the flags named as its
   fields.

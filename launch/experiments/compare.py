@@ -133,40 +133,17 @@ def _check_list(flag: str, values, allowed) -> None:
 
 
 def load_candidates(path: str) -> tuple[dict, ...]:
-  """``--tune``'s candidate recipes: a JSON list of objects over
-  :data:`TUNABLE`, each checked (and its step count, for the whole file)
-  before any data is read. Every message names the flag and the fix."""
+  """``--tune``'s candidate recipes (:func:`launch.common.read_candidates`
+  over :data:`TUNABLE`), each value and, for the whole file, each step
+  count checked before any data is read."""
   from dpcore import dpsgd, validation  # noqa: PLC0415
   from launch.experiments import fedsgd as fx  # noqa: PLC0415
-  flag = f"--tune={path!r}"
-  try:
-    with open(os.path.expanduser(path), encoding="utf-8") as f:
-      text = f.read()
-  except OSError as err:
-    raise ValueError(f"{flag}: cannot read it ({err.strerror or err}); "
-                     f"give a JSON file holding a list of candidate "
-                     f"recipes.") from None
-  try:
-    candidates = json.loads(text)
-  except ValueError as err:
-    raise ValueError(f"{flag} is not JSON ({err}); give a list of "
-                     f"candidate recipes, e.g. "
-                     f'[{{"learning_rate": 1}}, {{"learning_rate": 4}}].'
-                     ) from None
-  if not isinstance(candidates, list) or not candidates:
-    raise ValueError(f"{flag} must hold a non-empty JSON list of candidate "
-                     f"recipes (objects over {', '.join(TUNABLE)}).")
+  candidates = common.read_candidates(
+      path, "--tune", TUNABLE,
+      example='[{"learning_rate": 1}, {"learning_rate": 4}]')
   for i, cand in enumerate(candidates):
-    if not isinstance(cand, dict):
-      raise ValueError(f"{flag}: candidate {i} is not an object; give e.g. "
-                       f'{{"learning_rate": 1}}.')
-    unknown = [k for k in cand if k not in TUNABLE]
-    if unknown:
-      raise ValueError(f"{flag}: candidate {i} has unknown field(s) "
-                       f"{', '.join(map(repr, unknown))}; {TUNED_METHOD} "
-                       f"takes {', '.join(TUNABLE)}.")
     for k, v in cand.items():
-      name = f"{flag}: candidate {i}: {k}"
+      name = f"--tune={path}: candidate {i}: {k}"
       if k == "sampling_rate":
         validation.check_in_range(v, name, 0.0, 1.0, high_inclusive=True)
       else:
@@ -179,7 +156,8 @@ def load_candidates(path: str) -> tuple[dict, ...]:
     except ValueError as err:
       at = ("" if "sampling_rate" in cand else
             " (at the recipe's largest sampling_rate)")
-      raise ValueError(f"{flag}: candidate {i}{at}: {err}") from None
+      raise ValueError(f"--tune={path}: candidate {i}{at}: {err}"
+                       ) from None
   return tuple(candidates)
 
 

@@ -570,35 +570,13 @@ class TuneOptions:
 
 
 def load_candidates(path: str) -> list[dict]:
-  """The candidate list of ``tune=path``: a JSON list of setting dicts.
-
-  The file holds ``[{"learning_rate": 0.05, "epochs": 20}, …]`` or
-  ``{"candidates": [...]}``; keys are those of :data:`TUNE_KEYS`.
+  """The candidate list of ``tune=path``
+  (:func:`launch.common.read_candidates`): setting dicts over the keys of
+  :data:`TUNE_KEYS`, e.g. ``[{"learning_rate": 0.05, "epochs": 20}, …]``.
   """
-  where = f"tune={path}"
-  try:
-    with open(path, encoding="utf-8") as f:
-      loaded = json.load(f)
-  except FileNotFoundError:
-    raise ValueError(f"{where}: no such file; give a JSON file with a list "
-                     f"of candidate settings.") from None
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-    raise ValueError(f"{where}: not a readable JSON file ({err}).") from None
-  if isinstance(loaded, dict) and set(loaded) == {"candidates"}:
-    loaded = loaded["candidates"]
-  if not isinstance(loaded, list) or not loaded:
-    raise ValueError(f"{where}: the candidate list is empty or not a list; "
-                     f"give e.g. [{{\"learning_rate\": 0.05}}, "
-                     f"{{\"learning_rate\": 0.2}}].")
-  for i, c in enumerate(loaded):
-    if not isinstance(c, dict) or not c:
-      raise ValueError(f"{where}: candidate {i} is not a non-empty object "
-                       f"of settings ({sorted(TUNE_KEYS)}).")
-    bad = sorted(set(c) - set(TUNE_KEYS))
-    if bad:
-      raise ValueError(f"{where}: candidate {i} has unknown setting(s) "
-                       f"{bad}; a candidate may set {sorted(TUNE_KEYS)}.")
-  return loaded
+  return common.read_candidates(
+      path, "tune", TUNE_KEYS,
+      example='[{"learning_rate": 0.05}, {"learning_rate": 0.2}]')
 
 
 def check_tuning(path: str, setting: Setting, *, distribution: str,

@@ -153,3 +153,42 @@ def test_round_robin_compiles_each_path_then_times_them_in_turns():
       "a": 3, "slow": 1, "b": 3}
   assert set(timed.first_call) == {"a", "slow", "b"}
   assert all(s >= 0 for v in timed.wall.values() for s in v)
+
+
+_EXAMPLE = '[{"a": 1}]'
+
+
+@pytest.mark.parametrize("text", ['[{"a": 1}, {"a": 2, "b": 3}]',
+                                  '{"candidates": [{"a": 1}, {"a": 2, '
+                                  '"b": 3}]}'])
+def test_read_candidates_takes_a_list_or_the_list_under_candidates(
+    tmp_path, text):
+  path = tmp_path / "c.json"
+  path.write_text(text)
+  assert common.read_candidates(str(path), "--tune", ("a", "b"),
+                                example=_EXAMPLE) == [{"a": 1},
+                                                      {"a": 2, "b": 3}]
+
+
+@pytest.mark.parametrize("text, words", [
+    (None, "--tune={path}: no such file; give a JSON list of candidate "
+           "settings, e.g. " + _EXAMPLE),
+    ("[{'a': 1}]", "--tune={path} is not JSON"),
+    ("[]", "the candidate list is empty or not a list"),
+    ('{"a": 1}', "the candidate list is empty or not a list"),
+    ('[{"a": 1}, {}]', "candidate 1 is not a non-empty object of settings "
+                       "(a, b)"),
+    ('[{"a": 1}, 2]', "candidate 1 is not a non-empty object"),
+    ('[{"a": 1, "c": 2, "d": 3}]', "candidate 0 has unknown setting(s) "
+                                   "['c', 'd']; a candidate may set a, b."),
+])
+def test_read_candidates_refuses_in_one_line_naming_flag_and_fix(
+    tmp_path, text, words):
+  path = tmp_path / "c.json"
+  if text is not None:
+    path.write_text(text)
+  with pytest.raises(ValueError) as err:
+    common.read_candidates(str(path), "--tune", ("b", "a"), example=_EXAMPLE)
+  message = str(err.value)
+  assert "\n" not in message
+  assert words.replace("{path}", str(path)) in message

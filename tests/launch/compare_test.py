@@ -61,12 +61,12 @@ BEFORE_WORK = {
 # --tune cases: (argv given the candidate files, expected message).
 BAD_TUNE = {
     "tune_missing": (lambda f: [f"--tune={f['missing']}"],
-                     "cannot read it"),
+                     "no such file"),
     "tune_not_json": (lambda f: [f"--tune={f['text']}"], "is not JSON"),
     "tune_empty": (lambda f: [f"--tune={f['empty']}"],
-                   "must hold a non-empty JSON list"),
+                   "the candidate list is empty or not a list"),
     "tune_unknown_field": (lambda f: [f"--tune={f['unknown']}"],
-                           "unknown field(s) 'lr'"),
+                           "unknown setting(s) ['lr']"),
     "tune_bad_value": (lambda f: [f"--tune={f['negative']}"],
                        "candidate 0: learning_rate must be > 0, got -1"),
     "tune_expected_zero": (lambda f: [f"--tune={f['good']}",

@@ -106,7 +106,7 @@ BEFORE_LOAD = {
 TUNE_CASES = {
     "tune_missing": (["--tune={tmp}/none.json"], "no such file"),
     "tune_empty": (["--tune={tmp}/empty.json"], "candidate list is empty"),
-    "tune_notjson": (["--tune={tmp}/notjson.json"], "not a readable JSON"),
+    "tune_notjson": (["--tune={tmp}/notjson.json"], "is not JSON"),
     "tune_badkey": (["--tune={tmp}/badkey.json"],
                     "unknown setting(s) ['momentum']"),
     "tune_badvalue": (["--tune={tmp}/badvalue.json"],
