@@ -89,6 +89,7 @@ back to ``jax.random.bits`` (two words per draw, twice the hashing).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -240,6 +241,15 @@ def _sample(transform, key, shape, dtype, *, bulk_transform=None):
         f"it). Split the key and draw in pieces.")
   if n == 0:
     return jnp.zeros(shape, dtype)
+  return _draws(transform, bulk_transform, key, n, dtype).reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 3, 4))
+def _draws(transform, bulk_transform, key, n, dtype):
+  """The n draws of :func:`_sample`, one compiled program per transform,
+  n and dtype: called outside ``jit`` (a notebook, a test), the sampler
+  compiles once rather than operation by operation; inside a ``jit`` it
+  is inlined."""
   hi, lo = random_words(key, n, block=0)
   refine_hi, refine_lo = random_words(key, 2, block=1)
 
@@ -253,8 +263,7 @@ def _sample(transform, key, shape, dtype, *, bulk_transform=None):
 
   # A draw needs refining only if hi = 0 (2⁻³² per draw); the cheap test
   # keeps the common path to one fused pass over the words.
-  z = lax.cond(jnp.min(hi) == 0, refined, coarse)
-  return z.reshape(shape)
+  return lax.cond(jnp.min(hi) == 0, refined, coarse)
 
 
 # -- transforms (bits → value), shared by the samplers and the tests -----------
@@ -410,6 +419,21 @@ def sphere_uniform(key: jax.Array, dim: int, *, dtype=jnp.float32
   return z / jnp.linalg.norm(z)
 
 
+@functools.lru_cache(maxsize=256)
+def _radius_and_direction(count: int, dim: int, gaussian):
+  """The transform of :func:`objective_perturbation_noise`'s draws: per
+  vector, dim Exp(1) draws (the radius), then dim Gaussian draws (the
+  direction), returned flat in the draws' order. One function object per
+  (count, dim, gaussian), so the sampler's compiled program is reused."""
+  def transform(upper, m):
+    upper = upper.reshape(count, 2, dim)
+    m = m.reshape(count, 2, dim)
+    exp = exponential_from_uniform(upper[:, 0], m[:, 0])
+    direction = gaussian(upper[:, 1], m[:, 1])
+    return jnp.stack([exp, direction], axis=1).reshape(-1)
+  return transform
+
+
 def objective_perturbation_noise(key: jax.Array, dim: int, *, beta,
                                  num: int | None = None,
                                  dtype=jnp.float32) -> jax.Array:
@@ -445,20 +469,10 @@ def objective_perturbation_noise(key: jax.Array, dim: int, *, beta,
   count = 1 if num is None else validation.check_positive_int(num, "num")
   validation.check_scale(beta, "beta", allow_zero=False)
 
-  def split_transform(gaussian):
-    # Per vector: dim Exp(1) draws (the radius), then dim Gaussian draws
-    # (the direction); returned flat, in the draws' order.
-    def transform(upper, m):
-      upper = upper.reshape(count, 2, dim)
-      m = m.reshape(count, 2, dim)
-      exp = exponential_from_uniform(upper[:, 0], m[:, 0])
-      direction = gaussian(upper[:, 1], m[:, 1])
-      return jnp.stack([exp, direction], axis=1).reshape(-1)
-    return transform
-
-  draws = _sample(split_transform(gaussian_from_uniform), key,
-                  (count, 2, dim), dtype,
-                  bulk_transform=split_transform(_gaussian_bulk))
+  draws = _sample(_radius_and_direction(count, dim, gaussian_from_uniform),
+                  key, (count, 2, dim), dtype,
+                  bulk_transform=_radius_and_direction(count, dim,
+                                                       _gaussian_bulk))
   radius = jnp.sum(draws[:, 0], axis=-1, keepdims=True)
   radius = radius / jnp.asarray(beta, radius.dtype)
   direction = draws[:, 1]

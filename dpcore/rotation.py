@@ -47,11 +47,12 @@ def padded_dim(dim: int) -> int:
   return 1 << (dim - 1).bit_length()
 
 
+@jax.jit
 def walsh_hadamard(x: jax.Array) -> jax.Array:
   """H·x/√D along the last axis (D a power of two), in O(D log D).
 
   The normalised transform is symmetric and orthonormal, hence its own
-  inverse.
+  inverse. Jitted: an eager call compiles its stages as one program.
   """
   x = jnp.asarray(x)
   d = x.shape[-1]

@@ -178,6 +178,12 @@ def test_a_far_worse_candidate_can_still_win(monkeypatch):
     return hi[:num], lo[:num]
 
   monkeypatch.setattr(noise, "random_words", fake_words)
+  # The sampler is jitted, and JAX caches its traces by function: a new
+  # function traces with these words, and the module's compiled
+  # programs (real words) are neither reused nor replaced.
+  draws = noise._draws.__wrapped__
+  monkeypatch.setattr(noise, "_draws", jax.jit(
+      lambda *args: draws(*args), static_argnums=(0, 1, 3, 4)))
   eps, sens = 1.0, 1.0
   scores = jnp.array([0.0, -80.0 * 2.0 * sens / eps])  # log-weights 0, −80
   idx, ok = exponential.exponential_mechanism(

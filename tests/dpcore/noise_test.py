@@ -19,6 +19,7 @@ from jax import lax
 from scipy import special, stats
 
 from dpcore import noise
+from tests.dpcore import compiles
 
 N = 50_000     # draws per KS test: a 20 % scale error gives p ~ 1e-100.
 PASS_P = 1e-3  # a fixed key; the right law passes with a wide margin.
@@ -284,6 +285,12 @@ def _use_words(monkeypatch, hi, lo, refine=((0, 0), (0, 0))):
             jnp.broadcast_to(jnp.asarray(lo, jnp.uint32), (num,)))
 
   monkeypatch.setattr(noise, "random_words", fake_words)
+  # The sampler is jitted, and JAX caches its traces by function: a new
+  # function traces with these words, and the module's compiled
+  # programs (real words) are neither reused nor replaced.
+  draws = noise._draws.__wrapped__
+  monkeypatch.setattr(noise, "_draws", jax.jit(
+      lambda *args: draws(*args), static_argnums=(0, 1, 3, 4)))
 
 
 GAUSS_REACH = 12.8966  # −ndtri(2⁻¹²⁵), the refined cell
@@ -487,3 +494,22 @@ def test_symmetric_noise_draws_each_distinct_entry_once():
   assert len(np.unique(distinct)) == len(distinct)  # no draw used twice
   np.testing.assert_array_equal(np.sort(distinct), np.sort(np.asarray(
       noise.gaussian_noise(jax.random.key(19), (45,), stddev=1.0))))
+
+
+
+def test_an_eager_call_compiles_nothing_for_a_shape_drawn_before():
+  # Outside jit the sampler is one compiled program per (law, shape,
+  # dtype): a second call with another key and scale reuses it. (Before,
+  # its lax.cond was compiled again at every eager call.)
+  def draw(seed, scale):
+    key = jax.random.key(seed)
+    return [noise.gaussian_noise(key, (37,), stddev=scale),
+            noise.laplace_noise(key, (5, 3), scale=scale),
+            noise.exponential_noise(key, (11,)),
+            noise.gumbel_noise(key, (11,)),
+            noise.objective_perturbation_noise(key, 6, beta=scale),
+            noise.objective_perturbation_noise(key, 4, beta=scale, num=3)]
+
+  assert compiles.sees_a_new_program()
+  draw(0, 1.0)
+  assert compiles.compiled(lambda: draw(1, 2.0)) == []
