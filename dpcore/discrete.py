@@ -88,6 +88,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from typing import NamedTuple
@@ -471,8 +472,14 @@ def discrete_laplace(key: jax.Array, shape, *, scale) -> jax.Array:
   """
   p = laplace_params(scale)
   shape, size = _flat_size(shape)
-  return _laplace_batch(key, jnp.ones((size,), bool), p.num,
-                        p.den).reshape(shape)
+  return _rational_laplace(key, size, p.num, p.den).reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _rational_laplace(key, size: int, num: int, den: int):
+  """:func:`discrete_laplace`'s draws, one compiled program per (size,
+  scale): an eager call compiles its loop once, not at every call."""
+  return _laplace_batch(key, jnp.ones((size,), bool), num, den)
 
 
 class _GaussState(NamedTuple):
@@ -772,11 +779,26 @@ def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
       which may be traced: one compiled program for every σ, the same
       draws.
   """
-  p = _constants(sigma)
+  traced = isinstance(sigma, GaussianSampler)
+  if traced:
+    p = _constants(sigma)
+  else:
+    gaussian_params(sigma)  # a bad σ is refused here, before any tracing
+    p = as_fraction(sigma, "sigma")
   shape, size = _flat_size(shape)
   if size == 0:
     return jnp.zeros(shape, jnp.int32)
-  return _gaussian_batch(key, size, p).reshape(shape)
+  if traced:
+    return _gaussian_batch(key, size, p).reshape(shape)
+  return _rational_gaussian(key, size, p).reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _rational_gaussian(key, size: int, sigma: Fraction):
+  """:func:`discrete_gaussian`'s draws for a rational σ, one compiled
+  program per (size, σ) with σ's constants and table in it: an eager call
+  compiles its loops once, not at every call."""
+  return _gaussian_batch(key, size, _constants(sigma))
 
 
 __all__ = [

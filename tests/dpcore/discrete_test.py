@@ -12,7 +12,7 @@ from dp_accounting import rdp
 from scipy import stats
 
 from dpcore import accounting, discrete
-from tests.dpcore import modes
+from tests.dpcore import compiles, modes
 
 
 def _pmf(log_weight, support):
@@ -91,6 +91,12 @@ def test_discrete_gaussian_long_division_path(monkeypatch):
   # With a 2-row exponent table every proposal |y| ≥ 2 takes the word-level
   # long division (the path that |y| > 64·t + 64 takes in normal use).
   monkeypatch.setattr(discrete, "_TABLE_MAX", 2)
+  # The rational path is jitted, and JAX caches its traces by function: a
+  # new function traces with the 2-row table, and the module's compiled
+  # programs (full table) are neither reused nor replaced.
+  rational = discrete._rational_gaussian.__wrapped__
+  monkeypatch.setattr(discrete, "_rational_gaussian", jax.jit(
+      lambda *args: rational(*args), static_argnums=(1, 2)))
   draws = np.asarray(discrete.discrete_gaussian(jax.random.key(12),
                                                 (30_000,), sigma=3))
   support = np.arange(-40, 41)
@@ -322,3 +328,17 @@ def test_a_sampler_draws_as_its_rational_in_one_program_for_every_sigma():
       np.uint32)
   with pytest.raises(ValueError, match="sigma=3.7296"):
     discrete.gaussian_sampler(3.7296)  # not an exact rational
+
+
+def test_an_eager_call_compiles_nothing_for_a_shape_and_sigma_drawn_before():
+  # Outside jit a rational σ's sampler is one compiled program per (size,
+  # σ): a second call with another key reuses it (before, its while loops
+  # were compiled again at every eager call).
+  def draw(seed):
+    key = jax.random.key(seed)
+    return [discrete.discrete_gaussian(key, (37,), sigma=Fraction(7, 2)),
+            discrete.discrete_laplace(key, (5, 3), scale=Fraction(5, 2))]
+
+  assert compiles.sees_a_new_program()
+  draw(0)
+  assert compiles.compiled(lambda: draw(1)) == []
