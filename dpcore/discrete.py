@@ -779,18 +779,15 @@ def discrete_gaussian(key: jax.Array, shape, *, sigma) -> jax.Array:
       which may be traced: one compiled program for every σ, the same
       draws.
   """
-  traced = isinstance(sigma, GaussianSampler)
-  if traced:
-    p = _constants(sigma)
+  if isinstance(sigma, GaussianSampler):
+    p, draw = _constants(sigma), _gaussian_batch
   else:
     gaussian_params(sigma)  # a bad σ is refused here, before any tracing
-    p = as_fraction(sigma, "sigma")
+    p, draw = as_fraction(sigma, "sigma"), _rational_gaussian
   shape, size = _flat_size(shape)
   if size == 0:
     return jnp.zeros(shape, jnp.int32)
-  if traced:
-    return _gaussian_batch(key, size, p).reshape(shape)
-  return _rational_gaussian(key, size, p).reshape(shape)
+  return draw(key, size, p).reshape(shape)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
