@@ -67,7 +67,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from dpcore import clipping, validation
+from dpcore import clipping, linalg, validation
 
 PyTree = Any
 
@@ -195,6 +195,7 @@ class LayeredLoss:
     _check_params(params)
     return self.fn(Layers(params), example)
 
+  @linalg.full_precision
   def clipped_sum(self, params: dict, batch: PyTree, mask: jax.Array,
                   clip_norm) -> dict:
     """Σᵢ maskᵢ · clip_C(∇ℓᵢ) from per-layer inputs and output gradients.

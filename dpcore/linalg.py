@@ -37,10 +37,25 @@ instead of the O(d³) of :func:`eigh`. :func:`eigh_top_k` is the exact
 reference with the same result type. :func:`captured_variance` and
 :func:`captured_variance_ratio` measure what an approximate basis keeps of
 a noise-free matrix; :func:`subspace_distance` compares two bases.
+
+Products at full precision. Where the platform allows it, XLA computes a
+float32 matrix product with fewer mantissa bits: on NVIDIA GPUs since
+Ampere, JAX's default precision rounds the operands to TensorFloat-32
+(10 explicit bits, a relative error up to about 2⁻¹¹ per operand). A sum
+of rows whose norms were bounded (XᵀX of clipped rows, a clipped gradient
+sum, a weighted sum of clipped messages) would then add rows up to about
+2⁻¹⁰ longer than the bound the accounting assumes, and a clip factor
+computed by one product would not match the product it scales; on an
+H100 a ghost-clipped example moved the sum by 1.0004·C. The library
+traces those sums, and the orthonormalisation of :func:`subspace_top_k`,
+under :func:`full_precision`; products before a bound is enforced (a
+model's forward pass outside a clipped sum, a data-independent feature
+map, a projection clipped afterwards) keep the platform's default.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -55,11 +70,29 @@ __all__ = [
     "captured_variance_ratio",
     "eigh",
     "eigh_top_k",
+    "full_precision",
     "orthonormalize",
     "subspace_distance",
     "subspace_top_k",
     "thin_svd",
 ]
+
+
+def full_precision(fn):
+  """``fn`` with every float32 matrix product it traces at full precision.
+
+  Its body is traced under ``jax.default_matmul_precision("highest")``,
+  inside a caller's ``jit`` or ``vmap`` too (module docstring: why a
+  bounded sum needs it). Products in float64 and on the CPU are computed
+  at full precision anyway; the decorator changes nothing there.
+  """
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with jax.default_matmul_precision("highest"):
+      return fn(*args, **kwargs)
+
+  return wrapped
 
 
 def _eigh(m):
@@ -181,6 +214,7 @@ def _cholesky_qr(y, shift):
                                          lower=True, transpose_a=True)
 
 
+@full_precision
 def orthonormalize(y):
   """Orthonormal basis of the span of the columns of ``y`` (..., d, p).
 
@@ -205,6 +239,7 @@ def orthonormalize(y):
   return _cholesky_qr(q, eps)
 
 
+@full_precision
 def subspace_top_k(key: jax.Array, m, k: int, *, block: int | None = None,
                    iterations: int = 16) -> TopK:
   """The k largest eigenpairs of symmetric ``m`` by block subspace iteration.

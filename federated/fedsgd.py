@@ -80,6 +80,7 @@ from dpcore import (
   ddg_accounting,
   dpsgd,
   ghost,
+  linalg,
   noise,
   options,
   trainer,
@@ -658,6 +659,7 @@ def _server_sum(run: _Run, t, params):
           jnp.sum(over) + dropped.astype(jnp.int32), None)
 
 
+@linalg.full_precision
 def _messages_sum(run: _Run, message, chosen):
   """Σₚ chosen[p]·(participant p's message), and its overflows."""
   sums, over = _map(message, (jnp.arange(run.plan.num_participants),

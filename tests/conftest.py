@@ -1,5 +1,14 @@
 """Global test settings: JAX runs on the CPU, x64 is left to each test.
 
+Float32 matrix products run at full precision on every platform
+(``JAX_DEFAULT_MATMUL_PRECISION=highest``): the tests compare with float64
+references at float32 tolerances, and on a GPU JAX's default computes a
+float32 product from TensorFloat-32 operands (about 10⁻³ relative), which
+no such tolerance admits. This does not test the library's own precision:
+the products that must be exact whatever the platform's default carry it
+in their traced programs (:func:`dpcore.linalg.full_precision`), and
+``tests/dpcore/products.py`` reads it there, tracing at the default.
+
 The default selection (``-m 'not slow'``, what CI runs) has XLA compile
 its programs with LLVM's optimisation level 0: most of that suite's time
 is compiling small programs that then run once, and level 0 compiles
@@ -13,6 +22,7 @@ scripts and the benchmarks keep XLA's default; a level already in
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 _LEVEL = "--xla_backend_optimization_level"
 

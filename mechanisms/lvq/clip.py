@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dpcore import clipping
+from dpcore import clipping, linalg
 from mechanisms.lvq import model as lvq
 
 __all__ = ["clipped_gradient_sum", "clipped_gradient_sum_vmap",
@@ -63,6 +63,7 @@ def _distance_coefficients(d_plus, d_minus, phi_kind):
   return grad(d_plus, d_minus)
 
 
+@linalg.full_precision
 def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
                          mask=None, phi_kind: str = "identity"):
   """Σᵢ maskᵢ · clip_C(∇ℓᵢ) over a batch, and the per-example norms ‖∇ℓᵢ‖.
@@ -144,6 +145,7 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
   return grads, norms
 
 
+@linalg.full_precision
 def clipped_gradient_sum_vmap(params, x, y, prototype_labels, *, clip_norm,
                               mask=None, phi_kind: str = "identity"):
   """The same clipped sum by materialising per-example gradients.

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpcore import calibration, clipping, noise, options, validation
+from dpcore import calibration, clipping, linalg, noise, options, validation
 from dpcore.accounting import PrivacyLedger
 
 __all__ = [
@@ -287,6 +287,7 @@ def _check_plan(plan, kind, x):
                      f"dim={plan.dim}; make the plan with dim=x.shape[1].")
 
 
+@linalg.full_precision
 def _noisy_means(count_key, sum_key, x, y, *, num_classes, min_count,
                  count_noise, sum_noise):
   """Class means of noisy counts and sums (``count_noise(key, shape)``,

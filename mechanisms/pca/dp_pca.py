@@ -331,6 +331,7 @@ def _with_guarantee(plan: PcaPlan) -> PcaPlan:
   return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
+@linalg.full_precision
 def second_moment(x, mask):
   """Σᵢ maskᵢ xᵢxᵢᵀ, shape (d, d)."""
   return (x * mask[:, None].astype(x.dtype)).T @ x
@@ -349,6 +350,7 @@ def clipped_rows(x, mask):
   return clipping.clip_rows(x) * weights[:, None].astype(x.dtype)
 
 
+@linalg.full_precision
 def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
                         noise: str = "float", granularity=None):
   """XᵀX of the unmasked rows, clipped to norm ≤ 1, plus N(0, σ²) noise.
@@ -383,6 +385,7 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
   return lattice.from_lattice(full, g, m.dtype)
 
 
+@linalg.full_precision
 def second_moment_and_noise(key: jax.Array, x, mask, *, sigma):
   """The two terms of :func:`noisy_second_moment` (float noise), apart.
 

@@ -12,6 +12,7 @@ import optax
 import pytest
 
 from dpcore import clipping, ghost, trainer
+from tests.dpcore import products
 
 N, D, K = 64, 12, 5
 
@@ -267,3 +268,21 @@ def test_clipped_batch_sums_vmap_over_participants():
       keys[0], plan, 2, None, params, (xs[0], ys[0]),
       clipped_sum=trainer.per_example_clipped_sum(loss))
   _assert_trees_close(jax.tree.map(lambda a: a[0], sums), slow)
+
+
+@pytest.mark.parametrize("name", ["mlp", "softmax"])
+def test_both_clipped_sums_trace_every_product_at_full_precision(name):
+  # On a GPU the default would compute the norms and the sum from
+  # TensorFloat-32 operands: an example then moved the sum by 1.0004 C.
+  loss = ghost.layered(MODELS[name])
+  params = _params(name, jax.random.key(1))
+  x, y = _data(jax.random.key(2))
+  mask = jnp.ones(N)
+  for clipped_sum in (loss.clipped_sum,
+                      trainer.per_example_clipped_sum(loss)):
+    found = products.below_full_precision(
+        clipped_sum, params, (x, y), mask, 0.3)
+    assert not found, found
+  # The loss alone (a forward pass) keeps the platform's default.
+  assert products.below_full_precision(
+      lambda p, ex: loss(p, ex), params, (x[0], y[0]))

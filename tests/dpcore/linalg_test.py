@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dpcore import linalg
+from tests.dpcore import products
 
 
 def _symmetric(key, shape):
@@ -253,3 +254,28 @@ def test_subspace_top_k_keeps_the_utility_of_eigh_on_dp_pca(n, epsilon):
 def test_the_utility_check_rejects_too_few_iterations():
   gap, ratio = _utility_gap(500, 1.0, iterations=0)
   assert gap > 0.02 and ratio < 0.98
+
+
+def test_full_precision_marks_every_product_it_traces_and_no_other():
+  m = jax.random.normal(jax.random.key(5), (3, 6, 6))
+  inner = jax.jit(lambda a: a @ a)   # traced before at the default
+
+  def body(a):
+    return jnp.einsum("ij,jk->ik", inner(a), a)
+
+  exact = linalg.full_precision(body)
+  assert sum(products.below_full_precision(jax.vmap(body), m).values()) == 2
+  assert not products.below_full_precision(jax.vmap(exact), m)
+  assert not products.below_full_precision(jax.jit(jax.vmap(exact)), m)
+  # A product the caller traces outside the call keeps the default.
+  assert sum(products.below_full_precision(
+      lambda a: exact(a) @ a, m[0]).values()) == 1
+  assert exact.__name__ == "body"
+  np.testing.assert_allclose(exact(m[0]), body(m[0]), rtol=1e-6)
+
+
+def test_the_subspace_top_k_orthonormalises_at_full_precision():
+  m = _symmetric(jax.random.key(6), (8, 8))
+  assert not products.below_full_precision(
+      lambda key, a: linalg.subspace_top_k(key, a, 3), jax.random.key(0), m)
+  assert not products.below_full_precision(linalg.orthonormalize, m[:, :3])

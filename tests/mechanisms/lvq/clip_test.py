@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from mechanisms.lvq import clip as lvq_clip
+from tests.dpcore import products
 from tests.mechanisms.lvq.problems import (
   MODELS,
   D,
@@ -78,3 +79,15 @@ def test_clipped_sums_require_the_mask_and_bound_it():
     want, _ = fn(params, x, y, labels, clip_norm=0.1, mask=ref)
     for k in params:
       np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model, rank", MODELS)
+def test_both_clipped_sums_trace_every_product_at_full_precision(model, rank):
+  params, x, y, labels = problem(4, model=model, rank=rank)
+  mask = jnp.ones(x.shape[0])
+  for fn in (lvq_clip.clipped_gradient_sum,
+             lvq_clip.clipped_gradient_sum_vmap):
+    found = products.below_full_precision(
+        lambda p, a, b, f=fn: f(p, a, b, labels, clip_norm=0.3, mask=mask),
+        params, x, y)
+    assert not found, found

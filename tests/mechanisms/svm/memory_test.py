@@ -124,7 +124,10 @@ def test_wss2_drops_the_cached_q_when_it_does_not_fit():
   cached = smo_train.wss2_train(x, y)
   on_demand = smo_train.wss2_train(x, y, memory_budget=no_q)
   assert on_demand.iterations == cached.iterations
-  np.testing.assert_array_equal(on_demand.alpha, cached.alpha)
+  if jax.default_backend() == "cpu":  # the same rows, bitwise
+    np.testing.assert_array_equal(on_demand.alpha, cached.alpha)
+  else:  # Q is one product, a row on demand another: sums in another order
+    np.testing.assert_allclose(on_demand.alpha, cached.alpha, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -225,6 +228,9 @@ def test_rows_by_nonzero_features_are_estimated_and_fit_or_refused(no_work):
                          row_cache=0, memory_budget=tight)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="sparse rows are chosen automatically on the CPU "
+                    "only (smo_train.resolve_sparse_rows)")
 def test_automatic_sparse_rows_give_way_to_a_tight_budget(monkeypatch):
   x, y = heart()
   made = []
