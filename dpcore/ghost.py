@@ -195,7 +195,6 @@ class LayeredLoss:
     _check_params(params)
     return self.fn(Layers(params), example)
 
-  @linalg.full_precision
   def clipped_sum(self, params: dict, batch: PyTree, mask: jax.Array,
                   clip_norm) -> dict:
     """Σᵢ maskᵢ · clip_C(∇ℓᵢ) from per-layer inputs and output gradients.
@@ -321,6 +320,7 @@ def _flat(a: jax.Array, keep_last: bool) -> jax.Array:
   return a.reshape(size, -1)
 
 
+@linalg.full_precision
 def _layer_square(layer: dict, inputs: jax.Array, outs: jax.Array
                   ) -> jax.Array:
   """Per-example ‖∇ of this layer's parameters‖², shape (B,)."""
@@ -348,6 +348,7 @@ def _layer_square(layer: dict, inputs: jax.Array, outs: jax.Array
   return square
 
 
+@linalg.full_precision
 def _layer_sum(layer: dict, inputs: jax.Array, outs: jax.Array,
                weights: jax.Array, keep: jax.Array) -> dict:
   """Σᵢ wᵢ ∇ᵢ of one layer as one weighted product (params-shaped)."""

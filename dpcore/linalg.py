@@ -47,10 +47,12 @@ sum, a weighted sum of clipped messages) would then add rows up to about
 2⁻¹⁰ longer than the bound the accounting assumes, and a clip factor
 computed by one product would not match the product it scales; on an
 H100 a ghost-clipped example moved the sum by 1.0004·C. The library
-traces those sums, and the orthonormalisation of :func:`subspace_top_k`,
-under :func:`full_precision`; products before a bound is enforced (a
-model's forward pass outside a clipped sum, a data-independent feature
-map, a projection clipped afterwards) keep the platform's default.
+traces those sums and the norms computed by products (ghost clipping's),
+and the orthonormalisation of :func:`subspace_top_k`, under
+:func:`full_precision`; products before a bound is enforced (a model's
+forward and backward pass, whose outputs are clipped, a data-independent
+feature map, a projection clipped afterwards) keep the platform's
+default.
 """
 
 from __future__ import annotations

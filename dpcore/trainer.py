@@ -55,15 +55,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpcore import (
-    accounting,
-    clipping,
-    dpsgd,
-    ghost,
-    linalg,
-    options,
-    validation,
-)
+from dpcore import accounting, clipping, dpsgd, ghost, options, validation
 
 RELATION = options.Relation.ADD_REMOVE
 """DP-SGD's relation: Poisson subsampling's amplification is proven for
@@ -479,7 +471,6 @@ def per_example_clipped_sum(loss: Callable[[PyTree, PyTree], jax.Array]
   """
   per_example_grad = jax.vmap(jax.grad(loss), in_axes=(None, 0))
 
-  @linalg.full_precision
   def clipped_sum(params, batch, mask, clip_norm):
     grads = per_example_grad(params, batch)
     total, _ = clipping.clipped_sum(grads, clip_norm, weights=mask)

@@ -145,7 +145,6 @@ def clipped_gradient_sum(params, x, y, prototype_labels, *, clip_norm,
   return grads, norms
 
 
-@linalg.full_precision
 def clipped_gradient_sum_vmap(params, x, y, prototype_labels, *, clip_norm,
                               mask=None, phi_kind: str = "identity"):
   """The same clipped sum by materialising per-example gradients.

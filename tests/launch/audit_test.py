@@ -228,8 +228,9 @@ def test_a_module_without_specs_or_a_duplicate_name_is_refused(
 # Products traced before a bound is enforced, which may keep the
 # platform's default precision (dpcore.linalg's module docstring):
 PRODUCTS_BEFORE_THE_BOUND = {
-    # a forward pass whose per-example gradients are clipped afterwards
-    # (the distributed trust model: ddg.encode clips them)
+    # a model's forward pass: the clip is computed from what it gives (the
+    # per-example gradients, or ghost clipping's layer inputs and output
+    # gradients, whose norms and weighted sums are exact)
     "dpcore/ghost.py:Layers.dense",
     # cos(xW + b)·√(2/D): bounded whatever the product's rounding
     "mechanisms/svm/random_features.py:features",
