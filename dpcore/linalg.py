@@ -41,7 +41,8 @@ a noise-free matrix; :func:`subspace_distance` compares two bases.
 Products at full precision. Where the platform allows it, XLA computes a
 float32 matrix product with fewer mantissa bits: on NVIDIA GPUs since
 Ampere, JAX's default precision rounds the operands to TensorFloat-32
-(10 explicit bits, a relative error up to about 2⁻¹¹ per operand). A sum
+(10 explicit bits, a relative error up to about 2⁻¹¹ per operand), and
+on TPUs to bfloat16 (7 bits). A sum
 of rows whose norms were bounded (XᵀX of clipped rows, a clipped gradient
 sum, a weighted sum of clipped messages) would then add rows up to about
 2⁻¹⁰ longer than the bound the accounting assumes, and a clip factor

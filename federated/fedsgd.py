@@ -659,13 +659,12 @@ def _server_sum(run: _Run, t, params):
           jnp.sum(over) + dropped.astype(jnp.int32), None)
 
 
-@linalg.full_precision
 def _messages_sum(run: _Run, message, chosen):
   """Σₚ chosen[p]·(participant p's message), and its overflows."""
   sums, over = _map(message, (jnp.arange(run.plan.num_participants),
                               run.x, run.y, run.mask), run.chunk)
-  total = jax.tree.map(
-      lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1), sums)
+  total = jax.tree.map(linalg.full_precision(
+      lambda s: jnp.tensordot(chosen.astype(s.dtype), s, axes=1)), sums)
   return total, jnp.sum(over)
 
 
