@@ -489,8 +489,10 @@ def release(key: jax.Array, plan: DPLVQPlan, x, y,
               x, y, labels, config)
 
 
-def _run(keys, plan, params, x, y, labels, config):
-  """:func:`dpcore.trainer.train` with G(M)LVQ's loss and gradient sums."""
+def _run(keys, plan, params, x, y, labels, config, *, clipped_sum=None):
+  """:func:`dpcore.trainer.train` with G(M)LVQ's loss and gradient sums
+  (``clipped_sum`` replaces the private one: an audit's broken variant,
+  :mod:`mechanisms.lvq.train_audit`)."""
   phi_kind = config.phi_kind
 
   def loss(p, example):
@@ -514,7 +516,8 @@ def _run(keys, plan, params, x, y, labels, config):
 
   return trainer.train(
       keys, plan, loss, params, (x, y), optax.sgd(config.learning_rate),
-      clipped_sum=batch_sum, post_update=lambda p: _post(p, config))
+      clipped_sum=batch_sum if clipped_sum is None else clipped_sum,
+      post_update=lambda p: _post(p, config))
 
 
 def train_bfgs(key: jax.Array, x, y,

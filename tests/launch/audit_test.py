@@ -72,6 +72,10 @@ EXPECTED = {
     "mechanisms.lvq.init_audit": [
         *_at("lvq_init_laplace", "lvq_init_gaussian"),
         "lvq_init_laplace_box_skipped", "lvq_init_gaussian_box_skipped"],
+    "mechanisms.lvq.train_audit": [
+        *_at("dplvq_glvq", "dplvq_gmlvq", "dplvq_glvq_vmap"),
+        "dplvq_glvq_clip_skipped", "dplvq_gmlvq_clip_skipped",
+        "dplvq_glvq_vmap_clip_skipped"],
     "mechanisms.features.normalization_audit": [
         *_at("features_data_norm"), "features_data_norm_clip_skipped",
         "features_data_norm_sensitivity_one"],
@@ -232,6 +236,7 @@ PRODUCTS_BEFORE_THE_BOUND = {
     # per-example gradients, or ghost clipping's layer inputs and output
     # gradients, whose norms and weighted sums are exact)
     "dpcore/ghost.py:Layers.dense",
+    "mechanisms/lvq/model.py:_expanded_distances",  # G(M)LVQ's, vmap path
     # cos(xW + b)·√(2/D): bounded whatever the product's rounding
     "mechanisms/svm/random_features.py:features",
     # a participant's rows projected on a basis, clipped afterwards
