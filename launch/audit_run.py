@@ -267,7 +267,7 @@ Each mechanism's specs are built beside it, in the library modules named
 collected by `launch.audit_run.specs`.
 *trials* is the number of runs on each side; *seconds* the wall time
 (compilation included). Each spec's default number of trials is set so
-that the whole audit takes about 12 minutes on a 2-core CPU (10⁶ for the
+that the whole audit takes 7 to 12 minutes on a 2-core CPU (10⁶ for the
 cheap scalar mechanisms, 1–5·10⁵ for DP-PCA, the fits and DP-SGD, 2·10⁴
 for the broken DP-SGD variants, which are caught by far); pass `--trials`
 for more power.
