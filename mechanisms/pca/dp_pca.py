@@ -373,16 +373,23 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
     m, upper_noise = second_moment_and_noise(key, x, mask, sigma=sigma)
     return m + dp_noise.symmetric_from_upper(upper_noise, m.shape[0])
   rows = clipped_rows(x, mask)
-  m = rows.T @ rows
+  return _lattice_noisy(key, rows.T @ rows, sigma=sigma, granularity=g)
+
+
+def _lattice_noisy(key: jax.Array, m, *, sigma, granularity):
+  """``m``'s upper triangle on the grid plus discrete Gaussian noise of
+  the lattice σ (``sigma`` in data units, or its sampler), mirrored:
+  integers·γ in ``m``'s dtype (the discrete branch of
+  :func:`noisy_second_moment`)."""
   sigma_lattice = (sigma if isinstance(sigma, discrete.GaussianSampler)
-                   else lattice_sigma(sigma, granularity=g))
+                   else lattice_sigma(sigma, granularity=granularity))
   d = m.shape[0]
   upper = np.triu_indices(d)
-  z = lattice.to_lattice(m[upper], g) + discrete.discrete_gaussian(
+  z = lattice.to_lattice(m[upper], granularity) + discrete.discrete_gaussian(
       key, (len(upper[0]),), sigma=sigma_lattice)
   full = jnp.zeros((d, d), jnp.int32).at[upper].set(z)
   full = full + jnp.triu(full, 1).T
-  return lattice.from_lattice(full, g, m.dtype)
+  return lattice.from_lattice(full, granularity, m.dtype)
 
 
 @linalg.full_precision

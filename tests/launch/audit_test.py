@@ -83,7 +83,10 @@ EXPECTED = {
         *_at("features_dpsgd"), "features_dpsgd_clip_skipped"],
     "mechanisms.features.scatternet_audit": [
         *_at("scatternet_head"), "scatternet_head_noise_quartered"],
-    "mechanisms.pca.dp_pca_audit": [*_at("dp_pca"), "dp_pca_clip_skipped"],
+    "mechanisms.pca.dp_pca_audit": [
+        *_at("dp_pca", "dp_pca_discrete", "dp_pca_replace"),
+        "dp_pca_clip_skipped", "dp_pca_discrete_clip_skipped",
+        "dp_pca_replace_sensitivity_one"],
     "mechanisms.svm.dpwss_audit": [
         "dpwss_paper_one_selection_j", "dpwss_paper_one_selection_i",
         "dpwss_paper_transcript_j", "dpwss_paper_transcript_i",

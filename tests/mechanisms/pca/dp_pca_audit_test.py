@@ -1,5 +1,7 @@
 """mechanisms.pca.dp_pca_audit: DP-PCA's claim survives a small audit with
-its canary at each position; the skipped row clip is caught."""
+its canary at each position, with float and exact noise and under
+replace-one; the skipped row clip and the add/remove σ under the
+replace-one claim are caught."""
 
 import jax
 import numpy as np
@@ -10,7 +12,9 @@ from dpcore.audit_spec import POSITIONS
 from mechanisms.pca import dp_pca, dp_pca_audit
 from tests import audit_checks
 
-BROKEN = {"dp_pca_clip_skipped": 2_000}
+BROKEN = {"dp_pca_clip_skipped": 2_000,
+          "dp_pca_discrete_clip_skipped": 2_000,
+          "dp_pca_replace_sensitivity_one": 100_000}
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +23,10 @@ def specs():
 
 
 def test_names_positions_and_neighbours(specs):
-  assert list(specs) == [*(f"dp_pca@{p}" for p in POSITIONS), *BROKEN]
+  assert list(specs) == [
+      *(f"{base}@{p}" for base in ("dp_pca", "dp_pca_discrete",
+                                   "dp_pca_replace") for p in POSITIONS),
+      *BROKEN]
   for p in POSITIONS:
     spec = specs[f"dp_pca@{p}"]
     assert spec.position == p and spec.relation == "add_remove"
@@ -34,6 +41,29 @@ def test_names_positions_and_neighbours(specs):
   plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=3, dim=3,
                           relation="add_remove")
   assert specs["dp_pca@first"].settings["sigma"] == plan.sigma
+
+
+def test_the_discrete_and_replace_one_modes(specs):
+  plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=3, dim=3,
+                          relation="add_remove", noise="discrete",
+                          granularity=dp_pca_audit.GRID)
+  discrete = specs["dp_pca_discrete@middle"]
+  assert discrete.settings["sigma_lattice"] == plan.sigma_lattice
+  assert discrete.reported_epsilon > specs["dp_pca@middle"].reported_epsilon
+  for p in POSITIONS:
+    spec = specs[f"dp_pca_replace@{p}"]
+    assert spec.relation == "replace_one" and spec.position == p
+    at = audit_spec.canary_index(3, p)
+    # e₂ replaced by e₁ in the canary's row; the other rows are 0.
+    diff = np.asarray(spec.data_1) - np.asarray(spec.data_0)
+    np.testing.assert_array_equal(np.flatnonzero(np.any(diff, axis=1)), [at])
+    np.testing.assert_array_equal(diff[at], [1.0, -1.0, 0.0])
+  broken = specs["dp_pca_replace_sensitivity_one"]
+  assert broken.reported_epsilon == specs["dp_pca_replace@first"]\
+      .reported_epsilon
+  add_remove = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=3, dim=3)
+  assert broken.settings["sigma"] == add_remove.sigma
+  assert add_remove.sigma < specs["dp_pca_replace@first"].settings["sigma"]
 
 
 def test_broken_variant_reports_the_unbroken_claim(specs):
@@ -65,13 +95,20 @@ def test_unclipped_release_differs_from_the_release_by_the_clip_alone():
   np.testing.assert_allclose(got.components, want.components, atol=1e-6)
 
 
-def test_small_audit_stays_below_the_claim(specs):
-  spec = specs["dp_pca@middle"]
-  result = audit_spec.run(jax.random.key(11), spec, trials=20_000)
+@pytest.mark.parametrize("name, trials", [
+    ("dp_pca@middle", 20_000), ("dp_pca_replace@last", 20_000),
+    # The lattice's claim is looser (sensitivity with the rounding):
+    # more trials to reach half of it.
+    pytest.param("dp_pca_discrete@first", 50_000, marks=pytest.mark.slow)])
+def test_small_audit_stays_below_the_claim(specs, name, trials):
+  spec = specs[name]
+  result = audit_spec.run(jax.random.key(11), spec, trials=trials)
   assert result.epsilon_lower <= spec.reported_epsilon
   assert result.epsilon_lower > 0.5 * spec.reported_epsilon
 
 
-@pytest.mark.parametrize("name", sorted(BROKEN))
+@pytest.mark.parametrize("name", [
+    "dp_pca_clip_skipped", "dp_pca_discrete_clip_skipped",
+    pytest.param("dp_pca_replace_sensitivity_one", marks=pytest.mark.slow)])
 def test_broken_variant_is_caught(specs, name):
   audit_checks.assert_caught(specs[name], BROKEN[name])
