@@ -60,6 +60,7 @@ bounded to [0, 1].
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,8 @@ __all__ = [
 ]
 
 _DENSE_KEYS = ({"w"}, {"w", "b"})
+_NORM_FLOOR = 2.0 ** -63
+"""√(float32's smallest normal): the least norm whose square is exact."""
 _EMBED_KEYS = ({"table"},)
 
 
@@ -236,14 +239,14 @@ class LayeredLoss:
 
     losses, pullback, inputs = jax.vjp(forward, probes, has_aux=True)
     (outs,) = pullback(jnp.ones_like(losses))
-    squares = sum(_layer_square(params[name], inputs[name], outs[name])
-                  for name in shapes)
-    if not shapes:
-      squares = jnp.zeros((size,), jnp.float32)
-    norms = jnp.sqrt(squares)
+    norms = _norms([_layer_squares(params[name], inputs[name], outs[name])
+                    for name in shapes], size)
     keep = jnp.isfinite(norms)
+    # A norm under 2^-63 may have lost its smallest parts' squares below
+    # float32's range: such norms count as 2^-63, which keeps every
+    # contribution within C whatever C is.
     weights = clipping.clip_weights(mask) * jnp.minimum(
-        1.0, clip_norm / jnp.maximum(jnp.where(keep, norms, 1.0), 1e-30))
+        1.0, clip_norm / jnp.maximum(jnp.where(keep, norms, 1.0), _NORM_FLOOR))
     weights = jnp.where(keep, weights, 0.0)
     grads = {}
     for name, layer in params.items():
@@ -320,19 +323,61 @@ def _flat(a: jax.Array, keep_last: bool) -> jax.Array:
   return a.reshape(size, -1)
 
 
+def _half_exponent(a: jax.Array) -> jax.Array:
+  """Per example (leading axis) the integer h with 2^(2h) near the largest
+  magnitude of ``a``: ``a · 2^(-2h)`` peaks in [0.5, 2). 0 for an example
+  whose peak is zero, subnormal or not finite (left as it is)."""
+  peak = jnp.max(jnp.abs(a), axis=tuple(range(1, a.ndim)), initial=0.0)
+  usable = jnp.isfinite(peak) & (peak >= jnp.finfo(peak.dtype).tiny)
+  _, exponent = jnp.frexp(jnp.where(usable, peak, 1.0))
+  return exponent // 2
+
+
+def _times_power_of_two(v: jax.Array, k: jax.Array) -> jax.Array:
+  """v · 2^k per example (integer k), exact unless the result
+  leaves the dtype's range: eight factors on the same side of 1, so no
+  intermediate leaves the range before the result does."""
+  one = jnp.ones((), v.dtype)
+  k = jnp.clip(k, -400, 400)  # beyond: 0 or inf whatever v (|log2 v| < 200)
+  part = jnp.sign(k) * (jnp.abs(k) // 8)
+  for p in (part,) * 7 + (k - 7 * part,):
+    v = v * jnp.ldexp(one, p).reshape(p.shape + (1,) * (v.ndim - 1))
+  return v
+
+
+def _scaled(a: jax.Array, h: jax.Array) -> jax.Array:
+  """``a · 2^(-2h)`` per example, exactly (two factors of 2^-h)."""
+  unit = jnp.ldexp(jnp.ones((), a.dtype), -h).reshape(
+      h.shape + (1,) * (a.ndim - 1))
+  return a * unit * unit
+
+
 @linalg.full_precision
-def _layer_square(layer: dict, inputs: jax.Array, outs: jax.Array
-                  ) -> jax.Array:
-  """Per-example ‖∇ of this layer's parameters‖², shape (B,)."""
+def _layer_squares(layer: dict, inputs: jax.Array, outs: jax.Array
+                   ) -> list[tuple[jax.Array, jax.Array]]:
+  """Per example, this layer's parts of ‖∇‖² (weights, then bias) as
+  pairs ``(s, h)`` of shape (B,): each part is s · 2^(4h).
+
+  Each example's inputs and output gradients are scaled by powers of two
+  to peak near 1 before any product, so no square of a tiny or huge
+  factor leaves float32's range (a row of 1e-19 features with a 1e19
+  output gradient has a gradient of norm about 1, whose factors' squares
+  underflow); the scaling is exact, so where the unscaled products stay
+  in range the parts are the unscaled squares' bits times 2^(-4h).
+  """
   g = _flat(outs, True).astype(jnp.float32)
+  hg = _half_exponent(g)
+  g = _scaled(g, hg)
   if "table" in layer:
     ids = _flat(inputs, False)
     if ids.shape[1] == 1:
-      return jnp.sum(g * g, axis=(1, 2))
+      return [(jnp.sum(g * g, axis=(1, 2)), hg)]
     same = ids[:, :, None] == ids[:, None, :]
     gram = jnp.einsum("btd,bsd->bts", g, g)
-    return jnp.sum(jnp.where(same, gram, 0.0), axis=(1, 2))
+    return [(jnp.sum(jnp.where(same, gram, 0.0), axis=(1, 2)), hg)]
   x = _flat(inputs, True).astype(jnp.float32)
+  hx = _half_exponent(x)
+  x = _scaled(x, hx)
   steps, d_in, d_out = x.shape[1], x.shape[2], g.shape[2]
   if steps == 1:
     square = jnp.sum(x * x, axis=(1, 2)) * jnp.sum(g * g, axis=(1, 2))
@@ -342,10 +387,33 @@ def _layer_square(layer: dict, inputs: jax.Array, outs: jax.Array
   else:
     per_example = jnp.einsum("bti,bto->bio", x, g)
     square = jnp.sum(per_example * per_example, axis=(1, 2))
+  parts = [(square, hx + hg)]
   if "b" in layer:
     bias = jnp.sum(g, axis=1)
-    square = square + jnp.sum(bias * bias, axis=1)
-  return square
+    parts.append((jnp.sum(bias * bias, axis=1), hg))
+  return parts
+
+
+def _norms(layers: list[list[tuple[jax.Array, jax.Array]]], size: int
+           ) -> jax.Array:
+  """Per example √(Σ s · 2^(4h)) over every layer's parts, without leaving
+  float32's range on the way: the parts are summed (each layer's, then
+  the layers') at the scale 2^-M of the largest of them (M even), and the
+  root scaled back by 2^(M/2); the same bits as the root of the plain sum
+  where that stays in range."""
+  parts = [part for layer in layers for part in layer]
+  if not parts:
+    return jnp.zeros((size,), jnp.float32)
+  low = jnp.iinfo(jnp.int32).min // 2
+  tops = []
+  for s, h in parts:
+    _, exponent = jnp.frexp(s)
+    tops.append(jnp.where(jnp.isfinite(s) & (s > 0), exponent + 4 * h, low))
+  top = functools.reduce(jnp.maximum, tops)
+  top = jnp.where(top == low, 0, top + top % 2)  # even: an exact root
+  total = sum(sum(_times_power_of_two(s, 4 * h - top) for s, h in layer)
+              for layer in layers)
+  return _times_power_of_two(jnp.sqrt(total), top // 2)
 
 
 @linalg.full_precision

@@ -131,6 +131,51 @@ def test_every_example_moves_the_sum_by_at_most_c():
   assert float(clipping.global_norm(heavy)) <= 0.3 * (1 + 1e-5)
 
 
+def _squared_error(layers, example):
+  x, y = example  # x: (T, 3), a sequence of T steps
+  z = layers.dense("lin", x)[:, 0]
+  return 0.5 * (jnp.sum(z * jnp.arange(1.0, z.shape[0] + 1)) - y) ** 2
+
+
+@pytest.mark.parametrize("steps,bias,d_out", [
+    (1, False, 1),   # one step: the product of the two squared norms
+    (2, True, 2),    # the Gram path, a bias whose gradient cancels
+    (9, True, 1),    # the per-example product path (81 > 3 x 1)
+])
+def test_tiny_features_with_a_huge_gradient_are_clipped(steps, bias, d_out):
+  # Features of 1e-19 and an output gradient of 1e19: a per-example
+  # gradient of norm about 1, whose factors' squares underflow float32.
+  # Unscaled, the norm came out 0 and the row entered the sum unclipped
+  # (1.73 and 2.60 against C = 0.1).
+  params = {"lin": ghost.init_dense(jax.random.key(0), 3, d_out, bias=bias)}
+  sign = jnp.where(jnp.arange(steps) % 2 == 0, 1.0, -1.0)[:, None]
+  x = jnp.stack([1e-19 * sign * jnp.ones((steps, 3)),
+                 0.1 * jnp.ones((steps, 3))]).astype(jnp.float32)
+  y = jnp.array([1e19, 1.0], jnp.float32)
+  loss = ghost.layered(_squared_error)
+  mask = jnp.array([1.0, 0.0])
+  fast = loss.clipped_sum(params, (x, y), mask, 0.1)
+  slow = trainer.per_example_clipped_sum(loss)(params, (x, y), mask, 0.1)
+  true = jax.grad(loss)(params, (x[0], y[0]))
+  assert float(clipping.global_norm(true)) > 0.5   # the clip must bind
+  assert float(clipping.global_norm(fast)) <= 0.1 * (1 + 1e-5)
+  _assert_trees_close(fast, slow, rtol=1e-5, atol=1e-8)
+
+
+def test_a_norm_below_the_squares_range_is_clipped_for_any_c():
+  # A gradient of norm ~1e-24 (its square is below float32's range) and
+  # C = 1e-26: the sum must still move by at most C.
+  params = {"lin": ghost.init_dense(jax.random.key(0), 3, 1, bias=False)}
+  x = jnp.full((1, 1, 3), 1e-12, jnp.float32)
+  y = jnp.array([1e-12], jnp.float32)
+  loss = ghost.layered(_squared_error)
+  params = {"lin": {"w": jnp.zeros((3, 1), jnp.float32)}}
+  fast = loss.clipped_sum(params, (x, y), jnp.ones(1), 1e-26)
+  true = jax.grad(loss)(params, (x[0], y[0]))
+  assert float(clipping.global_norm(true)) > 1e-25   # the clip must bind
+  assert float(clipping.global_norm(fast)) <= 1e-26 * (1 + 1e-5)
+
+
 def test_non_finite_examples_contribute_nothing_as_on_the_vmap_path():
   loss = ghost.layered(_softmax)
   params = _params("softmax", jax.random.key(5))
