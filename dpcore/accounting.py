@@ -477,11 +477,16 @@ class PrivacyLedger:
     """DP-SGD: ``steps`` Poisson-subsampled Gaussian steps.
 
     The stand-alone ε for basic composition is the RDP accountant's at
-    ``delta``. Poisson subsampling's amplification is proven under
-    add/remove (the accountant's event); pass
-    ``relation="add_remove"`` unless a proof for another relation holds.
+    ``delta``. Poisson subsampling's amplification is accounted here
+    under add/remove (the accountant's event); any other ``relation`` is
+    refused, since the ε computed would be add/remove's.
     """
     relation = self._check_relation(label, relation)
+    if relation != options.Relation.ADD_REMOVE:
+      raise ValueError(
+          f"recording {label!r}: subsampled Gaussian steps are accounted "
+          f"under add/remove only (the ε under {relation.value} is larger); "
+          f"use relation='add_remove'.")
     eps = dpsgd_epsilon(noise_multiplier=noise_multiplier,
                         sampling_rate=sampling_rate, steps=steps,
                         delta=delta)  # validates every argument
@@ -679,7 +684,7 @@ def plan_epsilon(plan, *, delta: float | None = None) -> float:
     delta = getattr(plan, "delta", None)
   ledger = PrivacyLedger()
   plan.record(ledger)
-  return ledger.guarantee(delta or None).epsilon
+  return _within(ledger.guarantee(delta or None), delta or None)
 
 
 def composed_epsilon(plans, delta: float) -> float:
@@ -692,7 +697,23 @@ def composed_epsilon(plans, delta: float) -> float:
   ledger = PrivacyLedger()
   for plan in plans:
     plan.record(ledger)
-  return ledger.guarantee(delta).epsilon
+  return _within(ledger.guarantee(delta), delta)
+
+
+def _within(g: Guarantee, delta: float | None) -> float:
+  """``g.epsilon``, refused when it holds only at a δ above ``delta``.
+
+  That happens when the plan's truncation events (a padded batch that
+  overflows, a sampler's departure) are too likely for ``delta``: the ε
+  would be stated at a δ it does not hold at.
+  """
+  if delta is not None and g.delta > delta * (1 + 1e-9):
+    raise ValueError(
+        f"the plan holds only at δ = {g.delta:.3g} > δ = {delta:g}: its "
+        f"truncation events have probability {g.truncation_probability:.3g}"
+        f", too likely for this δ; raise max_batch (or lower "
+        f"overflow_probability), or raise δ.")
+  return g.epsilon
 
 
 def _truncation_delta(epsilon: float, probability: float) -> float:

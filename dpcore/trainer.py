@@ -252,8 +252,9 @@ def make_plan(num_examples: int, *, sampling_rate: float, clip_norm: float,
     epochs: E, turned into T by :func:`dpcore.dpsgd.num_steps` (exactly
       one of the two).
     max_batch: B; default :func:`dpcore.dpsgd.max_batch_size` at
-      ``overflow_probability``. Any B is valid: its truncation probability
-      is recorded and counted in the reported δ.
+      ``overflow_probability``. Its truncation probability P is recorded
+      and counted in the reported δ; a B whose (1 + e^ε)·P does not fit
+      in ``delta`` is refused (the plan's ε would hold at no δ near it).
     overflow_probability: target P(truncation) for the default B.
     sampler: ``"auto"`` (:func:`dpcore.dpsgd.choose_sampler`: geometric
       gaps when B is small against N, else one coin per row), ``"gaps"``

@@ -474,8 +474,10 @@ def test_ledger_plan_meets_the_ledgers_epsilon_with_the_smallest_sigma():
 
 
 def test_ledger_plan_refuses_a_spent_budget_and_a_given_sigma():
+  # σ = 0.3: ε about 40, at δ = 1e-5 only without padding's truncation
+  # (B = N): a padded batch's 1e-9 would cost (1 + e^40)·1e-9 of δ.
   before = trainer.make_plan(1000, noise_multiplier=0.3, delta=1e-5,
-                             **LEDGER_KW)
+                             max_batch=1000, **LEDGER_KW)
   with pytest.raises(ValueError, match="below what the releases before"):
     trainer.make_ledger_plan(1000, epsilon=1.0, delta=1e-5,
                              before=(before,), **LEDGER_KW)
@@ -505,3 +507,19 @@ def test_sigma_is_calibrated_on_the_ledgers_epsilon(epsilon):
                               epochs=40.0, delta=1e-5,
                               noise_multiplier=0.99 * plan.noise_multiplier)
   assert accounting.composed_epsilon([smaller], 1e-5) > epsilon
+
+
+def test_a_plan_whose_truncation_does_not_fit_its_delta_is_refused():
+  # N = 1000, q = 0.1, T = 50, σ = 1.5: the default B = 168 overflows with
+  # P ≈ 7e-10 and the plan holds at δ = 1e-5; B = 130 overflows with
+  # P ≈ 0.05, which would leave the ε of the plan at δ ≈ 0.74.
+  kw = dict(sampling_rate=0.1, steps=50, clip_norm=1.0, noise_multiplier=1.5,
+            delta=1e-5)
+  plan = trainer.make_plan(1000, **kw)
+  assert plan.max_batch == 168
+  g = accounting.PrivacyLedger()
+  plan.record(g)
+  assert g.guarantee(1e-5).delta <= 1e-5
+  assert g.guarantee(1e-5).epsilon == plan.epsilon
+  with pytest.raises(ValueError, match=r"holds only at δ = 0\.738 > δ"):
+    trainer.make_plan(1000, max_batch=130, **kw)

@@ -70,10 +70,10 @@ def test_plain_sgd_is_the_trainer_on_a_non_private_plan():
   _, x, y, _ = problem(8)
   labels = lvq_init.prototype_labels(K, 1)
   cfg = lvq_train.TrainConfig(model="gmlvq", trainer="sgd", num_classes=K,
-                              epochs=2, sampling_rate=0.25, max_batch=20)
+                              epochs=2, sampling_rate=0.25, max_batch=N)
   private = lvq_train.make_plan(N, epsilon=1.0, delta=1e-5, epochs=2,
                                 sampling_rate=0.25, clip_norm=0.5, dim=D,
-                                max_batch=20).dpsgd
+                                max_batch=N).dpsgd
   plain = cfg.sgd_plan(N)
   assert private.private and not plain.private
   assert plain.clip_norm == np.inf and plain.noise_multiplier == 0.0
@@ -152,9 +152,10 @@ def test_padded_poisson_batches_are_paid_for():
   g = ledger.guarantee(1e-5)
   assert g.delta == 1e-5 and g.truncation_probability == p
   assert plain.epsilon < g.epsilon <= plain.epsilon * (1 + 1e-3)
-  # A batch cap far too small makes P ≈ 1: no meaningful δ is left.
-  tiny = lvq_train.make_plan(1848, **kw, max_batch=5)
-  assert ledger_of(tiny).guarantee(1e-5).delta == 1.0
+  # A batch cap far too small makes P ≈ 1: no meaningful δ is left, and
+  # the plan, whose ε would hold at no δ near 1e-5, is refused.
+  with pytest.raises(ValueError, match=r"holds only at δ = 1 > δ = 1e-05"):
+    lvq_train.make_plan(1848, **kw, max_batch=5)
 
 
 @pytest.mark.parametrize("epochs, q", [(50, 0.01), (3, 0.07), (1, 0.3)])
