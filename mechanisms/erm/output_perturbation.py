@@ -56,8 +56,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from dpcore import accounting, options, validation
+from dpcore import accounting, clipping, options, validation
 from dpcore import noise as dp_noise
+from mechanisms.erm.objective_perturbation import ConvergenceError
 
 BIAS_SCALE = 1.0 / math.sqrt(2.0)
 RELATION = options.Relation.REPLACE_ONE
@@ -289,7 +290,8 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
       the one (deterministic) training, one noise draw per key.
     plan: from :func:`make_plan` (its C is the C-SVC's).
     x: (n, d) rows with ‖x‖ ≤ 1 (refused otherwise; normalise per row
-      first).
+      first). Rows within ``check_row_norms``' tolerance above 1 are
+      clipped to 1.
     y: labels in {−1, +1}, both present.
     tol: projected-gradient stopping tolerance of the solver.
     max_epochs: cap on coordinate-descent epochs.
@@ -302,6 +304,8 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
     TypeError: ``plan`` is not an :class:`OutputPerturbationPlan`, or
       ``key`` not a key (batch).
     ValueError: a non-linear kernel, bad data or settings.
+    ConvergenceError: the solver stopped at ``max_epochs`` before its
+      gap reached ``tol`` (nothing is released).
 
   Privacy: neighbouring data sets differ by replacing one row; with every
   ‖x‖ ≤ 1 the minimiser of ½‖w̃‖² + CΣhinge over x̃ = [x, 1]/√2 has L2
@@ -316,10 +320,17 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
   single = not _is_key_batch(key)
   keys = validation.check_key(key)[None] if single else key
   check_linear_kernel(kernel)
-  x = validation.check_row_norms(x, "x")
+  x = _enforce_bound(validation.check_row_norms(x, "x"))
   y = validation.check_labels(y, "y", binary_pm1=True, num_examples=x.shape[0])
   w_aug, epochs, gap = fit_linear(x, y, c=plan.c, tol=tol,
                                   max_epochs=max_epochs)
+  if not gap <= tol:  # NaN included
+    raise ConvergenceError(
+        f"the output-perturbation fit did not converge: projected-gradient "
+        f"gap {gap:.3g} > tol={tol:g} after {epochs} of "
+        f"max_epochs={max_epochs} epochs. The privacy proof bounds the "
+        f"sensitivity of the exact minimiser, so the model is not "
+        f"released. Raise max_epochs (a larger c needs more epochs).")
   releases = []
   for one in keys:
     with jax.enable_x64(True):
@@ -333,6 +344,14 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
         exact_w=w_aug[:-1] * BIAS_SCALE,
         exact_b=float(w_aug[-1] * BIAS_SCALE)))
   return releases[0] if single else releases
+
+
+def _enforce_bound(x: np.ndarray) -> np.ndarray:
+  """Rows clipped to ‖x‖ ≤ 1 in float64: the proof's bound, enforced per
+  row and data-independently (``check_row_norms`` lets rows within its
+  tolerance of 1 through; rows of norm ≤ 1 are kept bit for bit)."""
+  with jax.enable_x64(True):
+    return np.asarray(clipping.clip_rows(jnp.asarray(x, jnp.float64)))
 
 
 def _is_key_batch(key) -> bool:

@@ -168,3 +168,34 @@ def test_rows_outside_the_unit_ball_are_refused():
 def test_bad_epsilon_is_refused():
   with pytest.raises(ValueError, match="epsilon"):
     op.make_plan(epsilon=-1.0, c=1.0)
+
+
+def test_an_unconverged_fit_is_not_released():
+  x, y = heart_unit()
+  plan = op.make_plan(epsilon=1.0, c=1.0)
+  with pytest.raises(op.ConvergenceError, match="max_epochs=1 "):
+    op.release(jax.random.key(0), plan, x, y, max_epochs=1)
+  # The same data converges with the default cap, and the release says so.
+  assert op.release(jax.random.key(0), plan, x, y).gap <= 1e-8
+
+
+def test_rows_within_the_tolerance_above_one_are_clipped_inside():
+  x, y = heart_unit()
+  x = 0.5 * x
+  plan = op.make_plan(epsilon=1.0, c=1.0)
+  # Rows inside the ball are kept bit for bit: the exact fit is fit_linear's.
+  exact, _, _ = op.fit_linear(x, y, c=1.0)
+  got = op.release(jax.random.key(0), plan, x, y)
+  np.testing.assert_array_equal(got.exact_w, exact[:-1] * op.BIAS_SCALE)
+  # A row 5e-7 above the unit ball passes the check and is scaled to 1:
+  # the fit is that of the clipped row, not of the row given.
+  big = x.copy()
+  big[0] = big[0] / np.linalg.norm(big[0]) * (1 + 5e-7)
+  clipped = big.copy()
+  clipped[0] = big[0] / np.linalg.norm(big[0])
+  want, _, _ = op.fit_linear(clipped, y, c=1.0, tol=1e-14)
+  given, _, _ = op.fit_linear(big, y, c=1.0, tol=1e-14)
+  out = op.release(jax.random.key(0), plan, big, y, tol=1e-14)
+  np.testing.assert_allclose(out.exact_w, want[:-1] * op.BIAS_SCALE,
+                             rtol=0, atol=1e-12)
+  assert np.max(np.abs(given - want)) > 1e-9  # the test can tell them apart
