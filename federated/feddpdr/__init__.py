@@ -130,6 +130,7 @@ from federated.feddpdr.plan import (
     NOMINAL_NOTE,
     RELATION,
     FedDPDRPlan,
+    check_converged,
     make_plan,
     release,
 )
@@ -154,7 +155,8 @@ __all__ = [
     "Bucketed", "Config", "ConvergenceError", "DESCRIPTIONS", "FedDPDRPlan",
     "Mechanism", "NOMINAL_NOTE", "Outcome", "PROTOCOL_STREAM", "Program",
     "RELATION", "Rows", "SERVER_STREAM", "Static", "Summary", "Traced",
-    "TrainOutput", "TrainingJob", "check_chunk", "check_data",
+    "TrainOutput", "TrainingJob", "check_chunk", "check_converged",
+    "check_data",
     "check_settings", "choose_chunk", "describe", "evaluate", "execute",
     "global_train_arguments", "make_plan", "memory_estimate",
     "participant_keys", "plan_chunk", "program", "protocol_keys", "release",

@@ -49,7 +49,8 @@ from mechanisms.erm import objective_perturbation as op
 from mechanisms.pca import dp_pca
 
 __all__ = [
-    "FedDPDRPlan", "NOMINAL_NOTE", "RELATION", "make_plan", "release",
+    "FedDPDRPlan", "NOMINAL_NOTE", "RELATION", "check_converged", "make_plan",
+    "release",
 ]
 
 NOMINAL_NOTE = ("the paper's figure: eps1 + eps2, one classifier's eps2 "
@@ -334,6 +335,9 @@ def release(key: jax.Array, plan: FedDPDRPlan,
   Raises:
     TypeError, ValueError: a plan not from :func:`make_plan`, bad seeds
       or chunk.
+    ConvergenceError: a fit stopped at ``max_iter`` (checked where this
+      process holds every output; over several processes the caller
+      checks with :func:`check_converged`).
 
   Privacy: per participant, exactly the releases ``plan.record`` accounts
   (DP-PCA's Gaussian noise on XᵀX, and K objective-perturbation fits),
@@ -348,5 +352,22 @@ def release(key: jax.Array, plan: FedDPDRPlan,
   seeds = validation.check_positive_int(seeds, "seeds")
   chunk = check_chunk(chunk)
   with jax.enable_x64(True):
-    return TrainingJob.of(key, plan, participants, seeds=seeds, mesh=mesh,
-                          chunk=chunk)()
+    out = TrainingJob.of(key, plan, participants, seeds=seeds, mesh=mesh,
+                         chunk=chunk)()
+  if getattr(out.converged, "is_fully_addressable", True):
+    check_converged(out, plan.config)  # else each process's caller checks
+  return out
+
+
+def check_converged(out: TrainOutput, config: Config) -> None:
+  """Raises :class:`ConvergenceError` unless every fit of ``out``
+  converged (‖∇J‖ ≤ ``config.tol``): objective perturbation's proof holds
+  at the exact minimiser only, so unconverged models are not released."""
+  converged, grad_norm = jax.device_get((out.converged, out.grad_norm))
+  if not np.all(converged):
+    raise op.ConvergenceError(
+        f"{int(np.size(converged) - np.sum(converged))} of "
+        f"{np.size(converged)} fits stopped at max_iter={config.max_iter} "
+        f"with ||grad J|| up to {float(np.max(grad_norm)):.3g} > tol="
+        f"{config.tol}; the privacy guarantee assumes the exact minimiser. "
+        f"Raise max_iter or check the data.")

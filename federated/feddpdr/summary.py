@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from federated.feddpdr.arrays import TrainOutput
-from federated.feddpdr.plan import FedDPDRPlan
+from federated.feddpdr.plan import FedDPDRPlan, check_converged
 from federated.feddpdr.settings import Config
 from mechanisms.erm import objective_perturbation as op
 
@@ -90,13 +90,7 @@ def summarise(plan: FedDPDRPlan, out: TrainOutput, accuracy,
   out, acc, per = jax.device_get((out, accuracy, per_participant))
   acc = np.asarray(acc, np.float64)
   grad_max = float(np.max(out.grad_norm))
-  if not np.all(out.converged):
-    raise ConvergenceError(
-        f"{int(np.size(out.converged) - np.sum(out.converged))} of "
-        f"{np.size(out.converged)} fits stopped at max_iter="
-        f"{config.max_iter} with ||grad J|| up to {grad_max:.3g} > tol="
-        f"{config.tol}; the privacy guarantee assumes the exact minimiser. "
-        f"Raise max_iter or check the data.")
+  check_converged(out, config)
   return Summary(
       accuracy_per_seed=tuple(acc.tolist()), privacy=plan.privacy,
       epsilon_pca=plan.epsilon_pca, epsilon_per_classifier=plan.epsilon_fit,

@@ -4,12 +4,14 @@ import dataclasses
 import math
 
 import dp_accounting
+import jax
 import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
 from dpcore import accounting, options, shape
-from federated import feddpdr
+from federated import feddpdr, partition
+from tests.federated.feddpdr.problems import blobs
 from tests.pinned import accounted
 
 
@@ -150,3 +152,19 @@ def test_the_plan_is_built_whole_never_written_into(mechanism):
   else:
     assert plan.privacy == accounting.no_guarantee_record(
         accounting.NON_PRIVATE)
+
+
+def test_release_refuses_fits_that_did_not_converge():
+  # The proof covers the exact minimiser only: release itself (not only
+  # the pipeline's summary) refuses models whose fits stopped at max_iter.
+  x, labels = blobs(300, 8, 3, 1)
+  parts = partition.partition(jax.random.key(0), x, labels,
+                              sizes=(100, 120, 80))
+  config = feddpdr.Config(mechanism="feddpdr", k=3, epsilon=1.0)
+  plan = feddpdr.make_plan(parts.sizes, dim=8, num_classes=3,
+                           config=dataclasses.replace(config, max_iter=1))
+  with pytest.raises(feddpdr.ConvergenceError, match="max_iter=1 "):
+    feddpdr.release(jax.random.key(1), plan, parts)
+  plan = feddpdr.make_plan(parts.sizes, dim=8, num_classes=3, config=config)
+  out = feddpdr.release(jax.random.key(1), plan, parts)
+  assert bool(np.all(out.converged))
