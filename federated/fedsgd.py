@@ -299,11 +299,20 @@ class FedSGDPlan:
               steps=self.steps)})
       if p.sigma_share is not None and self.delta is not None:
         # Each participant's rows if secure aggregation fails: its message
-        # alone (one share), against the server.
-        out["own_epsilon"] = ddg_accounting.rdp_epsilon(
-            ddgsgd.own_rdp(p, sampling_rate=self.sampling_rate,
-                           steps=self.steps), self.delta)
-        out["own_delta"] = self.delta
+        # alone (one share), against the server, with the padding's and
+        # the sampler's departures (at most the run's) charged as the
+        # central record charges them.
+        own = accounting.PrivacyLedger()
+        own.record_rdp_curve(
+            orders=ddg_accounting.ORDERS, rdp=ddgsgd.own_rdp(
+                p, sampling_rate=self.sampling_rate, steps=self.steps),
+            delta=self.delta, label="own_share", relation=self.relation)
+        departure = min(1.0, self.truncation_probability
+                        + self.sampler_departure)
+        if departure > 0:
+          own.record_truncation(departure, label="own_departure")
+        g = own.guarantee(self.delta)
+        out["own_epsilon"], out["own_delta"] = g.epsilon, g.delta
     return out
 
 

@@ -180,6 +180,25 @@ def test_settings_report_bits_and_each_participants_own_guarantee():
   plan.record(ledger)
   # One share of σ/√2 alone protects less than the sum.
   assert s["own_epsilon"] > ledger.guarantee(1e-5).epsilon
+  assert s["own_delta"] >= 1e-5  # more where the padding is too likely
+
+
+def test_each_participants_own_guarantee_pays_for_the_padding():
+  # Ten participants: one share of σ/√10 alone is worth ε ≈ 21, where the
+  # padding's truncation (P ≈ 6e-10) costs (1 + e^21)·P of δ: the own
+  # guarantee states that δ, not the plan's.
+  plan = fedsgd.make_plan(np.full(10, 200), trust="distributed",
+                          sampling_rate=0.05, steps=200, clip_norm=1.0,
+                          epsilon=2.0, delta=1e-5, model_size=20)
+  s = plan.settings()
+  departure = plan.truncation_probability + plan.sampler_departure
+  assert 0 < departure < 1e-9
+  from federated import ddgsgd  # noqa: PLC0415
+  share_alone = ddg_accounting.rdp_epsilon(ddgsgd.own_rdp(
+      plan.ddg_params, sampling_rate=0.05, steps=200), 1e-5)
+  assert 20 < share_alone <= s["own_epsilon"] < share_alone + 1
+  assert s["own_delta"] > 0.5
+  assert s["own_delta"] >= departure * math.exp(s["own_epsilon"]) * 0.99
 
 
 @pytest.mark.parametrize("bad,match", [
