@@ -124,6 +124,35 @@ class DDGParams:
   sigma_share: Fraction | None
   max_tries: int = 64
 
+  def __post_init__(self):
+    # What the exact integer norm check and the accounting rely on, for
+    # parameters built by hand (choose_params' own satisfy it); the traced
+    # view (_unflatten) is built from checked host values.
+    if not (isinstance(self.padded, int) and isinstance(self.dim, int)
+            and 1 <= self.dim <= self.padded <= MAX_PADDED_DIM
+            and self.padded & (self.padded - 1) == 0):
+      raise ValueError(f"DDGParams needs 1 ≤ dim ≤ padded ≤ "
+                       f"{MAX_PADDED_DIM}, padded a power of two; got dim="
+                       f"{self.dim!r}, padded={self.padded!r}.")
+    if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not (
+        8 <= self.bits <= MAX_BITS):
+      raise ValueError(f"DDGParams bits must be an int in [8, {MAX_BITS}], "
+                       f"got {self.bits!r}.")
+    if isinstance(self.bound_sq, bool) or not isinstance(
+        self.bound_sq, int) or not 0 <= self.bound_sq < 2 ** 30:
+      raise ValueError(f"DDGParams bound_sq must be an int in [0, 2^30) "
+                       f"(the integer norm check is exact only there), got "
+                       f"{self.bound_sq!r}.")
+    if self.sigma_share is not None and not (
+        isinstance(self.sigma_share, Fraction)
+        and self.sigma_share >= Fraction(1, 2)):
+      raise ValueError(f"DDGParams sigma_share must be None or a Fraction "
+                       f"≥ 1/2 (the sum's accounting needs s ≥ 1/2), got "
+                       f"{self.sigma_share!r}.")
+    validation.check_positive(self.gamma, "gamma")
+    validation.check_positive(self.clip_norm, "clip_norm")
+    validation.check_positive_int(self.max_tries, "max_tries")
+
   @functools.cached_property
   def _leaves(self) -> tuple:
     """(γ, ⌊Δ²⌋, s) as arrays (built once; the sampler's table once)."""

@@ -233,8 +233,9 @@ class LinearRelease:
     sensitivity: Δ₂ = 2C of the augmented weights.
     noise_scale: Δ₂/ε, the Gamma scale of the noise norm.
     epochs: coordinate-descent epochs; gap: final projected-gradient gap.
-    exact_w, exact_b: the noiseless solution (for diagnostics only; never
-      release them).
+
+  It holds nothing but what is released: the noiseless solution is
+  :func:`fit_linear`'s (non-private) result, never a field here.
   """
   w: np.ndarray
   b: float
@@ -243,8 +244,6 @@ class LinearRelease:
   noise_scale: float
   epochs: int
   gap: float
-  exact_w: np.ndarray
-  exact_b: float
 
   def decision_function(self, x) -> np.ndarray:
     return np.asarray(x, np.float64) @ self.w + self.b
@@ -340,9 +339,7 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
     releases.append(LinearRelease(
         w=noisy[:-1] * BIAS_SCALE, b=float(noisy[-1] * BIAS_SCALE),
         epsilon=plan.epsilon, sensitivity=plan.sensitivity,
-        noise_scale=plan.scale, epochs=epochs, gap=gap,
-        exact_w=w_aug[:-1] * BIAS_SCALE,
-        exact_b=float(w_aug[-1] * BIAS_SCALE)))
+        noise_scale=plan.scale, epochs=epochs, gap=gap))
   return releases[0] if single else releases
 
 

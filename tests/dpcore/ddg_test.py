@@ -1,8 +1,10 @@
 """dpcore.ddg: conditional rounding, the encoder and the decoder."""
 
+import dataclasses
 import doctest
 import itertools
 import math
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -447,3 +449,23 @@ def test_params_are_a_pytree_of_the_numbers_that_follow_sigma():
   none = ddg.choose_params(dim=40, clip_norm=1.0, bits=16,
                            noise_multiplier=0.0, shares=3, rows=30, steps=10)
   assert len(jax.tree.leaves(none)) == 2
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("bound_sq", 2 ** 31, "bound_sq"),      # the uint32 halves could wrap
+    ("bound_sq", 3.5, "bound_sq"),
+    ("padded", 3, "power of two"),
+    ("padded", 2 ** 17, "padded"),          # D > 2^16: the low sum wraps
+    ("dim", 2048, "dim"),                   # more than padded
+    ("bits", 40, "bits"),
+    ("sigma_share", Fraction(1, 4), "1/2"),
+    ("gamma", 0.0, "gamma"),
+])
+def test_parameters_built_by_hand_outside_the_exact_range_are_refused(
+    field, value, match):
+  params = ddg.choose_params(dim=650, clip_norm=1.0, bits=16,
+                             noise_multiplier=1.0, shares=2, rows=60,
+                             steps=300)
+  assert params.padded == 1024
+  with pytest.raises(ValueError, match=match):
+    dataclasses.replace(params, **{field: value})
