@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from launch.experiments import kernel_compare as experiment
 from tests.launch import cli
 
 _BODY = r'''
@@ -139,3 +140,26 @@ def test_help_exits_zero():
   proc = cli.run_module("launch.kernel_compare", "--help")
   assert "--epsilons" in proc.stdout
   assert proc.returncode == 0
+
+
+def test_records_on_heart_say_the_recipe_choice_is_not_covered(monkeypatch):
+  # The private recipes were chosen on heart's training rows without a
+  # privacy mechanism: there, and only there, the record says so.
+  monkeypatch.setattr(experiment, "run_method", lambda *a, **k: {
+      "accuracy": [0.5], "privacy": None})
+  data = {"scaling": "none", "classes": None, "y_train": np.zeros(4),
+          "y_test": np.zeros(2)}
+
+  def scope(dataset, method):
+    return experiment.run_one(
+        dataset=dataset, data=data, method=method, epsilon=1.0,
+        delta=1e-5, seeds=1, test_fraction=0.3, split_seed=0
+    )["privacy_scope"]
+
+  for method in experiment.RECIPE_CHOSEN_ON["heart"]:
+    assert "recipe was chosen on these training rows" in scope("heart",
+                                                                method)
+    assert "recipe" not in scope("breast_cancer", method)
+  assert "recipe" not in scope("heart", "libsvm")
+  assert set(experiment.RECIPE_CHOSEN_ON["heart"]) <= set(
+      experiment.PRIVATE_METHODS)
