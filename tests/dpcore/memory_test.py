@@ -24,8 +24,11 @@ def test_largest_chunk_is_the_largest_that_fits():
   chunk, used = memory.largest_chunk(1000, _estimate(100, 7), budget=400,
                                      what="x", fix="y")
   assert (chunk, used) == (42, 394)
-  # Off by one either way is a wrong answer.
-  assert 100 + 7 * (chunk + 1) > 400
+  # The boundary either way: one more unit of budget fits 43, one less 41.
+  assert memory.largest_chunk(1000, _estimate(100, 7), budget=401,
+                              what="x", fix="y") == (43, 401)
+  assert memory.largest_chunk(1000, _estimate(100, 7), budget=393,
+                              what="x", fix="y") == (41, 387)
 
 
 def test_unknown_budget_takes_everything():

@@ -73,9 +73,13 @@ def test_gaussian_trials_match_the_zcdp_corollary(eta, rho, gamma):
     at = max(lam, star)
     want = rho * (at - 1) + math.log(mean) / (at - 1) + const
     assert value == pytest.approx(want, rel=1e-9), lam
-  # A wrong (1 + η) factor is far off.
-  assert abs(got[-1] - (got[-1] - const + const / (1 + eta))) > 1e-3 or (
-      eta == 0.0)
+  # The comparison rejects a wrong (1 + η) factor: the same formula with
+  # the factor left out is not within its tolerance.
+  if eta != 0.0:
+    at = max(orders[-1], star)
+    wrong = (rho * (at - 1) + math.log(mean) / (at - 1)
+             + const - 2 * eta * math.sqrt(rho * math.log(1 / gamma)))
+    assert got[-1] != pytest.approx(wrong, rel=1e-9)
 
 
 def test_eta_one_is_the_geometric_law():

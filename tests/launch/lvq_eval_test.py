@@ -60,7 +60,6 @@ def test_every_epsilon_of_a_model_shares_one_compilation(data):
                                      cache=cache))
   # One jitted function and one compiled program for both budgets.
   assert len(cache) == 2
-  assert results[1].compile_seconds < results[0].compile_seconds
   assert not np.array_equal(results[0].final_costs, results[1].final_costs)
   assert results[0].correct is None
 
