@@ -32,7 +32,7 @@ from launch.data import loaders as data_lib
 __all__ = [
     "BUDGET_FIELDS", "CPU_COMPILER_OPTIONS", "DEFAULT_CACHE_DIR",
     "KEY_FIELDS", "KNOWN_SHAPES", "LABELS", "PAPER_EPSILON", "PAPER_K",
-    "PAPER_N", "PAPER_UNEVEN", "Prepared", "SWEEPS", "Setting",
+    "PAPER_N", "PAPER_UNEVEN", "Prepared", "SCOPE", "SWEEPS", "Setting",
     "budget_table", "captured_variance", "compiler_options",
     "enable_compilation_cache", "format_table", "known_shape",
     "make_record", "memory_chunk", "peak_device_memory_bytes",
@@ -66,6 +66,10 @@ KNOWN_SHAPES = {"digits": (1258, 64, 10), "breast_cancer": (398, 30, 2),
 LABELS = {**{name: m.label for name, m in feddpdr.DESCRIPTIONS.items()},
           "fedsgd": "Fed DP-SGD"}
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dpjax", "jax")
+SCOPE = ("one run (one seed), per participant: one row of one participant "
+         "replaced; each seed is its own run on the same participants; the "
+         "partition, the sizes and the row bounds are public")
+"""What a record's ``privacy`` covers (its ``privacy_scope``)."""
 # On the CPU the training program is compiled at LLVM optimisation level 1.
 # Its run time is in LAPACK's eigh and in matrix products, which the level
 # does not touch: d = 784, 5 x 2,000 rows trained in 0.46-0.59 s at either
@@ -639,6 +643,7 @@ def make_record(prepared: Prepared, *, sizes, seed: int, seeds: int,
       "peak_host_memory_bytes": peak_host_memory_bytes(),
       "peak_device_memory_bytes": peak_device_memory_bytes(),
       "device": jax.devices()[0].platform,
+      "privacy_scope": SCOPE,
   }
   record.update(extra or {})
   return record

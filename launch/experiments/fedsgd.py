@@ -230,6 +230,7 @@ def run(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
   params, timing = single.timed_training(lambda: program(*args), 0,
                                          participants=len(sizes),
                                          seeds=seeds)
+  unit = "participant" if recipe.trust == options.Trust.PARTICIPANT else "row"
   accs = np.asarray(jax.vmap(lambda p: softmax.accuracy(
       p, prepared.x_test, prepared.y_test))(params))
   record = {
@@ -246,6 +247,10 @@ def run(prepared: single.Prepared, *, sizes, seed: int, seeds: int,
       "num_classes": num_classes, "chunk": participant_chunk,
       "participants_per_second": timing["participants_per_second"],
       "device": jax.devices()[0].platform,
+      "privacy_scope": (f"one run (one seed): one {unit} added or "
+                        f"removed, {plan.assumption}; each seed is its own "
+                        f"run on the same participants; the partition, "
+                        f"the sizes and the row bounds are public"),
   }
   record.update(extra or {})
   return record

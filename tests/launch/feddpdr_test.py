@@ -51,6 +51,8 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
   assert fed_sgd["privacy"]["epsilon_nominal"] is None
   assert fed_sgd["fedsgd"]["trust"] == "server"
   assert "secure aggregation" in fed_sgd["fedsgd"]["assumption"]
+  assert fed_sgd["privacy_scope"].startswith("one run (one seed): one row")
+  assert fed_sgd["fedsgd"]["assumption"] in fed_sgd["privacy_scope"]
   assert 0.0 <= fed_sgd["accuracy"] <= 1.0
   for record in (base, private):
     for field in ("dataset", "mechanism", "epsilon", "delta", "k",
@@ -62,6 +64,7 @@ def test_command_line_run_prints_and_appends_json(tmp_path):
     assert record["compiler_options"] == launch.CPU_COMPILER_OPTIONS
     assert 0.0 <= record["accuracy"] <= 1.0
     assert record["grad_norm_max"] <= 1e-8
+    assert record["privacy_scope"] == launch.SCOPE
   assert private["mechanism"] == "feddpdr" and private["epsilon"] == 1.0
   assert private["relation"] == "replace_one"
   assert private["privacy"]["epsilon"] <= 1.0 + 1e-9
