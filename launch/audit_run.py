@@ -54,11 +54,14 @@ def audit_modules() -> list[str]:
   return sorted(names)
 
 
-def specs() -> list[audit_spec.AuditSpec]:
+def specs(until=None) -> list[audit_spec.AuditSpec]:
   """Every audit spec of the library, broken variants included.
 
   Each module of :func:`audit_modules` in sorted order, and within a
-  module the order of its ``specs()``.
+  module the order of its ``specs()``. With ``until`` (spec names or
+  groups), the modules after the one that completes them are not built
+  (building every spec takes about 13 s of a 2-core CPU; ``--only``
+  needs only its own).
 
   Raises:
     TypeError: an audit module has no ``specs()``.
@@ -79,6 +82,9 @@ def specs() -> list[audit_spec.AuditSpec]:
                          f"be unique.")
       seen[spec.name] = name
       out.append(spec)
+    if until and set(until) <= set(seen) | {audit_spec.group(n)
+                                            for n in seen}:
+      break
   return out
 
 
@@ -314,7 +320,7 @@ def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
   ``memory_budget`` (bytes, None: no check) is each spec's
   (:func:`run_one`).
   """
-  selected = specs()
+  selected = specs(until=only)
   if only:
     known = {s.name for s in selected} | {
         audit_spec.group(s.name) for s in selected}

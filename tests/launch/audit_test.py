@@ -127,6 +127,22 @@ def test_discovery_collects_exactly_the_expected_specs(spec_list):
   assert [s.name for s in spec_list] == want
 
 
+def test_only_builds_the_modules_up_to_the_last_spec_it_names():
+  # --only=gaussian needs dpcore.noise_audit alone of the modules after
+  # it; a group name (every position) completes with its module; an
+  # unknown name builds everything (and the runner then refuses it).
+  modules = sorted(EXPECTED)
+  upto = modules[:modules.index("dpcore.noise_audit") + 1]
+  want = [name for module in upto for name in EXPECTED[module]]
+  assert [s.name for s in audit_script.specs(until=["gaussian"])] == want
+  upto = modules[:modules.index("mechanisms.pca.dp_pca_audit") + 1]
+  want = [name for module in upto for name in EXPECTED[module]]
+  assert [s.name for s in audit_script.specs(
+      until=["dp_pca_replace", "gaussian"])] == want
+  with pytest.raises(ValueError, match="unknown specs"):
+    audit_script.run_audits(only=["gaussian", "no_such_spec"])
+
+
 def test_audit_module_names():
   assert audit_script.is_audit_module("mechanisms.svm.dpwss_audit")
   assert audit_script.is_audit_module("federated.feddpdr.audit")
