@@ -21,13 +21,15 @@ import functools
 import os
 import re
 import time
+import zlib
 from typing import NamedTuple
 
 import numpy as np
 
 __all__ = [
-    "INPUTS", "LEARNERS", "TRUSTS", "Images", "Setting", "feature_rows",
-    "load_images", "lvq_inputs", "run", "run_dplvq",
+    "INPUTS", "LEARNERS", "PROJECTION_KEY", "TRUSTS", "Images", "Setting",
+    "feature_rows", "load_images", "lvq_inputs", "projection_key", "run",
+    "run_dplvq",
     "run_fedsgd", "summary",
 ]
 
@@ -261,6 +263,20 @@ class Setting:
             **{k: getattr(self, k) for k in keep}}
 
 
+PROJECTION_KEY = "fold_in(key(projection_seed), crc32('projection'))"
+"""How the public projection's key is made: in its own stream, so that it
+is never a run's private root even where the seeds coincide (records
+before 2026-11-28 used key(projection_seed) itself, which with the
+defaults was the DP-LVQ run's root key)."""
+
+
+def projection_key(seed: int):
+  """The public projection's key (:data:`PROJECTION_KEY`)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.random.fold_in(jax.random.key(seed),
+                            zlib.crc32(b"projection"))
+
+
 def _lvq_names(message: str) -> str:
   """A DP-LVQ refusal with its field names spelt as this setting's
   (``clip_norm=…`` → ``lvq_clip_norm=…``): the name that opens the
@@ -370,7 +386,7 @@ def lvq_inputs(images: Images, setting: Setting, progress=None):
         raise ValueError(f"projection_dim={setting.projection_dim} must be "
                          f"at most the features' dimension {dim}.")
       q = projection.random_orthonormal(
-          jax.random.key(setting.projection_seed), dim,
+          projection_key(setting.projection_seed), dim,
           setting.projection_dim)
       x = np.asarray(jax.jit(lambda a, b: a @ b)(x, q))
       details["projection_seconds"] = time.perf_counter() - start
@@ -503,6 +519,7 @@ def run_dplvq(setting: Setting, images: Images, progress=None):
                        "num_groups": s.num_groups,
                        "projection_dim": s.projection_dim,
                        "projection_seed": s.projection_seed,
+                       "projection_key": PROJECTION_KEY,
                        "feature_bound": s.feature_bound}
                       if s.inputs == "features" else None),
          "setting": s.recipe(), "total_seconds": total_s,

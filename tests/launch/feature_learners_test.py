@@ -127,14 +127,15 @@ def test_lvq_rows_lie_in_the_box_and_the_projection_is_public(images):
   # The train rows come first, then the test rows, as in launch.dplvq.
   np.testing.assert_array_equal(
       prepared.y, np.concatenate([images.y_train, images.y_test]))
-  # The projection is the public one of key projection_seed (0): with a
-  # box too wide to clip, the rows are the features times it, over the
-  # bound.
+  # The projection is the public one of projection_key(projection_seed):
+  # with a box too wide to clip, the rows are the features times it, over
+  # the bound.
   wide, _ = fl.lvq_inputs(images, dataclasses.replace(
       setting, feature_bound=100.0))
   feats = fl.feature_rows(np.concatenate([images.train, images.test]),
                           J=1, L=4, num_groups=5)
-  q = projection.random_orthonormal(jax.random.key(0), feats.shape[1], 24)
+  q = projection.random_orthonormal(fl.projection_key(0), feats.shape[1],
+                                    24)
   np.testing.assert_allclose(wide.x * 100.0, feats @ np.asarray(q),
                              atol=2e-3)
 
@@ -186,3 +187,15 @@ def test_setting_is_keyword_only_and_frozen():
   setting = fl.Setting(**FED)
   with pytest.raises(dataclasses.FrozenInstanceError):
     setting.trust = "local"
+
+
+def test_the_projection_key_is_never_a_runs_root_key():
+  # The public projection's key lives in its own stream: with seed 0 for
+  # both, the projection key is not DP-LVQ's root key(0), nor any of the
+  # first fold_in children the run derives its noise from.
+  public = jax.random.key_data(fl.projection_key(0)).tolist()
+  root = jax.random.key(0)
+  private = [jax.random.key_data(root).tolist()] + [
+      jax.random.key_data(jax.random.fold_in(root, i)).tolist()
+      for i in range(16)]
+  assert public not in private
