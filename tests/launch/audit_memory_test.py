@@ -29,7 +29,7 @@ def test_too_many_trials_are_refused_before_any_spec_runs(monkeypatch,
   def forbid(*args, **kwargs):
     raise AssertionError("a spec ran")
 
-  monkeypatch.setattr(audit_run, "specs", lambda: [
+  monkeypatch.setattr(audit_run, "specs", lambda until=None: [
       noise_audit.laplace_spec(), noise_audit.gaussian_spec()])
   monkeypatch.setattr(audit_spec, "run", forbid)
   out = tmp_path / "audit.jsonl"
@@ -65,7 +65,7 @@ _BODY = r'''
 from launch import audit as script
 from launch import audit_run
 from dpcore import noise_audit
-audit_run.specs = lambda: [noise_audit.gaussian_spec()]  # no others needed
+audit_run.specs = lambda until=None: [noise_audit.gaussian_spec()]  # no others
 audit_run.run_one = forbid("audit_run.run_one")
 for group, items in cases.items():
   for name, argv in items.items():

@@ -343,7 +343,7 @@ def test_a_violation_fails_the_run(tmp_path, monkeypatch):
   # with the correct σ's ε) must be flagged (launch.audit then exits 1).
   wrong = dataclasses.replace(noise_audit.gaussian_spec(broken=True),
                               name="wrong_claim", broken=False)
-  monkeypatch.setattr(audit_script, "specs", lambda: [wrong])
+  monkeypatch.setattr(audit_script, "specs", lambda until=None: [wrong])
   out = tmp_path / "audit.jsonl"
   (record,) = audit_script.run_audits(trials=20_000, out=str(out),
                                       table="")
