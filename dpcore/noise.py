@@ -347,9 +347,20 @@ def gaussian_noise(key: jax.Array, shape, *, stddev, dtype=jnp.float32
   Reaches |z| = 12.90·stddev; cut-off ≤ 2⁻¹²³ per entry (module docstring).
   """
   validation.check_scale(stddev, "stddev")
+  _check_fits(stddev, shape, "stddev")
   z = _sample(gaussian_from_uniform, key, shape, dtype,
               bulk_transform=_gaussian_bulk)
   return (jnp.asarray(stddev, z.dtype) * z).astype(dtype)
+
+
+def _check_fits(scale, shape, name: str) -> None:
+  """A scale per entry must broadcast to ``shape`` without enlarging it:
+  one draw spread over several entries would not be independent noise."""
+  shape = validation.check_shape(shape)
+  if jnp.broadcast_shapes(jnp.shape(scale), shape) != shape:
+    raise ValueError(f"{name} of shape {jnp.shape(scale)} does not fit the "
+                     f"noise shape {shape}: each entry needs its own draw; "
+                     f"draw the noise in the scale's shape.")
 
 
 def laplace_noise(key: jax.Array, shape, *, scale, dtype=jnp.float32
@@ -360,6 +371,7 @@ def laplace_noise(key: jax.Array, shape, *, scale, dtype=jnp.float32
   ε holds up to the δ of :func:`cutoff_delta`.
   """
   validation.check_scale(scale, "scale")
+  _check_fits(scale, shape, "scale")
   z = _sample(laplace_from_uniform, key, shape, dtype)
   return (jnp.asarray(scale, z.dtype) * z).astype(dtype)
 

@@ -513,3 +513,19 @@ def test_an_eager_call_compiles_nothing_for_a_shape_drawn_before():
   assert compiles.sees_a_new_program()
   draw(0, 1.0)
   assert compiles.compiled(lambda: draw(1, 2.0)) == []
+
+
+@pytest.mark.parametrize("sampler, name", [
+    (noise.gaussian_noise, "stddev"), (noise.laplace_noise, "scale")])
+def test_a_scale_larger_than_the_noise_is_refused(sampler, name):
+  # One draw broadcast over several entries is not independent noise:
+  # a (3,) scale on a scalar draw gave three equal values.
+  key = jax.random.key(0)
+  with pytest.raises(ValueError, match="each entry needs its own draw"):
+    sampler(key, (), **{name: jnp.ones(3)})
+  with pytest.raises(ValueError, match="each entry needs its own draw"):
+    sampler(key, (3, 1), **{name: jnp.ones(4)})
+  # A scale per entry, or one broadcast into the shape, is drawn per entry.
+  per_entry = sampler(key, (3,), **{name: jnp.array([1.0, 2.0, 3.0])})
+  assert len(set(np.asarray(per_entry).tolist())) == 3
+  assert sampler(key, (2, 3), **{name: jnp.ones(3)}).shape == (2, 3)
