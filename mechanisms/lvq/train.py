@@ -337,11 +337,8 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
         steps=steps)
     run = trainer.make_plan(num_examples, noise_multiplier=sigma, **common)
   assert run.steps == steps
-  ledger = accounting.PrivacyLedger()
-  init.record(ledger)
-  run.record(ledger, label="dpsgd")
-  return DPLVQPlan(ledger.guarantee(delta).epsilon, delta, RELATION, init,
-                   run, epsilon, eps_sgd, delta_sgd,
+  return DPLVQPlan(accounting.composed_epsilon((init, run), delta), delta,
+                   RELATION, init, run, epsilon, eps_sgd, delta_sgd,
                    options.SigmaRule(sigma_rule))
 
 
