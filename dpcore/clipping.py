@@ -27,6 +27,7 @@ __all__ = [
     "clip_weights",
     "clipped_sum",
     "global_norm",
+    "half_exponent",
     "normalize_rows",
     "row_norms",
     "scale_to_box",
@@ -34,14 +35,21 @@ __all__ = [
 ]
 
 
-def _power_of_two_unit(peak: jax.Array) -> jax.Array:
-  """2^-k with 2^(2k) ≈ ``peak``: multiplying twice by it is exact and maps
-  the largest magnitude near 1 without over- or underflow (a single factor
-  1/peak would be subnormal, i.e. flushed to zero on CPU, for peak > 2^126).
-  """
+def half_exponent(peak: jax.Array) -> jax.Array:
+  """The integer k with 2^(2k) near ``peak`` (0 where ``peak`` is zero,
+  subnormal or not finite): ``x · 2^(-2k)`` peaks in [0.5, 2)."""
   usable = jnp.isfinite(peak) & (peak >= jnp.finfo(peak.dtype).tiny)
   _, exponent = jnp.frexp(jnp.where(usable, peak, 1.0))
-  return jnp.ldexp(jnp.ones((), peak.dtype), -(exponent // 2))
+  return exponent // 2
+
+
+def _power_of_two_unit(peak: jax.Array) -> jax.Array:
+  """2^-k with 2^(2k) ≈ ``peak`` (:func:`half_exponent`): multiplying
+  twice by it is exact and maps the largest magnitude near 1 without over-
+  or underflow (a single factor 1/peak would be subnormal, i.e. flushed to
+  zero on CPU, for peak > 2^126).
+  """
+  return jnp.ldexp(jnp.ones((), peak.dtype), -half_exponent(peak))
 
 
 def global_norm(tree) -> jax.Array:

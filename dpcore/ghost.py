@@ -327,10 +327,8 @@ def _half_exponent(a: jax.Array) -> jax.Array:
   """Per example (leading axis) the integer h with 2^(2h) near the largest
   magnitude of ``a``: ``a · 2^(-2h)`` peaks in [0.5, 2). 0 for an example
   whose peak is zero, subnormal or not finite (left as it is)."""
-  peak = jnp.max(jnp.abs(a), axis=tuple(range(1, a.ndim)), initial=0.0)
-  usable = jnp.isfinite(peak) & (peak >= jnp.finfo(peak.dtype).tiny)
-  _, exponent = jnp.frexp(jnp.where(usable, peak, 1.0))
-  return exponent // 2
+  return clipping.half_exponent(
+      jnp.max(jnp.abs(a), axis=tuple(range(1, a.ndim)), initial=0.0))
 
 
 def _times_power_of_two(v: jax.Array, k: jax.Array) -> jax.Array:
