@@ -20,6 +20,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import math
 import pickle
 import re
 import zlib
@@ -79,9 +80,13 @@ def read_idx(path: str) -> np.ndarray:
         f"{sorted(hex(t) for t in _IDX_TYPES)} and the rank.")
   ndim = raw[3]
   header = 4 + 4 * ndim
+  if len(raw) < header:
+    raise ValueError(f"{path}: the IDX header announces {ndim} dimensions "
+                     f"but the file ends after {len(raw)} bytes; the file is "
+                     f"truncated or corrupt.")
   dims = tuple(int(v) for v in np.frombuffer(raw, ">u4", ndim, offset=4))
   dtype = np.dtype(_IDX_TYPES[raw[2]])
-  if len(raw) - header != int(np.prod(dims)) * dtype.itemsize:
+  if len(raw) - header != math.prod(dims) * dtype.itemsize:
     raise ValueError(
         f"{path}: header announces shape {dims} of {dtype} but the file holds "
         f"{len(raw) - header} bytes of data; the file is truncated or "
@@ -94,15 +99,28 @@ def read_idx_images(images_path: str,
                     labels_path: str) -> tuple[np.ndarray, np.ndarray]:
   """An IDX image file and its label file -> ``(n, rows, cols)``, ``(n,)``.
 
+  The images must be stored as unsigned bytes (type code 0x08), so that
+  the pixel bounds (0, 255) the loaders state hold by the file's type, and
+  the labels as integers.
+
   Raises:
-    ValueError: when the shapes do not describe ``n`` images and ``n``
-      labels (or a file is not IDX).
+    ValueError: when the shapes do not describe ``n`` ≥ 1 images and ``n``
+      labels, the types are not bytes and integers (or a file is not IDX).
   """
   images, labels = read_idx(images_path), read_idx(labels_path)
   if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
     raise ValueError(
         f"{images_path} has shape {images.shape} and {labels_path} "
         f"{labels.shape}; expected (n, rows, cols) images and n labels.")
+  if len(images) == 0:
+    raise ValueError(f"{images_path} holds no images.")
+  if images.dtype != np.uint8:
+    raise ValueError(f"{images_path} stores {images.dtype} pixels; image "
+                     f"sets are 8-bit (IDX type code 0x08), whose bounds "
+                     f"(0, 255) the privacy code relies on.")
+  if labels.dtype.kind not in "iu":
+    raise ValueError(f"{labels_path} stores {labels.dtype} labels; expected "
+                     f"integer class ids.")
   return images, labels
 
 
@@ -118,12 +136,16 @@ _PICKLE_ALLOWED = {
 }
 
 
+class _Refused(pickle.UnpicklingError):
+  """A pickle that asks for more than plain data and NumPy arrays."""
+
+
 class _BatchUnpickler(pickle.Unpickler):
   """Unpickles plain data and NumPy arrays only: no arbitrary code."""
 
   def find_class(self, module, name):
     if (module, name) not in _PICKLE_ALLOWED:
-      raise pickle.UnpicklingError(
+      raise _Refused(
           f"refusing to load {module}.{name} from a CIFAR batch: the file is "
           f"not a plain CIFAR-10 python batch.")
     return super().find_class(module, name)
@@ -133,15 +155,25 @@ def read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   """One CIFAR-10 python batch -> (n, 3072) HWC uint8 images, (n,) labels.
 
   The batch stores each image as 1024 red, 1024 green then 1024 blue bytes
-  (CHW); we return HWC order to match the other image sets.
+  (CHW); we return HWC order to match the other image sets. The pixels must
+  be stored as bytes (their bounds (0, 255) hold by type) and the labels
+  be class ids 0..9.
 
   Raises:
     pickle.UnpicklingError: the pickle asks for anything but plain data and
       NumPy arrays (a CIFAR batch never does; code could run otherwise).
-    ValueError: the batch lacks ``data``/``labels`` or has the wrong shapes.
+    ValueError: the file is not a readable pickle, or the batch lacks
+      ``data``/``labels``, has the wrong shapes, types or label values.
   """
   with _open_maybe_gzip(path) as f:
-    batch = _BatchUnpickler(io.BytesIO(f.read()), encoding="bytes").load()
+    try:
+      batch = _BatchUnpickler(io.BytesIO(f.read()), encoding="bytes").load()
+    except _Refused as e:
+      raise _Refused(f"{path}: {e}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError,
+            AttributeError, IndexError, KeyError, UnicodeDecodeError) as e:
+      raise ValueError(f"{path}: not a readable CIFAR-10 python batch "
+                       f"({type(e).__name__}: {e}).") from None
   if not isinstance(batch, dict):
     raise ValueError(f"{path}: expected a dict, got {type(batch).__name__}.")
   batch = {k.decode() if isinstance(k, bytes) else k: v
@@ -149,11 +181,19 @@ def read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   if "data" not in batch or "labels" not in batch:
     raise ValueError(f"{path}: a CIFAR-10 batch has keys 'data' and "
                      f"'labels', found {sorted(batch)}.")
-  pixels = np.asarray(batch["data"], np.uint8)
-  labels = np.asarray(batch["labels"], np.int64)
+  pixels, labels = np.asarray(batch["data"]), np.asarray(batch["labels"])
   if pixels.ndim != 2 or pixels.shape[1] != 3072 or len(pixels) != len(labels):
     raise ValueError(f"{path}: data {pixels.shape} / labels {labels.shape}; "
                      f"expected (n, 3072) and (n,).")
+  if pixels.dtype != np.uint8:
+    raise ValueError(f"{path}: data stored as {pixels.dtype}; a CIFAR-10 "
+                     f"batch holds uint8 pixels, whose bounds (0, 255) the "
+                     f"privacy code relies on.")
+  if (labels.dtype.kind not in "iu" or not len(labels)
+      or labels.min() < 0 or labels.max() > 9):
+    raise ValueError(f"{path}: labels must be class ids 0..9 (and the batch "
+                     f"not empty).")
+  labels = labels.astype(np.int64)
   hwc = pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
   return hwc.reshape(len(pixels), -1), labels
 
@@ -191,11 +231,13 @@ def read_svmlight(paths, *, n_features: int | None = None
     One ``(x, y)`` per file: dense float64 ``(n, d)`` features, the file's
     values as LIBSVM reads them (mind the memory of wide sparse sets such as
     rcv1), and int64 labels mapped by :func:`svmlight_labels` over all the
-    files together.
+    files together. Indices start at 1, as LIBSVM's do.
 
   Raises:
     ValueError: a file is empty, corrupt or malformed (the message names
-      it), or the labels are not class ids of at least two classes.
+      it: an index 0, a value that is not finite), a later file has a label
+      the first one lacks, or the labels are not class ids of at least two
+      classes.
   """
   from sklearn.datasets import (  # pylint: disable=g-import-not-at-top
       load_svmlight_file,
@@ -209,20 +251,29 @@ def read_svmlight(paths, *, n_features: int | None = None
       raise ValueError(f"{path}: the svmlight file is empty (no rows).")
   try:
     parts = load_svmlight_files([io.BytesIO(c) for c in contents],
-                                n_features=n_features, dtype=np.float64)
+                                n_features=n_features, dtype=np.float64,
+                                zero_based=False)
   except ValueError as e:
     for path, content in zip(paths, contents, strict=True):
       try:
-        load_svmlight_file(io.BytesIO(content), dtype=np.float64)
+        load_svmlight_file(io.BytesIO(content), dtype=np.float64,
+                           zero_based=False)
       except ValueError as own:
         raise ValueError(f"{path}: not a valid svmlight/LIBSVM file "
                          f"({own}).") from None
     raise ValueError(f"{', '.join(paths)}: {e}") from None
   xs = [np.asarray(m.toarray(), np.float64) for m in parts[0::2]]
   ys = parts[1::2]
-  for path, y in zip(paths, ys, strict=True):
+  for path, x, y in zip(paths, xs, ys, strict=True):
     if len(y) == 0:
       raise ValueError(f"{path}: the svmlight file holds no rows.")
+    if not np.all(np.isfinite(x)):
+      raise ValueError(f"{path}: a feature value is not finite (nan or "
+                       f"inf).")
+    unseen = sorted(set(np.unique(y).tolist()) - set(np.unique(ys[0]).tolist()))
+    if unseen:
+      raise ValueError(f"{path}: label(s) {unseen} do not occur in "
+                       f"{paths[0]}; the files must share one label set.")
   try:
     labels = svmlight_labels(np.concatenate(ys))
   except ValueError as e:
@@ -266,6 +317,7 @@ _ATTRIBUTE = re.compile(
     r"""@attribute\s+('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S+)\s+(.+)$""",
     re.IGNORECASE)
 _NUMERIC = {"numeric", "real", "integer"}
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 def _arff_attribute(line: str, where: str):
@@ -278,7 +330,10 @@ def _arff_attribute(line: str, where: str):
   if kind.startswith("{"):
     if not kind.endswith("}"):
       raise ValueError(f"{where}: unterminated nominal set {kind!r}.")
-    return name, tuple(_split_arff(kind[1:-1]))
+    values = tuple(_split_arff(kind[1:-1]))
+    if len(set(values)) != len(values):
+      raise ValueError(f"{where}: nominal set {kind!r} repeats a value.")
+    return name, values
   if kind.lower() in _NUMERIC:
     return name, None
   raise ValueError(f"{where}: attribute {name!r} has type {kind!r}; only "
@@ -297,8 +352,10 @@ def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     index ``class_names`` (the nominal values in their declared order).
   """
   attributes, rows, in_data = [], [], False
-  with _open_maybe_gzip(path) as f:
-    lines = io.TextIOWrapper(f, encoding="utf-8").read().splitlines()
+  try:
+    lines = _read_bytes(path).decode("utf-8-sig").splitlines()
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text ({e}).") from None
   for number, line in enumerate(lines, 1):
     line = line.strip()
     if not line or line.startswith("%"):
@@ -323,6 +380,8 @@ def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   if nominal:
     raise ValueError(f"{path}: nominal feature(s) {nominal} are not supported;"
                      f" encode them numerically first.")
+  if not rows:
+    raise ValueError(f"{path}: the ARFF file holds no data rows.")
   class_names = attributes[-1][1]
   index = {v: i for i, v in enumerate(class_names)}
   x = np.empty((len(rows), len(attributes) - 1), np.float64)
@@ -336,6 +395,9 @@ def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     if values[-1] not in index:
       raise ValueError(f"{where}: class {values[-1]!r} is not one of "
                        f"{class_names}.")
+    bad = [v for v in values[:-1] if not _NUMBER.match(v)]
+    if bad:
+      raise ValueError(f"{where}: {bad[0]!r} is not a finite number.")
     x[r] = [float(v) for v in values[:-1]]
     y[r] = index[values[-1]]
   return x, y, class_names
@@ -365,6 +427,8 @@ def read_har_split(x_path: str,
                    ndmin=1)
   except ValueError as e:
     raise ValueError(f"{y_path}: not a HAR label file ({e}).") from None
+  if not np.all(np.isfinite(x)):
+    raise ValueError(f"{x_path}: a feature value is not finite (nan or inf).")
   if len(y) == 0 or len(y) != len(x):
     raise ValueError(f"{x_path} has {len(x)} rows and {y_path} {len(y)} "
                      f"labels; expected the same, non-zero number.")

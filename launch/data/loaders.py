@@ -98,7 +98,9 @@ def _make(name, x_train, y_train, x_test=None, y_test=None, *,
   """Builds a Dataset, converting dtypes and checking shapes agree.
 
   Image sets (``image_shape`` given) are stored as float32, which holds
-  their 8-bit pixels exactly; every other set keeps float64.
+  their 8-bit pixels exactly; every other set keeps float64. A set with
+  public ``bounds`` must lie within them: the file is then not the
+  published one, and the bounds the privacy code is told would be false.
   """
   dtype = np.float32 if image_shape is not None else np.float64
   x_train = np.ascontiguousarray(x_train, dtype)
@@ -118,6 +120,11 @@ def _make(name, x_train, y_train, x_test=None, y_test=None, *,
   classes = tuple(int(c) for c in np.unique(np.concatenate(labels)))
   if bounds is not None:
     bounds = (float(bounds[0]), float(bounds[1]))
+    for x in (x_train, x_test):
+      if x is not None and not np.all((x >= bounds[0]) & (x <= bounds[1])):
+        raise ValueError(f"{name}: feature values outside the set's public "
+                         f"bounds {bounds} (or not finite); the files are "
+                         f"not the published ones.")
   return Dataset(name, x_train, y_train, x_test, y_test, classes,
                  None if image_shape is None else tuple(image_shape), bounds)
 
@@ -362,6 +369,10 @@ def _load_image_set(name: str, data_dir: str | None) -> Dataset:
                  bounds=(0, 255))
   x_train, y_train = read_idx_images(*paths[:2])
   x_test, y_test = read_idx_images(*paths[2:])
+  if x_test.shape[1:] != x_train.shape[1:]:
+    raise ValueError(f"{name}: test images of {x_test.shape[1:]} pixels "
+                     f"({paths[2]}), training images of "
+                     f"{x_train.shape[1:]} ({paths[0]}).")
   return _make(name, x_train.reshape(len(x_train), -1), y_train,
                x_test.reshape(len(x_test), -1), y_test,
                image_shape=x_train.shape[1:] + (1,), bounds=(0, 255))

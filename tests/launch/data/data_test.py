@@ -61,6 +61,14 @@ def test_mnist_from_parent_directory(tmp_path, gz):
   assert ds.classes == tuple(np.unique(labels).tolist())
 
 
+def test_test_images_must_have_the_training_images_shape(tmp_path):
+  _write_mnist_dir(tmp_path, np.random.default_rng(6), gz=False)
+  write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((4, 14, 56),
+                                                          np.uint8))
+  with pytest.raises(ValueError, match=r"mnist: test images of \(14, 56\)"):
+    data.load_dataset("mnist", data_dir=str(tmp_path))
+
+
 def test_images_and_labels_must_match(tmp_path):
   _write_mnist_dir(tmp_path, np.random.default_rng(6), gz=False)
   write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.zeros(3, np.uint8))
@@ -128,6 +136,15 @@ def test_svmlight_names(tmp_path):
     data.load_dataset("svmlight:f.svm,f.svm,f.svm", data_dir=str(tmp_path))
   with pytest.raises(FileNotFoundError, match="nope"):
     data.load_dataset("svmlight:nope", data_dir=str(tmp_path))
+
+
+def test_values_outside_a_sets_public_bounds_are_refused(tmp_path):
+  (tmp_path / "heart_scale").write_text("+1 1:0.5 2:300\n-1 1:-0.25\n")
+  with pytest.raises(ValueError, match=r"heart: feature values outside the "
+                     r"set's public bounds \(-1.0, 1.0\)"):
+    data.load_dataset("heart", data_dir=str(tmp_path))
+  (tmp_path / "heart_scale").write_text("+1 1:1 2:-1\n-1 1:-0.25\n")
+  assert data.load_dataset("heart", data_dir=str(tmp_path)).bounds == (-1, 1)
 
 
 def test_heart_keeps_13_features(tmp_path):

@@ -239,3 +239,126 @@ def test_read_har_split_rejects_bad_labels(tmp_path, labels):
   np.savetxt(tmp_path / "y.txt", labels)
   with pytest.raises(ValueError, match="1..6"):
     formats.read_har_split(str(tmp_path / "X.txt"), str(tmp_path / "y.txt"))
+
+
+# ----------------------------------------------------------------------------
+# Inputs that used to be read silently wrong, or failed without naming the
+# file.
+
+
+def _raw_idx(path, code, dims, payload=b""):
+  header = bytes([0, 0, code, len(dims)])
+  path.write_bytes(header + b"".join(d.to_bytes(4, "big") for d in dims)
+                   + payload)
+
+
+def test_idx_header_and_sizes_are_checked_before_reading(tmp_path):
+  (tmp_path / "rank").write_bytes(bytes([0, 0, 8, 200]) + bytes(4))
+  with pytest.raises(ValueError, match=r"rank: .*200 dimensions.*truncated"):
+    formats.read_idx(str(tmp_path / "rank"))
+  _raw_idx(tmp_path / "huge", 0x08, [65536] * 4)  # 2⁶⁴ values: no overflow
+  with pytest.raises(ValueError, match=r"huge: header announces"):
+    formats.read_idx(str(tmp_path / "huge"))
+
+
+def test_idx_images_must_be_bytes_and_labels_integers(tmp_path):
+  write_idx(tmp_path / "labels", np.arange(2, dtype=np.uint8))
+  write_idx(tmp_path / "wide", np.full((2, 2, 2), 300, np.int32))
+  with pytest.raises(ValueError, match=r"wide stores int32 pixels"):
+    formats.read_idx_images(str(tmp_path / "wide"), str(tmp_path / "labels"))
+  write_idx(tmp_path / "images", np.zeros((2, 2, 2), np.uint8))
+  _raw_idx(tmp_path / "float_labels", 0x0D, [2],
+           np.array([0.9, 1.7], ">f4").tobytes())
+  with pytest.raises(ValueError, match=r"float_labels stores float32"):
+    formats.read_idx_images(str(tmp_path / "images"),
+                            str(tmp_path / "float_labels"))
+  write_idx(tmp_path / "none", np.zeros((0, 2, 2), np.uint8))
+  write_idx(tmp_path / "no_labels", np.zeros(0, np.uint8))
+  with pytest.raises(ValueError, match=r"none holds no images"):
+    formats.read_idx_images(str(tmp_path / "none"),
+                            str(tmp_path / "no_labels"))
+
+
+@pytest.mark.parametrize("data,labels,match", [
+    (np.full((1, 3072), 300, np.int16), [1], "stored as int16"),
+    (np.zeros((1, 3072), np.float32), [1], "stored as float32"),
+    (np.zeros((2, 3072), np.uint8), [57, -1], "0..9"),
+])
+def test_cifar_pixels_must_be_bytes_and_labels_class_ids(tmp_path, data,
+                                                         labels, match):
+  (tmp_path / "b").write_bytes(pickle.dumps({b"data": data,
+                                             b"labels": labels}))
+  with pytest.raises(ValueError, match=match):
+    formats.read_cifar_batch(str(tmp_path / "b"))
+
+
+def test_an_unreadable_cifar_batch_is_named(tmp_path):
+  whole = pickle.dumps(cifar_batch(np.random.default_rng(0), 2))
+  (tmp_path / "cut").write_bytes(whole[:len(whole) // 2])
+  (tmp_path / "text").write_bytes(b"not a pickle at all" * 10)
+  for name in ("cut", "text"):
+    with pytest.raises(ValueError, match=rf"{name}: not a readable CIFAR"):
+      formats.read_cifar_batch(str(tmp_path / name))
+
+
+def test_svmlight_indices_start_at_one_and_values_are_finite(tmp_path):
+  (tmp_path / "zero").write_text("1 0:5 1:7\n-1 0:6 1:8\n")
+  with pytest.raises(ValueError, match=r"zero: .*index 0"):
+    formats.read_svmlight([str(tmp_path / "zero")])
+  # A 0-based test file does not shift the training file's columns.
+  (tmp_path / "tr").write_text("1 1:5 2:7\n-1 1:6 2:8\n")
+  (tmp_path / "te").write_text("1 0:1\n")
+  with pytest.raises(ValueError, match=r"te: .*index 0"):
+    formats.read_svmlight([str(tmp_path / "tr"), str(tmp_path / "te")])
+  (tmp_path / "nan").write_text("1 1:nan 2:inf\n-1 1:-inf\n")
+  with pytest.raises(ValueError, match=r"nan: a feature value is not finite"):
+    formats.read_svmlight([str(tmp_path / "nan")])
+
+
+def test_a_test_label_unseen_in_training_is_refused(tmp_path):
+  (tmp_path / "tr").write_text("1 1:1\n-1 1:2\n")
+  (tmp_path / "te").write_text("3 1:1\n")
+  with pytest.raises(ValueError, match=r"te: label\(s\) \[3\.0\] do not "
+                     r"occur in .*tr"):
+    formats.read_svmlight([str(tmp_path / "tr"), str(tmp_path / "te")])
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "1_0", "0x10", ""])
+def test_arff_values_must_be_finite_numbers(tmp_path, value):
+  text = (f"@relation r\n@attribute x numeric\n@attribute c {{a,b}}\n"
+          f"@data\n1,a\n{value},b\n")
+  (tmp_path / "f.arff").write_text(text)
+  with pytest.raises(ValueError, match=r"f\.arff:6: .*not a finite number"):
+    formats.read_arff(str(tmp_path / "f.arff"))
+
+
+@pytest.mark.parametrize("text,match", [
+    ("@relation r\n@attribute x numeric\n@attribute c {a,b}\n@data\n",
+     "no data rows"),
+    ("@relation r\n@attribute x numeric\n@attribute c {a,b}\n",
+     "no data rows"),
+    ("@relation r\n@attribute x numeric\n@attribute c {a,b,a}\n@data\n1,a\n",
+     "repeats a value"),
+])
+def test_degenerate_arff_files_are_refused(tmp_path, text, match):
+  (tmp_path / "f.arff").write_text(text)
+  with pytest.raises(ValueError, match=match):
+    formats.read_arff(str(tmp_path / "f.arff"))
+
+
+def test_arff_encoding(tmp_path):
+  text = "@relation r\n@attribute x numeric\n@attribute c {a,b}\n@data\n1,b\n"
+  (tmp_path / "bom.arff").write_bytes(b"\xef\xbb\xbf" + text.encode())
+  x, y, _ = formats.read_arff(str(tmp_path / "bom.arff"))
+  assert x.tolist() == [[1.0]] and y.tolist() == [1]
+  (tmp_path / "latin.arff").write_bytes(
+      text.replace("@relation r", "@relation caf\xe9").encode("latin-1"))
+  with pytest.raises(ValueError, match=r"latin\.arff: not UTF-8"):
+    formats.read_arff(str(tmp_path / "latin.arff"))
+
+
+def test_har_features_must_be_finite(tmp_path):
+  (tmp_path / "X.txt").write_text("0.5 nan\n0.1 0.2\n")
+  np.savetxt(tmp_path / "y.txt", [1, 2], fmt="%d")
+  with pytest.raises(ValueError, match=r"X\.txt: a feature value is not"):
+    formats.read_har_split(str(tmp_path / "X.txt"), str(tmp_path / "y.txt"))
