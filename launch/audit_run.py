@@ -43,13 +43,26 @@ def is_audit_module(name: str) -> bool:
   return leaf == "audit" or leaf.endswith("_audit")
 
 
+def _unimportable(name: str):
+  """``walk_packages``' onerror: a sub-package that fails to import would
+  otherwise be skipped in silence, and its audits with it."""
+  raise ImportError(f"the audit runner cannot import the package {name} "
+                    f"(its audit modules would be skipped); fix the "
+                    f"import error first.")
+
+
 def audit_modules() -> list[str]:
-  """The dotted names of every audit module of :data:`PACKAGES`, sorted."""
+  """The dotted names of every audit module of :data:`PACKAGES`, sorted.
+
+  Raises:
+    ImportError: a sub-package cannot be imported.
+  """
   names = []
   for package in PACKAGES:
     root = importlib.import_module(package)
     names.extend(info.name for info in
-                 pkgutil.walk_packages(root.__path__, package + ".")
+                 pkgutil.walk_packages(root.__path__, package + ".",
+                                       onerror=_unimportable)
                  if not info.ispkg and is_audit_module(info.name))
   return sorted(names)
 

@@ -122,6 +122,28 @@ def test_discovery_finds_every_audit_module():
   assert audit_script.audit_modules() == on_disk
 
 
+def test_a_package_that_fails_to_import_is_an_error_not_a_skip(
+    tmp_path, monkeypatch):
+  # walk_packages skips a sub-package whose import fails unless told not
+  # to: its audit modules would vanish and the audit still "pass".
+  root = tmp_path / "fakelib"
+  (root / "broken").mkdir(parents=True)
+  (root / "__init__.py").write_text("")
+  (root / "ok_audit.py").write_text("def specs():\n  return []\n")
+  (root / "broken" / "__init__.py").write_text("import not_a_module_here\n")
+  (root / "broken" / "lost_audit.py").write_text("def specs():\n  return []\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.setattr(audit_script, "PACKAGES", ("fakelib",))
+  with pytest.raises(ImportError, match="cannot import the package "
+                     "fakelib.broken"):
+    audit_script.audit_modules()
+  (root / "broken" / "__init__.py").write_text("")
+  for name in [n for n in sys.modules if n.startswith("fakelib")]:
+    monkeypatch.delitem(sys.modules, name)
+  assert audit_script.audit_modules() == ["fakelib.broken.lost_audit",
+                                          "fakelib.ok_audit"]
+
+
 def test_discovery_collects_exactly_the_expected_specs(spec_list):
   want = [name for module in sorted(EXPECTED) for name in EXPECTED[module]]
   assert [s.name for s in spec_list] == want
