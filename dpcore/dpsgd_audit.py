@@ -75,11 +75,13 @@ def dpsgd_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
 
   Every step's noisy update is released, as the accountant assumes (the
   updates of DP-G(M)LVQ training are :func:`dpcore.dpsgd.dp_aggregate`'s
-  output; the model only post-processes them). Row 0 holds the canary
-  gradient (norm C, or 10·C for ``broken="clip_skipped"``), the other rows
-  zero gradients. In ``data_0`` the canary is removed: its slot holds a
-  zero gradient, which adds nothing to any sum, so the releases are those
-  of the data set without it (qN, the divisor, is a public constant).
+  output; the model only post-processes them). The canary row holds a
+  gradient of norm 10·C, which the library clips to C (so the audit also
+  tests that clip; ``broken="clip_skipped"`` differs from it only in
+  the mechanism), the other rows zero gradients. In ``data_0`` the canary
+  is removed: its slot holds a zero gradient, which adds nothing to any
+  sum, so the releases are those of the data set without it (qN, the
+  divisor, is a public constant).
   Statistic: Σₜ log(1 − q + q·exp((2zₜ − 1)/(2σ²))), the log-likelihood
   ratio of the updates projected on the canary direction (zₜ in units of
   C).
@@ -103,7 +105,7 @@ def dpsgd_spec(*, broken: str | None = None, audit_delta: float = 1e-2,
                                             max_batch=max_batch)
   if truncation > 0:
     ledger.record_truncation(truncation, label="poisson_batch_padding")
-  canary_norm = 10.0 * clip if variant == "clip_skipped" else clip
+  canary_norm = 10.0 * clip  # clipped to C unless the clip is skipped
   direction = jnp.zeros((cfg["dim"],), jnp.float32).at[0].set(1.0)
   if broken is not None:
     position = "first"

@@ -11,8 +11,8 @@ the plan's privacy record and the paper's nominal ε.
 
 The broken variant, reported with the unbroken plan's ε, must be caught:
 ``feddpdr_participant_clip_skipped`` (the participant's projected rows
-reach its fit without being clipped to norm ≤ 1, and its canary, the
-first row, is 10·e₁).
+reach its fit without being clipped to norm ≤ 1; its canary, the
+first row, is 10·e₁, as in the unbroken spec, where the clip binds).
 
 ``feddpdr_distributed_moments@{first,middle,last}``: the PCA release of
 ``aggregation="distributed_moments"`` (:mod:`federated.feddpdr.
@@ -73,7 +73,8 @@ from mechanisms.pca import dp_pca
 
 BROKEN = ("clip_skipped",)
 CANARY_SCALE = 10.0
-"""The norm of the broken variant's row (the unbroken one's is 1)."""
+"""The canary row's norm: the library clips it to 1, the broken variant
+does not."""
 ROWS = 3
 """The rows of the audited participant: the canary and two rows of 0."""
 
@@ -127,7 +128,9 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
 
   A participant of :data:`ROWS` rows (d = 2, k = 2, two classes) whose
   canary, at ``position`` (one of :data:`dpcore.audit_spec.POSITIONS`;
-  the broken variant's is first), is x = e₁ with label 1 in ``data_0``
+  the broken variant's is first), is x = :data:`CANARY_SCALE`·e₁
+  (clipped to e₁ by the library: the audit also tests the clip) with
+  label 1 in ``data_0``
   and 0 in ``data_1`` (replace-one, the relation the pipeline is
   accounted under); the other rows are 0, labelled 1 in both. The
   mechanism is
@@ -136,8 +139,8 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   (with k = d the basis is a rotation, so this probes the fit).
 
   ``broken``: None, or ``"clip_skipped"`` (:data:`BROKEN`): the
-  participant's row is :data:`CANARY_SCALE`·e₁, a row it forgot to
-  normalise, and its projection reaches the fit unclipped
+  participant's row, which it forgot to normalise, has its projection
+  reach the fit unclipped
   (:func:`unclipped_participant`). DP-PCA still clips its copy, and the
   row is the same in both neighbours, so the basis tells nothing; the
   fit's gradient flips by 2·10 where the noise is calibrated for 2.
@@ -149,7 +152,7 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   config = feddpdr.Config(mechanism="dpdr_dpml", epsilon=epsilon,
                           delta=delta, k=2, lam=lam)
   plan = feddpdr.make_plan([ROWS], dim=2, num_classes=2, config=config)
-  row_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
+  row_norm = CANARY_SCALE  # clipped to 1 unless the clip is skipped
   x = jnp.zeros((1, ROWS, 2), jnp.float32).at[0, canary, 0].set(row_norm)
   mask = jnp.ones((1, ROWS), jnp.float32)
   arrays = tuple(jnp.asarray(a) for a in

@@ -33,7 +33,8 @@ BROKEN = ("clip_skipped",)
 ROWS = 3
 """Rows of the audited problem: the canary and two blank rows."""
 CANARY_SCALE = 10.0
-"""The norm of the broken variant's row (the unbroken one's is 1)."""
+"""The canary row's norm: the library clips it to 1, the broken variant
+does not."""
 
 
 def unclipped_release(key, plan: op.ObjectivePerturbationPlan, x, y,
@@ -58,7 +59,9 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   ``position`` (one of :data:`dpcore.audit_spec.POSITIONS`) among
   :data:`ROWS` rows.
 
-  The canary x = 1 has label +1 in ``data_0`` and −1 in ``data_1``; the
+  The canary x = :data:`CANARY_SCALE`, clipped to 1 by the library (the
+  audit also tests the clip), has label +1 in ``data_0`` and −1 in
+  ``data_1``; the
   other rows are x = 0 with label +1 in both. With a strong ridge the fit
   stays where the Huber hinge is linear, so the gradient the canary
   contributes flips by the full 2 — the worst case of the proof; the
@@ -67,8 +70,8 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   to the library's tolerance.
 
   ``broken``: None, or ``"clip_skipped"`` (:data:`BROKEN`): the row is not
-  clipped to norm ≤ 1 before the fit (:func:`unclipped_release`) and is
-  x = :data:`CANARY_SCALE`, a row a caller forgot to normalise. Near
+  clipped to norm ≤ 1 before the fit (:func:`unclipped_release`), a row a
+  caller forgot to normalise. Near
   β = 0 the two labels then need noise values 2·10 apart where the noise
   is calibrated for 2: a privacy loss up to (p/2)·20 ≈ 9.8 instead of
   (p/2)·2. Reported with the plan's ε, the audit must find a bound above
@@ -79,7 +82,7 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
   plan = op.make_plan(epsilon=epsilon, num_examples=ROWS, lam=lam, loss=loss)
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
-  row_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
+  row_norm = CANARY_SCALE  # clipped to 1 unless the clip is skipped
   x = jnp.zeros((ROWS, 1)).at[canary, 0].set(row_norm)
   mask = jnp.ones((ROWS,))
   release = unclipped_release if broken == "clip_skipped" else op.release

@@ -11,7 +11,8 @@ without being clipped to the box [−1, 1]^d whose sensitivity (L1 d, or
 L2 √(1 + d) with the counts) the noise is sized for.
 
 Set-up (d = 1, two classes): 40 rows of value 0 in class 0 and 40 in
-class 1; the canary, value 1 (a corner of the box), joins class 0. Class
+class 1; the canary, value 10, which the library clips to 1 (a corner of
+the box; the audit also tests that clip), joins class 0. Class
 0's prototype is (S + Z_S) / max(N + Z_N, 1), clipped to [−1, 1]: the
 canary moves S by 1 and N by 1. The statistic is that prototype. Most of
 what it can show is the sums' half of the budget (ε₁/2 for the Laplace
@@ -41,7 +42,8 @@ EPSILON = 1.0
 AUDIT_DELTA = 1e-2
 BROKEN = ("box_skipped",)
 CANARY_OUTSIDE = 10.0
-"""The broken variant's canary value: outside the box, unclipped there."""
+"""The canary's value: outside the box; the library clips it to 1, the
+broken variant does not."""
 
 
 def unclipped_laplace(key, plan: init.LaplacePlan, x, y, *,
@@ -86,8 +88,8 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
   """One private initialisation, a canary row in class 0 (add/remove).
 
   ``kind``: ``"laplace"`` (the paper's) or ``"gaussian"``. ``broken``:
-  None, or ``"box_skipped"`` (:data:`BROKEN`; the canary first and of
-  value :data:`CANARY_OUTSIDE`).
+  None, or ``"box_skipped"`` (:data:`BROKEN`; the canary first). The
+  canary's value is :data:`CANARY_OUTSIDE` in both.
   """
   if kind not in ("laplace", "gaussian"):
     raise ValueError(f"kind must be 'laplace' or 'gaussian', got {kind!r}.")
@@ -104,7 +106,7 @@ def init_spec(*, kind: str = "laplace", position: str = "first",
     release = init.release_gaussian
     delta = AUDIT_DELTA
   plan.record(ledger)
-  canary = CANARY_OUTSIDE if broken else 1.0
+  canary = CANARY_OUTSIDE  # boxed to 1 unless the box is skipped
   data_0, data_1, at = _data(position, canary)
   if broken == "box_skipped":
     release = _UNCLIPPED[kind]

@@ -1,7 +1,8 @@
 """Audit specs of Analyze-Gauss DP-PCA (:mod:`mechanisms.pca.dp_pca`).
 
 ``dp_pca@first``, ``@middle``, ``@last``: the whole eigendecomposition
-released for a canary row e₁ at each position among the d rows, against
+released for a canary row 10·e₁ (clipped to e₁: the audit also tests the
+clip) at each position among the d rows, against
 the same padded rows with the canary masked out (add/remove), with the
 ε the plan's own ledger claims. ``dp_pca_discrete@…``: the same with the
 exact noise (``noise="discrete"``: XᵀX on the grid γ = 2⁻⁸ plus discrete
@@ -13,8 +14,8 @@ upper triangle, along its direction).
 
 Each has a broken variant, reported with the unbroken plan's ε, that must
 be caught: ``dp_pca_clip_skipped`` and ``dp_pca_discrete_clip_skipped``
-(the rows enter XᵀX without being clipped to norm ≤ 1, and the canary,
-first, is 10·e₁), ``dp_pca_replace_sensitivity_one`` (the noise of the
+(the same rows, the canary first, enter XᵀX without being clipped to
+norm ≤ 1), ``dp_pca_replace_sensitivity_one`` (the noise of the
 add/remove plan, calibrated for sensitivity 1, under the replace-one
 claim).
 """
@@ -39,7 +40,8 @@ BROKEN = ("clip_skipped",)
 GRID = 2.0 ** -8
 """The grid of the discrete mode's specs."""
 CANARY_SCALE = 10.0
-"""The norm of the broken variant's canary row (the unbroken one's is 1)."""
+"""The canary row's norm: the library clips it to 1, the broken variant
+does not."""
 
 
 def unclipped_release(key, plan: dp_pca.PcaPlan, x, mask) -> dp_pca.PcaResult:
@@ -72,12 +74,12 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   ``position`` among the d rows) is masked out in ``data_0``. The release
   is the full eigendecomposition (k = d), from which the statistic
   rebuilds e₁ᵀ(noisy M)e₁ = Σⱼ λⱼ (vⱼ·e₁)²: the noisy diagonal entry the
-  canary adds 1 to.
+  canary, :data:`CANARY_SCALE`·e₁ clipped to e₁, adds 1 to.
 
   ``broken``: None, or ``"clip_skipped"`` (:data:`BROKEN`): the rows are
-  not clipped to norm ≤ 1 before XᵀX (:func:`unclipped_release`) and the
-  canary, at the first row, is :data:`CANARY_SCALE`·e₁, a row a caller
-  forgot to normalise. It adds 100 to the diagonal entry where the noise
+  not clipped to norm ≤ 1 before XᵀX (:func:`unclipped_release`), and the
+  canary, at the first row, is a row a caller forgot to normalise. It
+  adds 100 to the diagonal entry where the noise
   is calibrated for 1; reported with the plan's ε, the audit must find a
   bound above it. ``noise="discrete"``: the exact noise on the grid
   :data:`GRID` (the spec ``dp_pca_discrete``).
@@ -91,9 +93,8 @@ def dp_pca_spec(*, epsilon: float = 1.0, delta: float = 1e-5,
   ledger = accounting.PrivacyLedger()
   plan.record(ledger)
   at = canary_index(dim, position)
-  canary_norm = CANARY_SCALE if broken == "clip_skipped" else 1.0
-  # The canary e₁ (scaled for the broken variant) in row ``at``, the other
-  # rows e₂ … e_d.
+  canary_norm = CANARY_SCALE  # clipped to 1 unless the clip is skipped
+  # The canary 10·e₁ in row ``at``, the other rows e₂ … e_d.
   rows = jnp.roll(jnp.eye(dim, dtype=jnp.float32), at, axis=0)
   rows = rows.at[at].multiply(canary_norm)
   mask_1 = jnp.ones((dim,), jnp.float32)

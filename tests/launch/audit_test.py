@@ -14,6 +14,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from dpcore import accounting, noise_audit
@@ -207,6 +208,31 @@ def test_every_claim_has_a_broken_variant(all_specs):
       missing.add(base)
   assert not missing, (
       f"unbroken specs without a broken variant: {sorted(missing)}")
+
+
+def test_a_skipped_clip_is_caught_on_the_data_its_twin_audits(all_specs):
+  # A clip (or box) skipped shows only on a row the clip would change. The
+  # unbroken twin audits that same row, so that it tests the library's own
+  # clip: were the clip gone from the library, the twin would fail too.
+  twins = {group(n): n for n, s in all_specs.items()
+           if not s.broken and s.position in (None, "first")}
+  checked = []
+  for name, spec in all_specs.items():
+    if not (spec.broken and name.endswith(("_clip_skipped", "_box_skipped"))):
+      continue
+    base = next((b for b, other in BROKEN_ELSEWHERE.items() if other == name),
+                name.rsplit("_", 2)[0])
+    twin = all_specs[twins[base]]
+    assert twin.position in (None, "first"), name
+    for got, want in ((spec.data_0, twin.data_0), (spec.data_1, twin.data_1)):
+      for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want),
+                      strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert ({k: v for k, v in spec.settings.items() if k != "variant"}
+            == {k: v for k, v in twin.settings.items() if k != "variant"}), (
+                name)
+    checked.append(name)
+  assert len(checked) >= 12, checked
 
 
 def test_specs_are_well_formed(spec_list):

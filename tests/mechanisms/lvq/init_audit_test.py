@@ -36,7 +36,8 @@ def test_names_positions_and_claims(specs):
     spec = specs[f"lvq_init_laplace@{p}"]
     (x_0, y_0), (x_1, y_1) = spec.data_0, spec.data_1
     at = spec.settings["canary_row"]
-    assert x_1[at, 0] == 1.0 and y_1[at] == 0
+    # Outside the box: the library clips it to 1, the broken variant not.
+    assert x_1[at, 0] == init_audit.CANARY_OUTSIDE == 10.0 and y_1[at] == 0
     np.testing.assert_array_equal(np.delete(x_1, at, axis=0), x_0)
     np.testing.assert_array_equal(np.delete(y_1, at), y_0)
   with pytest.raises(ValueError, match="broken must be"):

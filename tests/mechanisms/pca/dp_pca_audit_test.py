@@ -34,9 +34,10 @@ def test_names_positions_and_neighbours(specs):
     (rows, mask_0), (rows_1, mask_1) = spec.data_0, spec.data_1
     np.testing.assert_array_equal(rows, rows_1)
     at = audit_spec.canary_index(3, p)
-    # The neighbours differ in the canary's mask alone, the canary is e₁.
+    # The neighbours differ in the canary's mask alone; the canary is
+    # 10·e₁, which the library clips to e₁ (the broken variant does not).
     np.testing.assert_array_equal(np.flatnonzero(mask_1 != mask_0), [at])
-    np.testing.assert_array_equal(rows[at], [1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(rows[at], [10.0, 0.0, 0.0])
   # The claim is the plan's own ledger's, at the audit's δ.
   plan = dp_pca.make_plan(epsilon=1.0, delta=1e-5, k=3, dim=3,
                           relation="add_remove")
