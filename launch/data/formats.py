@@ -259,8 +259,11 @@ def read_svmlight(paths, *, n_features: int | None = None
         load_svmlight_file(io.BytesIO(content), dtype=np.float64,
                            zero_based=False)
       except ValueError as own:
+        hint = ("; LIBSVM's indices start at 1 (scikit-learn's "
+                "dump_svmlight_file writes from 0 unless zero_based=False)"
+                if "index 0" in str(own) else "")
         raise ValueError(f"{path}: not a valid svmlight/LIBSVM file "
-                         f"({own}).") from None
+                         f"({own}){hint}.") from None
     raise ValueError(f"{', '.join(paths)}: {e}") from None
   xs = [np.asarray(m.toarray(), np.float64) for m in parts[0::2]]
   ys = parts[1::2]

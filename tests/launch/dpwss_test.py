@@ -37,7 +37,7 @@ def small_svmlight(tmp_path_factory):
   x, y = datasets.load_svmlight_file(HEART,
                                      n_features=13)
   path = tmp_path_factory.mktemp("svm") / "small"
-  datasets.dump_svmlight_file(x[:90], y[:90], str(path))
+  datasets.dump_svmlight_file(x[:90], y[:90], str(path), zero_based=False)
   return f"svmlight:{path}"
 
 
@@ -227,7 +227,8 @@ def test_cli_loader_keeps_libsvm_parity(tmp_path):
   low, high = x.min(axis=0), x.max(axis=0)
   x = 2 * (x - low) / (high - low) - 1
   path = str(tmp_path / "wdbc_scaled")
-  datasets.dump_svmlight_file(x, np.where(bunch.target == 1, 1, -1), path)
+  datasets.dump_svmlight_file(x, np.where(bunch.target == 1, 1, -1), path,
+                             zero_based=False)
   ref_iter, ref_rho, ref_obj = _libsvm_fit(path, 1 / 30)
   name = f"svmlight:{path}"
   setting = launch_dpwss.Setting(dataset=name, wss="wss2", shrinking=False,
