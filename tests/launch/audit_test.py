@@ -384,6 +384,20 @@ def test_script_writes_json_line_and_table(tmp_path):
   assert "| laplace | add_remove |" in page
   assert "python -m launch.audit" in page
   assert f"{record['epsilon_lower']:.3f}" in page
+  assert "Incomplete" not in page  # the one spec asked for ran
+
+
+def test_a_page_of_some_specs_says_it_is_incomplete(tmp_path):
+  record = {"name": "laplace", "broken": False, "backend": "cpu",
+            "relation": "add_remove", "settings": {}, "verdict": "ok",
+            "claim": {"epsilon": 1.0, "delta": 0.0, "epsilon_nominal": None},
+            "epsilon_lower": 0.9, "trials": 10, "seconds": 1.0,
+            "exceeds_nominal": False}
+  page = tmp_path / "page.md"
+  audit_script.write_page(str(page), [record], command="c", seed=0, total=3)
+  assert "**Incomplete: 1 of 3 specs so far**" in page.read_text()
+  audit_script.write_page(str(page), [record], command="c", seed=0, total=1)
+  assert "Incomplete" not in page.read_text()
 
 
 def test_a_violation_fails_the_run(tmp_path, monkeypatch):
