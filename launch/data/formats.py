@@ -354,6 +354,37 @@ def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     ``(x, y, class_names)``: float64 ``(n, d)`` features, int64 labels that
     index ``class_names`` (the nominal values in their declared order).
   """
+  return _parse_arff(path)[:3]
+
+
+def read_arffs(paths) -> list[tuple[np.ndarray, np.ndarray]]:
+  """ARFF files of one data set (e.g. train and test): ``(x, y)`` per file.
+
+  Each file as :func:`read_arff` reads it; the files must declare the same
+  attributes, by name and in order, and the same class values, so that a
+  column or a label means the same in each.
+
+  Raises:
+    ValueError: a file :func:`read_arff` refuses, or two files whose
+      attributes or classes differ (naming both).
+  """
+  paths = list(paths)
+  parsed = [_parse_arff(p) for p in paths]
+  for path, (_, _, classes, names) in zip(paths[1:], parsed[1:],
+                                          strict=True):
+    if names != parsed[0][3]:
+      raise ValueError(f"{path} declares the attributes {list(names)}, "
+                       f"{paths[0]} {list(parsed[0][3])}; the files must "
+                       f"share them, in the same order.")
+    if classes != parsed[0][2]:
+      raise ValueError(f"{path} declares the class values {classes}, "
+                       f"{paths[0]} {parsed[0][2]}; the files must share "
+                       f"them.")
+  return [(x, y) for x, y, _, _ in parsed]
+
+
+def _parse_arff(path: str):
+  """``(x, y, class_names, feature_names)`` of an ARFF file."""
   attributes, rows, in_data = [], [], False
   try:
     lines = _read_bytes(path).decode("utf-8-sig").splitlines()
@@ -403,7 +434,7 @@ def read_arff(path: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
       raise ValueError(f"{where}: {bad[0]!r} is not a finite number.")
     x[r] = [float(v) for v in values[:-1]]
     y[r] = index[values[-1]]
-  return x, y, class_names
+  return x, y, class_names, tuple(a for a, _ in attributes[:-1])
 
 
 # ----------------------------------------------------------------------------

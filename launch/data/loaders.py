@@ -31,6 +31,7 @@ import numpy as np
 
 from launch.data.formats import (
     read_arff,
+    read_arffs,
     read_cifar_batch,
     read_har_split,
     read_idx,
@@ -44,7 +45,7 @@ __all__ = [
     "SYNTHETIC_DEFAULTS", "synthetic", "synthetic_settings",
     "describe_sources", "check_dataset", "public_bounds", "PUBLIC_BOUNDS",
     # File-format readers, re-exported from launch.data.formats.
-    "read_arff", "read_cifar_batch", "read_har_split", "read_idx",
+    "read_arff", "read_arffs", "read_cifar_batch", "read_har_split", "read_idx",
     "read_idx_images", "read_svmlight", "svmlight_labels",
 ]
 
@@ -414,22 +415,13 @@ def _load_svmlight(name: str, paths: list[str], *, n_features=None,
   return _make(name, *[a for xy in parts for a in xy], bounds=bounds)
 
 
-def _read_arffs(name: str, paths: list[str]) -> list[tuple]:
-  """``(x, y)`` per ARFF file, checking the files declare the same classes."""
-  parts = [read_arff(p) for p in paths]
-  if len({p[2] for p in parts}) != 1:
-    raise ValueError(f"{name}: the files declare different class values "
-                     f"{[p[2] for p in parts]}.")
-  return [p[:2] for p in parts]
-
-
 def _load_heart(name: str, data_dir: str | None) -> Dataset:
   return _load_svmlight(name, _locate(name, data_dir), n_features=13,
                         bounds=(-1, 1))
 
 
 def _load_segment(name: str, data_dir: str | None) -> Dataset:
-  (xa, ya), (xb, yb) = _read_arffs(name, _locate(name, data_dir))
+  (xa, ya), (xb, yb) = read_arffs(_locate(name, data_dir))
   return _make(name, np.concatenate([xa, xb]), np.concatenate([ya, yb]))
 
 
@@ -664,7 +656,7 @@ def load_dataset(name: str, *, data_dir: str | None = None) -> Dataset:
     kind, paths = spec
     if kind == "svmlight":
       return _load_svmlight(name, paths)
-    return _make(name, *[a for xy in _read_arffs(name, paths) for a in xy])
+    return _make(name, *[a for xy in read_arffs(paths) for a in xy])
   if synthetic_settings(name) is not None:
     return _load_synthetic(name)
   if name not in _LOADERS:

@@ -35,7 +35,7 @@ def _write_mnist_dir(directory, rng, *, n_train=6, n_test=4, gz=True):
 
 def test_readers_are_reexported():
   for name in ("read_idx", "read_idx_images", "read_cifar_batch",
-               "read_svmlight", "svmlight_labels", "read_arff",
+               "read_svmlight", "svmlight_labels", "read_arff", "read_arffs",
                "read_har_split"):
     assert getattr(data, name) is getattr(formats, name)
   for name in data.__all__:
@@ -165,12 +165,22 @@ def test_arff_names(tmp_path):
   assert ds.x_test is None and ds.bounds is None
   pair = data.load_dataset("arff:tiny.arff,tiny.arff", data_dir=FIXTURES)
   np.testing.assert_array_equal(pair.x_test, pair.x_train)
+  header = ("@relation r\n@attribute 'first feature' numeric\n"
+            "@attribute second numeric\n"
+            "@attribute 'third, with comma' numeric\n")
   other = tmp_path / "other.arff"
-  other.write_text("@relation r\n@attribute a numeric\n@attribute b numeric"
-                   "\n@attribute c numeric\n@attribute k {b,c}\n@data\n"
-                   "1,2,3,b\n")
-  with pytest.raises(ValueError, match="different class values"):
+  other.write_text(header + "@attribute k {b,c}\n@data\n1,2,3,b\n")
+  with pytest.raises(ValueError, match="other.arff declares the class "
+                     "values"):
     data.load_dataset(f"arff:{FIXTURES}/tiny.arff,{other}")
+  # Columns in another order would be read swapped: refused by name.
+  swapped = tmp_path / "swapped.arff"
+  swapped.write_text(header.replace("'first feature'", "tmp").replace(
+      "second", "'first feature'").replace("tmp", "second")
+                     + "@attribute class {'class a', b, c}\n@data\n1,2,3,b\n")
+  with pytest.raises(ValueError, match=r"swapped.arff declares the "
+                     r"attributes \['second', 'first feature'"):
+    data.load_dataset(f"arff:{FIXTURES}/tiny.arff,{swapped}")
 
 
 def test_segment_concatenates_weka_files(tmp_path):
