@@ -19,9 +19,10 @@ import sys
 
 from absl import flags
 
-from launch import common
+from dpcore import options
+from launch import common, vocabulary
 
-_LEARNER = flags.DEFINE_enum("learner", None, ["fedsgd", "dplvq"],
+_LEARNER = flags.DEFINE_enum("learner", None, list(vocabulary.Learner),
                              "which private learner")
 flags.DEFINE_string("dataset", "mnist", "mnist or fashion_mnist")
 flags.DEFINE_string("data_dir", None, "Where the files are.")
@@ -34,7 +35,8 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"],
 flags.DEFINE_integer("J", 2, "scattering scales")
 flags.DEFINE_integer("L", 8, "scattering orientations")
 flags.DEFINE_integer("num_groups", 27, "groups of the group norm")
-flags.DEFINE_string("trust", "server", "server, local or participant")
+flags.DEFINE_enum("trust", "server", list(options.Trust),
+                  "server, local or participant")
 flags.DEFINE_integer("participants", 5, "P")
 flags.DEFINE_integer("rows_per_participant", 10_000, "n")
 flags.DEFINE_integer("partition_seed", 0, "seed of the rows' split")
@@ -48,7 +50,8 @@ flags.DEFINE_float(
     "σ given (0: the non-private reference); unset: calibrated for ε")
 flags.DEFINE_integer("participant_chunk", None,
                      "participants per vmapped block")
-flags.DEFINE_string("inputs", "features", "DP-LVQ on features or pixels")
+flags.DEFINE_enum("inputs", "features", list(vocabulary.Inputs),
+                  "DP-LVQ on features or pixels")
 _PROJ = flags.DEFINE_string(
     "projection_dim", "784",
     "features' dimension after the fixed random projection; 'none' keeps "
@@ -56,15 +59,15 @@ _PROJ = flags.DEFINE_string(
 flags.DEFINE_integer("projection_seed", 0, "public seed of the projection")
 flags.DEFINE_float("feature_bound", 3.0,
                    "public bound c: [-c, c] maps onto [-1, 1]")
-flags.DEFINE_string("lvq_model", "gmlvq", "glvq or gmlvq")
-flags.DEFINE_string("lvq_trainer", "dpsgd",
-                    "dpsgd (private) or sgd (reference)")
+flags.DEFINE_enum("lvq_model", "gmlvq", list(options.LVQModel), "the model")
+flags.DEFINE_enum("lvq_trainer", "dpsgd", list(options.LVQTrainer),
+                  "dpsgd (private) or sgd (reference)")
 flags.DEFINE_float("lvq_sampling_rate", 0.01, "DP-LVQ q")
 flags.DEFINE_float("lvq_clip_norm", 0.5, "DP-LVQ clip C")
 flags.DEFINE_integer("lvq_epochs", 50, "DP-LVQ epochs")
 flags.DEFINE_float("lvq_learning_rate", 0.05, "DP-LVQ step size")
-flags.DEFINE_string("lvq_init_mechanism", "laplace",
-                    "laplace (the paper's) or gaussian")
+flags.DEFINE_enum("lvq_init_mechanism", "laplace", list(options.InitMechanism),
+                  "laplace (the paper's) or gaussian")
 flags.DEFINE_integer("lvq_rank", None, "rows of Ω (None: full)")
 flags.DEFINE_integer("lvq_folds", 5, "CV folds")
 flags.DEFINE_integer("lvq_repeats", 5, "CV repeats")

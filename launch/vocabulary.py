@@ -45,6 +45,18 @@ class SolverDtype(enum.StrEnum):
   FLOAT32 = "float32"
 
 
+class Learner(enum.StrEnum):
+  """``launch.feature_learners``' learner on the scattering features."""
+  FEDSGD = "fedsgd"
+  DPLVQ = "dplvq"
+
+
+class Inputs(enum.StrEnum):
+  """What ``launch.feature_learners``' DP-LVQ reads: features or pixels."""
+  FEATURES = "features"
+  PIXELS = "pixels"
+
+
 class TrainOn(enum.StrEnum):
   """Which folds ``launch.dplvq`` trains on."""
   AUTO = "auto"
@@ -52,5 +64,5 @@ class TrainOn(enum.StrEnum):
   OTHER_FOLDS = "other_folds"
 
 
-__all__ = ["EvalSplit", "Release", "Scaling", "SolverDtype", "TrainOn",
-           "WorkingSet"]
+__all__ = ["EvalSplit", "Inputs", "Learner", "Release", "Scaling",
+           "SolverDtype", "TrainOn", "WorkingSet"]

@@ -26,19 +26,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dpcore import options, validation
+from launch import vocabulary
+
 __all__ = [
-    "INPUTS", "LEARNERS", "PROJECTION_KEY", "TRUSTS", "Images", "Setting",
-    "feature_rows", "load_images", "lvq_inputs", "projection_key", "run",
-    "run_dplvq",
-    "run_fedsgd", "summary",
+    "PROJECTION_KEY", "Images", "Setting", "feature_rows", "load_images",
+    "lvq_inputs", "projection_key", "run", "run_dplvq", "run_fedsgd",
+    "summary",
 ]
 
-LEARNERS = ("fedsgd", "dplvq")
-TRUSTS = ("server", "local", "participant")
-INPUTS = ("features", "pixels")
-_LVQ_MODELS = ("glvq", "gmlvq")
-_LVQ_TRAINERS = ("dpsgd", "sgd")
-_INIT_MECHANISMS = ("laplace", "gaussian")
 # The DP-LVQ run's fields (launch.experiments.dplvq.Setting) this setting
 # holds, each as ``lvq_<field>`` (its refusals are renamed so).
 _LVQ_FIELDS = ("model", "trainer", "sampling_rate", "clip_norm", "epochs",
@@ -115,7 +111,7 @@ class Setting:
     lvq_parallel_runs: runs vmapped together.
     lvq_memory_budget: bytes the evaluation may use (None: no check).
   """
-  learner: str
+  learner: vocabulary.Learner
   dataset: str = "mnist"
   data_dir: str | None = None
   cache_dir: str | None = None
@@ -126,7 +122,7 @@ class Setting:
   L: int = 8  # noqa: N815
   num_groups: int = 27
   # Federated DP-SGD.
-  trust: str = "server"
+  trust: options.Trust = options.Trust.SERVER
   participants: int = 5
   rows_per_participant: int = 10_000
   partition_seed: int = 0
@@ -138,17 +134,18 @@ class Setting:
   noise_multiplier: float | None = None
   participant_chunk: int | None = None
   # DP-LVQ.
-  inputs: str = "features"
+  inputs: vocabulary.Inputs = vocabulary.Inputs.FEATURES
   projection_dim: int | None = 784
   projection_seed: int = 0
   feature_bound: float = 3.0
-  lvq_model: str = "gmlvq"
-  lvq_trainer: str = "dpsgd"
+  lvq_model: options.LVQModel = options.LVQModel.GMLVQ
+  lvq_trainer: options.LVQTrainer = options.LVQTrainer.DPSGD
   lvq_sampling_rate: float = 0.01
   lvq_clip_norm: float = 0.5
   lvq_epochs: int = 50
   lvq_learning_rate: float = 0.05
-  lvq_init_mechanism: str = "laplace"
+  lvq_init_mechanism: options.InitMechanism = (
+      options.InitMechanism.LAPLACE)
   lvq_rank: int | None = None
   lvq_folds: int = 5
   lvq_repeats: int = 5
@@ -159,75 +156,78 @@ class Setting:
     """One-line ValueErrors naming the setting, before any data is read.
 
     Returns:
-      ``self``.
+      The setting with its option fields as their enum members.
     """
     from mechanisms.features import scattering  # pylint: disable=g-import-not-at-top
 
-    def one_of(name, value, allowed):
-      if value not in allowed:
-        raise ValueError(f"{name}={value!r}: choose one of "
-                         f"{', '.join(allowed)}.")
-
-    def positive(name, value, *, integer=False):
-      ok = (isinstance(value, (int, np.integer)) and not isinstance(
-          value, bool)) if integer else isinstance(value, (int, float))
-      if not ok or not np.isfinite(value) or value <= 0:
-        kind = "an integer" if integer else "a finite number"
-        raise ValueError(f"{name}={value!r}: must be {kind} > 0.")
-
-    one_of("learner", self.learner, LEARNERS)
-    positive("epsilon", self.epsilon)
-    if not (isinstance(self.delta, float) and 0.0 < self.delta < 1.0):
-      raise ValueError(f"delta={self.delta!r}: must be in (0, 1), e.g. "
-                       f"1e-5.")
+    learner = options.parse(vocabulary.Learner, self.learner, "learner")
+    validation.check_epsilon(self.epsilon)
+    validation.check_delta(self.delta)
     if not self.seeds or any(
         not isinstance(s, (int, np.integer)) or s < 0 for s in self.seeds):
       raise ValueError(f"seeds={self.seeds!r}: give one or more integers "
                        f"≥ 0.")
-    positive("J", self.J, integer=True)
-    positive("L", self.L, integer=True)
-    positive("num_groups", self.num_groups, integer=True)
+    for name in ("J", "L", "num_groups"):
+      validation.check_positive_int(getattr(self, name), name)
     channels = scattering.num_channels(self.J, self.L)
     if channels % self.num_groups:
       raise ValueError(f"num_groups={self.num_groups}: must divide the "
                        f"{channels} channels of J={self.J}, L={self.L}.")
-    if self.learner == "fedsgd":
-      one_of("trust", self.trust, TRUSTS)
-      for name in ("participants", "rows_per_participant", "batch_size"):
-        positive(name, getattr(self, name), integer=True)
-      if self.batch_size > self.participants * self.rows_per_participant:
-        raise ValueError(
-            f"batch_size={self.batch_size} exceeds the participants × "
-            f"rows_per_participant = "
-            f"{self.participants * self.rows_per_participant} rows (q = "
-            f"B/N must be ≤ 1).")
-      for name in ("epochs", "clip_norm", "learning_rate"):
-        positive(name, getattr(self, name))
-      if not 0.0 <= self.momentum < 1.0:
-        raise ValueError(f"momentum={self.momentum!r}: must be in [0, 1).")
-      if self.noise_multiplier is not None and not (
-          np.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
-        raise ValueError(f"noise_multiplier={self.noise_multiplier!r}: "
-                         f"must be ≥ 0, or None to calibrate it for ε.")
-      if self.participant_chunk is not None:
-        positive("participant_chunk", self.participant_chunk, integer=True)
-      if self.partition_seed < 0:
-        raise ValueError(f"partition_seed={self.partition_seed}: must be "
-                         f"≥ 0.")
-      return self
-    one_of("inputs", self.inputs, INPUTS)
-    one_of("lvq_model", self.lvq_model, _LVQ_MODELS)
-    one_of("lvq_trainer", self.lvq_trainer, _LVQ_TRAINERS)
-    one_of("lvq_init_mechanism", self.lvq_init_mechanism, _INIT_MECHANISMS)
+    if learner == vocabulary.Learner.FEDSGD:
+      return dataclasses.replace(self, learner=learner,
+                                 trust=self._check_federated())
+    inputs = options.parse(vocabulary.Inputs, self.inputs, "inputs")
+    model = options.parse(options.LVQModel, self.lvq_model, "lvq_model")
+    trainer = options.parse(options.LVQTrainer, self.lvq_trainer,
+                            "lvq_trainer")
+    if trainer == options.LVQTrainer.BFGS:
+      raise ValueError("lvq_trainer='bfgs': choose dpsgd (private) or sgd "
+                       "(its non-private reference).")
+    init = options.parse(options.InitMechanism, self.lvq_init_mechanism,
+                         "lvq_init_mechanism")
     if self.projection_dim is not None:
-      positive("projection_dim", self.projection_dim, integer=True)
-    positive("feature_bound", self.feature_bound)
+      validation.check_positive_int(self.projection_dim, "projection_dim")
+    validation.check_positive(self.feature_bound, "feature_bound")
+    checked = dataclasses.replace(
+        self, learner=learner, inputs=inputs, lvq_model=model,
+        lvq_trainer=trainer, lvq_init_mechanism=init)
     # The LVQ run is given the feature rows: its files are not needed.
     try:
-      self.lvq_setting().check(files=False)
+      checked.lvq_setting().check(files=False)
     except ValueError as error:
       raise ValueError(_lvq_names(str(error))) from None
-    return self
+    return checked
+
+  def _check_federated(self) -> options.Trust:
+    """Refuses a bad federated recipe; returns the trust model."""
+    trust = options.parse(options.Trust, self.trust, "trust")
+    if trust == options.Trust.DISTRIBUTED:
+      raise ValueError("trust='distributed': this runner trains server, "
+                       "local or participant noise (distributed noise: "
+                       "python -m launch.feddpdr --fedsgd_trust=distributed)"
+                       ".")
+    for name in ("participants", "rows_per_participant", "batch_size"):
+      validation.check_positive_int(getattr(self, name), name)
+    if self.batch_size > self.participants * self.rows_per_participant:
+      raise ValueError(
+          f"batch_size={self.batch_size} exceeds the participants × "
+          f"rows_per_participant = "
+          f"{self.participants * self.rows_per_participant} rows (q = "
+          f"B/N must be ≤ 1).")
+    for name in ("epochs", "clip_norm", "learning_rate"):
+      validation.check_positive(getattr(self, name), name)
+    validation.check_in_range(self.momentum, "momentum", 0.0, 1.0,
+                              low_inclusive=True)
+    if self.noise_multiplier is not None:
+      validation.check_non_negative(self.noise_multiplier,
+                                    "noise_multiplier")
+    if self.participant_chunk is not None:
+      validation.check_positive_int(self.participant_chunk,
+                                    "participant_chunk")
+    if self.partition_seed < 0:
+      raise ValueError(f"partition_seed={self.partition_seed}: must be "
+                       f"≥ 0.")
+    return trust
 
   def lvq_setting(self):
     """The :class:`launch.experiments.dplvq.Setting` of the LVQ fields.
@@ -238,7 +238,7 @@ class Setting:
     """
     from launch.data import loaders  # pylint: disable=g-import-not-at-top
     from launch.experiments import dplvq  # pylint: disable=g-import-not-at-top
-    private = self.lvq_trainer == "dpsgd"
+    private = self.lvq_trainer == options.LVQTrainer.DPSGD
     return dplvq.Setting(
         dataset=self.dataset, data_dir=self.data_dir,
         bounds="auto" if loaders.public_bounds(self.dataset) else "0,1",
@@ -254,11 +254,12 @@ class Setting:
            "participant_chunk")
     shared = ("dataset", "epsilon", "delta", "seeds", "J", "L",
               "num_groups")
-    keep = shared + (fed if self.learner == "fedsgd" else tuple(
-        f.name for f in dataclasses.fields(self)
-        if f.name.startswith("lvq_") or f.name in (
-            "inputs", "projection_dim", "projection_seed",
-            "feature_bound")))
+    lvq = tuple(f.name for f in dataclasses.fields(self)
+                if f.name.startswith("lvq_") or f.name in (
+                    "inputs", "projection_dim", "projection_seed",
+                    "feature_bound"))
+    keep = shared + (fed if self.learner == vocabulary.Learner.FEDSGD
+                     else lvq)
     return {"learner": self.learner,
             **{k: getattr(self, k) for k in keep}}
 
@@ -367,7 +368,7 @@ def lvq_inputs(images: Images, setting: Setting, progress=None):
   )
   say = progress or (lambda _: None)
   y = np.concatenate([images.y_train, images.y_test]).astype(np.int32)
-  if setting.inputs == "pixels":
+  if setting.inputs == vocabulary.Inputs.PIXELS:
     pooled = np.concatenate([images.train, images.test])
     x = pooled.reshape(len(pooled), -1)
     bounds, details = (0.0, 1.0), {"inputs": "pixels",
@@ -394,7 +395,7 @@ def lvq_inputs(images: Images, setting: Setting, progress=None):
     bounds, scaling = (-c, c), "scattering_group_norm_public_box"
     details["clipped_share"] = None  # filled below, for the operator
   x = np.asarray(clipping.scale_to_box(x, bounds), np.float32)
-  if setting.inputs == "features":
+  if setting.inputs == vocabulary.Inputs.FEATURES:
     # A diagnostic of the public box, printed for the operator and kept in
     # the record; nothing is chosen from it.
     details["clipped_share"] = float(np.mean(np.abs(x) >= 1.0))
@@ -513,7 +514,8 @@ def run_dplvq(setting: Setting, images: Images, progress=None):
       f"({record['error_std']:.4f}) in {total_s:.0f} s")
   yield {"experiment": "features_dplvq", **record,
          "accuracy": 1.0 - record["error_mean"],
-         "target_epsilon": s.epsilon if s.lvq_trainer == "dpsgd" else None,
+         "target_epsilon": (s.epsilon if s.lvq_trainer
+                            == options.LVQTrainer.DPSGD else None),
          "dim": int(prepared.x.shape[1]), **details,
          "features": ({"kind": "scattering", "J": s.J, "L": s.L,
                        "num_groups": s.num_groups,
@@ -521,7 +523,7 @@ def run_dplvq(setting: Setting, images: Images, progress=None):
                        "projection_seed": s.projection_seed,
                        "projection_key": PROJECTION_KEY,
                        "feature_bound": s.feature_bound}
-                      if s.inputs == "features" else None),
+                      if s.inputs == vocabulary.Inputs.FEATURES else None),
          "setting": s.recipe(), "total_seconds": total_s,
          "total_cpu_seconds": total_cpu_s,
          "load_average": os.getloadavg()[0]}
@@ -535,10 +537,10 @@ def run(setting: Setting, *, images: Images | None = None, progress=None):
     images: the data (None: :func:`load_images` of ``setting.dataset``).
     progress: a callback for progress lines.
   """
-  setting.check()
+  setting = setting.check()
   if images is None:
     images = load_images(setting.dataset, setting.data_dir)
-  if setting.learner == "fedsgd":
+  if setting.learner == vocabulary.Learner.FEDSGD:
     yield from run_fedsgd(setting, images, progress)
   else:
     yield from run_dplvq(setting, images, progress)

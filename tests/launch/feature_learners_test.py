@@ -1,11 +1,14 @@
 """launch.experiments.feature_learners on tiny synthetic images."""
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
 import pytest
 
+from dpcore import options
+from launch import vocabulary
 from launch.experiments import feature_learners as fl
 from mechanisms.features import projection
 
@@ -152,12 +155,14 @@ def test_group_normalised_rows_are_bounded_per_group(images):
 
 
 @pytest.mark.parametrize("change,message", [
-    (dict(learner="sgd"), "learner="),
-    (dict(trust="distributed"), "trust="),
+    (dict(learner="sgd"), "^learner must be one of"),
+    (dict(trust="distributed"), "^trust='distributed'"),
+    (dict(trust="nobody"), "^trust must be one of"),
     (dict(num_groups=3), "num_groups=3"),
     (dict(batch_size=10_000), "batch_size=10000"),
-    (dict(epsilon=0.0), "epsilon=0.0"),
-    (dict(momentum=1.0), "momentum="),
+    (dict(epsilon=0.0), "^epsilon must be > 0"),
+    (dict(momentum=1.0), r"^momentum must lie in \[0"),
+    (dict(participants=0), "^participants must be"),
     (dict(seeds=()), "seeds="),
 ])
 def test_check_refuses_bad_federated_settings(change, message):
@@ -166,10 +171,11 @@ def test_check_refuses_bad_federated_settings(change, message):
 
 
 @pytest.mark.parametrize("change,message", [
-    (dict(inputs="both"), "inputs="),
-    (dict(lvq_model="lvq"), "lvq_model="),
-    (dict(projection_dim=0), "projection_dim="),
-    (dict(feature_bound=-1.0), "feature_bound="),
+    (dict(inputs="both"), "^inputs must be one of"),
+    (dict(lvq_model="lvq"), "^lvq_model must be one of"),
+    (dict(lvq_trainer="bfgs"), "^lvq_trainer='bfgs'"),
+    (dict(projection_dim=0), "^projection_dim must be"),
+    (dict(feature_bound=-1.0), "^feature_bound must be > 0"),
     # The DP-LVQ run's own refusals name this script's fields.
     (dict(lvq_folds=1), "^lvq_folds=1:.*e.g. lvq_folds=5"),
     (dict(lvq_clip_norm=-1.0), "^lvq_clip_norm must be > 0"),
@@ -179,6 +185,19 @@ def test_check_refuses_bad_federated_settings(change, message):
 def test_check_refuses_bad_lvq_settings(change, message):
   with pytest.raises(ValueError, match=message):
     dataclasses.replace(fl.Setting(**LVQ), **change).check()
+
+
+def test_check_returns_the_options_as_members_and_records_them_as_text():
+  fed = fl.Setting(**FED).check()
+  assert fed.learner is vocabulary.Learner.FEDSGD
+  assert fed.trust is options.Trust(FED.get("trust", "server"))
+  lvq = fl.Setting(**LVQ).check()
+  assert lvq.inputs is vocabulary.Inputs(LVQ.get("inputs", "features"))
+  assert lvq.lvq_model is options.LVQModel(LVQ.get("lvq_model", "gmlvq"))
+  # A member is its spelling: the record (and so the resume key) reads as
+  # the text it read before the options became members.
+  assert json.loads(json.dumps(lvq.recipe()))["learner"] == "dplvq"
+  assert '"trust": "server"' in json.dumps(fed.recipe())
 
 
 def test_setting_is_keyword_only_and_frozen():
