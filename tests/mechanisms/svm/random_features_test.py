@@ -466,3 +466,29 @@ def test_unit_features_are_in_the_unit_ball():
   norms = np.linalg.norm(rf.unit_features(fmap, rows), axis=1)
   assert norms.max() <= 1.0 + 1e-12
   assert norms.max() > 1.0 - 1e-6  # the attaining row sits on the sphere
+
+
+@pytest.mark.parametrize("position", random_features_audit.POSITIONS)
+def test_the_output_perturbation_audit_runs_the_releases_own_draw(position):
+  # The audit noises the exact minimiser host-side (the solver does not
+  # vmap); this ties its mechanism to the release: for the same key, the
+  # spec's output is release_output_perturbation's, in w̃'s coordinates.
+  spec = random_features_audit.output_perturbation_spec(position=position)
+  cfg = spec.settings
+  fmap = rf.make_feature_map(jax.random.key(random_features_audit.FEATURE_SEED),
+                             dim=cfg["input_dim"],
+                             num_features=cfg["num_features"])
+  plan = rf.make_output_perturbation_plan(c=cfg["c"], epsilon=cfg["epsilon"])
+  x = np.repeat(random_features_audit.attaining_row(fmap)[None], 3, axis=0)
+  y = np.insert(np.array([1.0, -1.0]), cfg["canary_row"], 1.0)  # data_0
+  broken = random_features_audit.output_perturbation_spec(broken=True)
+  for seed in range(3):
+    key = jax.random.key(40 + seed)
+    model = rf.release_output_perturbation(key, plan, fmap, x, y)
+    released = np.append(model.weights[:, 0] * rf.FEATURE_BOUND,
+                         model.bias) / output_perturbation.BIAS_SCALE
+    audited = np.asarray(spec.mechanism(key, spec.data_0))
+    np.testing.assert_allclose(audited, released, atol=1e-5)
+    # The broken variant's smaller noise is not the release's.
+    wrong = np.asarray(broken.mechanism(key, broken.data_0))
+    assert np.max(np.abs(wrong - released)) > 1e-3
