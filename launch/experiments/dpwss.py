@@ -450,9 +450,12 @@ def run(setting: Setting, *, data_dir=None, memory_budget=None,
   }
   record.update(_privacy(s, plan, run_, release_key, prepared))
   record["privacy_scope"] = (
-      "everything the run publishes: the selection transcript (DPWSS) and "
-      "any released_model; each repeat counts as its own run (one "
-      "selection transcript and one release each)")
+      "the selection transcript (DPWSS) and any released_model; each "
+      "repeat counts as its own run (one selection transcript and one "
+      "release each). Not covered: the trained SMO model's own figures "
+      "(per_repeat and their means: objective, bias, support vectors, "
+      "iterations, metrics on the eval split), which read the data "
+      "without noise")
   record["model_is_private"] = s.release != _NO_RELEASE
   record["privacy_note"] = _privacy_note(s)
   if plan is not None:

@@ -37,6 +37,16 @@ D′ (replace-one, l public):
   bound above the claim. (Here a canary's row says which draw it probes,
   i or j, not a padding slot: the masked I_up shows at the first i.)
 
+What the private specs can and cannot catch: each reads one draw (the
+first i, or whether the canary is ever picked) against the claim for the
+whole transcript of 2T draws, so a bound far below the claim is the
+expected outcome, and the broken variant they catch is one of support.
+The scale of the draws (exp(ε·s/2), Δ = 1) is checked where it is
+sharp: the single-draw audit of the exponential mechanism
+(:mod:`dpcore.noise_audit`, with its sensitivity-halved variant) and the
+law test of :class:`mechanisms.svm.wss.PrivateWSS`'s draws, which rejects
+0.7ε and 1.5ε; the count of 2T draws is the plan's record, tested.
+
 Mechanisms run the library's solver (:func:`mechanisms.svm.smo.solve`) in
 float32, vmapped over keys by :func:`dpcore.auditing.audit`.
 """

@@ -67,6 +67,10 @@ def test_dpwss_record(small_svmlight):
   assert extra["epsilon_nominal_basic"] == pytest.approx(
       extra["iterations"])
   assert "no DP guarantee" in rec["privacy_note"]
+  # The scope names what the guarantee leaves out: the SMO model's own
+  # figures, published per repeat.
+  assert "Not covered" in rec["privacy_scope"]
+  assert "per_repeat" in rec["privacy_scope"]
   assert json.loads(common.to_json(rec))["privacy"]["epsilon"] is None
   assert rec["gamma"] is None  # as given; resolved: 1/d
   assert rec["resolved"] == {"scaling": "none", "gamma": pytest.approx(1 / 13)}
