@@ -232,7 +232,7 @@ class FedSGDPlan:
             "accounting.no_guarantee_record(...) instead.")
       rdp = ddgsgd.central_rdp(self.ddg_params, shares=self.min_survivors,
                                sampling_rate=self.sampling_rate,
-                               steps=self.steps)
+                               steps=self.steps, relation=self.relation)
       ledger.record_rdp_curve(
           orders=ddg_accounting.ORDERS, rdp=rdp, delta=delta, label=label,
           relation=self.relation,
@@ -305,7 +305,8 @@ class FedSGDPlan:
         own = accounting.PrivacyLedger()
         own.record_rdp_curve(
             orders=ddg_accounting.ORDERS, rdp=ddgsgd.own_rdp(
-                p, sampling_rate=self.sampling_rate, steps=self.steps),
+                p, sampling_rate=self.sampling_rate, steps=self.steps,
+                relation=self.relation),
             delta=self.delta, label="own_share", relation=self.relation)
         departure = min(1.0, self.truncation_probability
                         + self.sampler_departure)
@@ -346,8 +347,8 @@ def make_plan(sizes, *, trust: str, sampling_rate: float, clip_norm: float,
     epochs: E (T = round(E/q), :func:`dpcore.dpsgd.num_steps`).
     overflow_probability: the padded batch B of a participant is chosen so
       that P(any participant's batch exceeds it in any step) ≤ this; for
-      ``"server"`` the gathered rows G so that P(a step's sampled rows
-      exceed G) ≤ this / 1000.
+      ``"server"`` the gathered rows G so that P(the sampled rows exceed
+      G in any step) ≤ this / 1000.
     model_size: ``"distributed"`` only: d, the model's parameter count
       (the length of the vectors rounded and summed).
     bits: ``"distributed"`` only: b, bits per coordinate of the messages
@@ -496,6 +497,15 @@ def _check_participants(plan, x, y, mask):
         f"participants' x, y and mask need leading axes {shape} (P, n) of "
         f"the plan, got x {jnp.shape(x)}, y {jnp.shape(y)}, mask "
         f"{jnp.shape(mask)}.")
+  if validation.is_concrete(mask):
+    # The plan's N sets the divisor qN (and the distributed grid's row
+    # bound): a mask of other rows would be mis-scaled in silence.
+    real = int(np.count_nonzero(np.asarray(mask) > 0))
+    if real != plan.num_examples:
+      raise ValueError(
+          f"mask marks {real} real rows, but the plan was made for N = "
+          f"{plan.num_examples} (make_plan's sizes); make the plan from "
+          f"these participants' sizes.")
 
 
 def _map(fn, args, chunk):
@@ -708,6 +718,11 @@ def _participant_sum(run: _Run, t, params):
 
   def message(p, xp, yp, mp):
     del p
+    # A padding row is weighted 0, but 0·NaN is NaN in the loss and its
+    # gradient: zero the padding so only real rows reach the sum.
+    xp = jnp.where(jnp.reshape(mp > 0, mp.shape + (1,) * (xp.ndim - 1)),
+                   xp, 0)
+
     def mean_loss(w):
       losses = jax.vmap(run.loss, in_axes=(None, 0))(w, (xp, yp))
       return jnp.sum(losses * mp) / jnp.maximum(jnp.sum(mp), 1.0)

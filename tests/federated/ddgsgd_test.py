@@ -212,6 +212,22 @@ def test_bad_arguments(bad, match):
     _plan(**bad)
 
 
+def test_the_record_follows_the_plans_relation():
+  # A plan's relation reaches the curve it records: replace-one (the
+  # sensitivity 2Δ) is refused for a sampled sum, not filed under
+  # add/remove's curve with a replace-one label.
+  import dataclasses  # noqa: PLC0415
+
+  from dpcore import options  # noqa: PLC0415
+  plan = _plan(noise_multiplier=1.0)
+  replace = dataclasses.replace(plan, relation=options.Relation.REPLACE_ONE)
+  with pytest.raises(ValueError, match="replace_one"):
+    replace.record(accounting.PrivacyLedger())
+  with pytest.raises(ValueError, match="replace_one"):
+    replace.settings()
+  plan.record(accounting.PrivacyLedger())  # add/remove: recorded
+
+
 def test_no_noise_has_no_guarantee_to_record():
   with pytest.raises(ValueError, match="no DP"):
     _plan().record(accounting.PrivacyLedger())

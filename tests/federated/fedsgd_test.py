@@ -42,13 +42,14 @@ def _row_grad(w, x, y):
   return jax.grad(lambda p: softmax.loss(p, (x, y)))(w)
 
 
+@pytest.mark.parametrize("garbage", [1e6, np.nan])
 @pytest.mark.parametrize("trust", ["server", "local"])
-def test_row_level_step_is_the_clipped_sum_of_every_real_row(trust):
+def test_row_level_step_is_the_clipped_sum_of_every_real_row(trust, garbage):
   sizes = [5, 2, 4]
   parts, xs, ys = _participants(sizes)
   # Garbage in the padding: it must never enter a sum.
   parts = parts._replace(x=np.where(parts.mask[..., None] > 0, parts.x,
-                                    1e6).astype(np.float32))
+                                    garbage).astype(np.float32))
   plan, params = _one_step(trust, parts, sizes)
   init = softmax.initial_params(D, K)
   expected = jax.tree.map(jnp.zeros_like, init)
@@ -63,9 +64,14 @@ def test_row_level_step_is_the_clipped_sum_of_every_real_row(trust):
   assert plan.divisor == sum(sizes)
 
 
-def test_participant_level_step_clips_each_participants_mean_gradient():
+@pytest.mark.parametrize("garbage", [0.0, 1e6, np.nan])
+def test_participant_level_step_clips_each_participants_mean_gradient(
+    garbage):
   sizes = [5, 2, 4]
   parts, xs, ys = _participants(sizes, key=1)
+  # Garbage in the padding (0·NaN is NaN): only real rows are averaged.
+  parts = parts._replace(x=np.where(parts.mask[..., None] > 0, parts.x,
+                                    garbage).astype(np.float32))
   plan, params = _one_step("participant", parts, sizes, clip=0.05)
   init = softmax.initial_params(D, K)
   expected = jax.tree.map(jnp.zeros_like, init)
@@ -186,6 +192,13 @@ def test_bad_input_is_refused():
     fedsgd.release(jax.random.key(0), plan, softmax.loss,
                  softmax.initial_params(D, K), parts.x, parts.y, parts.mask,
                  optax.sgd(1.0))
+  # A mask of other rows than the plan's N (here every padded slot).
+  with pytest.raises(ValueError, match="mask marks 6 real rows.*N = 5"):
+    fedsgd.release(jax.random.key(0), fedsgd.make_plan(
+        [3, 2], trust="server", sampling_rate=0.5, steps=1, clip_norm=1.0,
+        noise_multiplier=1.0), softmax.loss,
+        softmax.initial_params(D, K), parts.x, parts.y,
+        np.ones_like(parts.mask), optax.sgd(1.0))
   with pytest.raises(ValueError, match="chunk"):
     fedsgd.release(jax.random.key(0), fedsgd.make_plan(
         [3, 2], trust="server", sampling_rate=0.5, steps=1, clip_norm=1.0,
