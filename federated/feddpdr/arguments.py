@@ -57,6 +57,21 @@ def check_data(participants: Participants | Buckets, x_test, y_test, *,
             else (participants,))
   for group in groups:
     mask = np.asarray(group.mask) > 0
+    # The plan is made from the sizes: its weights, n in each fit and the
+    # secure sum's row bound. A mask that counts other rows than the
+    # sizes would train on what the plan does not describe.
+    counts = mask.sum(axis=1)
+    if not np.array_equal(counts, np.asarray(group.sizes)):
+      bad = int(np.flatnonzero(counts != np.asarray(group.sizes))[0])
+      raise ValueError(
+          f"participants.mask marks {int(counts[bad])} rows of a "
+          f"participant whose size is {int(np.asarray(group.sizes)[bad])}; "
+          f"the mask's rows must be the sizes (federated.partition builds "
+          f"both).")
+    if not np.all(np.isfinite(np.asarray(group.x))):
+      raise ValueError("participants.x has non-finite values (padding "
+                       "included: a padding row is multiplied by 0, and "
+                       "NaN·0 is NaN); pad with zeros.")
     validation.check_row_norms(np.asarray(group.x)[mask], "participants.x")
     validation.check_labels(np.asarray(group.y)[mask], "participants.y",
                             classes=range(num_classes))

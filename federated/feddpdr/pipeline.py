@@ -123,6 +123,12 @@ def execute(key: jax.Array, participants: Participants | Buckets, x_test,
           "sizes not given: over several processes each holds only its "
           "own participants; pass every participant's rows as sizes=.")
     sizes = participants.sizes
+  elif not several and not np.array_equal(np.asarray(sizes),
+                                          np.asarray(participants.sizes)):
+    raise ValueError(
+        f"sizes={np.asarray(sizes).tolist()} are not the participants' "
+        f"sizes {np.asarray(participants.sizes).tolist()}; in one process "
+        f"leave sizes out (they are read from the participants).")
   first = (participants.groups[0] if isinstance(participants, Buckets)
            else participants)
   dim = np.shape(first.x)[-1]

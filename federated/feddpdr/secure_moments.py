@@ -444,6 +444,13 @@ def release(key: jax.Array, plan: SecureMomentsPlan, x: jax.Array,
   if x.shape[0] != plan.participants or x.shape[-1] != plan.dim:
     raise ValueError(f"x must be ({plan.participants}, n, {plan.dim}) for "
                      f"this plan, got {x.shape}.")
+  if validation.is_concrete(mask):
+    real = int(np.count_nonzero(np.asarray(mask) > 0))
+    if real > plan.rows:
+      raise ValueError(
+          f"mask marks {real} rows, more than the {plan.rows} the plan's "
+          f"grid was chosen for (make_plan(rows=...)): the b-bit sum could "
+          f"wrap around; make the plan for these rows.")
   alive = _alive(alive, plan.participants)
   return noisy_moments(key, x, mask, alive, params=plan.params,
                        min_survivors=plan.min_survivors)

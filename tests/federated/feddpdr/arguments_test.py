@@ -61,3 +61,34 @@ def test_train_arguments_types_and_buckets():
   assert len(bucketed.groups) == len(bucketed.index) == len(buckets.groups)
   for got, want in zip(same[:4], traced[:4], strict=True):
     np.testing.assert_array_equal(got, want)
+
+
+def test_check_data_refuses_a_mask_other_than_the_sizes_and_nan_padding():
+  parts, x_test, y_test = layouts.problem(4)
+  feddpdr.check_data(parts, x_test, y_test, num_classes=layouts.NUM_CLASSES)
+  # Every padded slot marked real: the plan (made from the sizes) would
+  # weight and fit other rows than those trained on.
+  ones = parts._replace(mask=np.ones_like(parts.mask))
+  with pytest.raises(ValueError, match="mask marks .* rows of a "
+                                       "participant whose size is"):
+    feddpdr.check_data(ones, x_test, y_test,
+                       num_classes=layouts.NUM_CLASSES)
+  with pytest.raises(ValueError, match="mask marks"):
+    feddpdr.check_data(partition.bucket(ones), x_test, y_test,
+                       num_classes=layouts.NUM_CLASSES)
+  # NaN in the padding (0·NaN is NaN in XᵀX and the fits).
+  nan = parts._replace(x=np.where(parts.mask[..., None] > 0, parts.x,
+                                  np.nan).astype(np.float32))
+  assert np.isnan(nan.x).any()
+  with pytest.raises(ValueError, match="non-finite values"):
+    feddpdr.check_data(nan, x_test, y_test, num_classes=layouts.NUM_CLASSES)
+
+
+def test_execute_refuses_sizes_that_are_not_the_participants():
+  parts, x_test, y_test = layouts.problem(4)
+  sizes = np.asarray(parts.sizes).copy()
+  sizes[0] += 1
+  with pytest.raises(ValueError, match="are not the participants' sizes"):
+    feddpdr.execute(jax.random.key(0), parts, x_test, y_test,
+                    num_classes=layouts.NUM_CLASSES,
+                    config=layouts.config("feddpdr"), sizes=sizes)

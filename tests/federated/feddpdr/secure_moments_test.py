@@ -203,6 +203,13 @@ def test_release_checks_its_plan_and_shapes_before_any_work():
     sm.release(jax.random.key(0), plan.params, x, mask)
   with pytest.raises(ValueError, match=r"x must be \(2, n, 3\)"):
     sm.release(jax.random.key(0), plan, x[:1], mask[:1])
+  # More real rows than the plan's grid was chosen for: the b-bit sum
+  # could wrap around, and the decoded matrix be wrong in silence.
+  many = jnp.zeros((2, 3, 3), jnp.float32)
+  with pytest.raises(ValueError, match="mask marks 6 rows, more than the 4"):
+    sm.release(jax.random.key(0), plan, many, jnp.ones((2, 3), jnp.float32))
+  sm.release(jax.random.key(0), plan, many,
+             jnp.asarray([[1, 1, 0], [1, 1, 0]], jnp.float32))
 
 
 # Dropouts: min_survivors (P_min), alive, the abort.
