@@ -309,6 +309,13 @@ class PrivacyLedger:
             f"PrivacyLedger(budget_epsilon=..., budget_delta=1e-5).")
       trial = self._entries + [entry]
       g = _compose(trial, self.budget_delta, self.use_pld)
+      if self.budget_delta is None and g.delta > 0:
+        # A pure budget: a truncation event (δ = 0 on its own) makes the
+        # composed δ positive.
+        raise BudgetExceededError(
+            f"recording {entry.label!r} would make δ={g.delta:.3g} in "
+            f"total against a pure budget ε={self.budget_epsilon:.6g} "
+            f"(no budget_delta); pass budget_delta to allow it.")
       if g.epsilon > self.budget_epsilon * (1 + 1e-9) or (
           self.budget_delta is not None and g.delta > self.budget_delta):
         raise BudgetExceededError(

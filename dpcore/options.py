@@ -10,11 +10,16 @@ different promises:
 
 * :attr:`Relation.ADD_REMOVE` (``"add_remove"``): one data set is the
   other with one row (or, where a mechanism says so, one participant)
-  added or removed; n itself is private. DP-SGD's Poisson subsampling and
-  DP-PCA's sensitivity 1 are stated under it.
+  added or removed. DP-SGD's Poisson subsampling and DP-PCA's
+  sensitivity 1 are stated under it.
 * :attr:`Relation.REPLACE_ONE` (``"replace_one"``): one row replaced by
-  another; n is public. Objective and output perturbation and DPWSS's
-  selections are proven under it.
+  another. Objective and output perturbation and DPWSS's selections are
+  proven under it.
+
+Under both, a plan's counts (DP-SGD's N and its divisor qN, the
+participants' sizes, q, T, the padded batches) are public constants
+fixed before the data are read; a neighbour differs in one row under the
+same plan.
 
 The ledger (:class:`dpcore.accounting.PrivacyLedger`) keeps the relation
 of every entry and refuses to compose entries of different relations.

@@ -53,7 +53,7 @@ What stays the user's responsibility: the candidate list (and the
 distribution of K) must be fixed without looking at the private data.
 
 >>> count = trial_count("geometric", 10.0)
->>> trial = pure_trial(1.0)
+>>> trial = pure_trial(1.0, relation="add_remove")
 >>> round(tuned_guarantee(trial, count, delta=1e-6).epsilon, 6)
 3.0
 """
@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,6 +85,11 @@ _MAX_TRIALS = 10_000_000
 
 
 # -- the number of trials ------------------------------------------------------
+
+
+def _is_finite(value) -> bool:
+  return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and math.isfinite(float(value)))
 
 
 def negative_binomial_mean(eta: float, gamma: float) -> float:
@@ -119,6 +125,35 @@ class TrialCount:
   expected: float
   eta: float | None = None
   gamma: float | None = None
+
+  def __post_init__(self):
+    # The bound reads ``expected``, the sampler (η, γ): one law for both,
+    # however the count was built (trial_count builds it so).
+    kind = options.parse(options.TrialDistribution, self.distribution,
+                         "distribution")
+    if kind == "poisson":
+      if self.eta is not None or self.gamma is not None:
+        raise ValueError("a Poisson TrialCount has no eta or gamma; use "
+                         "tuning.trial_count('poisson', mean).")
+      if not (_is_finite(self.expected) and self.expected >= 1.0):
+        raise ValueError(f"expected={self.expected!r}: a Poisson number of "
+                         f"trials needs a finite mean ≥ 1.")
+      return
+    fixed = {"geometric": 1.0, "logarithmic": 0.0}.get(kind)
+    eta, gamma = self.eta, self.gamma
+    if not (_is_finite(eta) and eta > -1.0 and _is_finite(gamma)
+            and 0.0 < gamma < 1.0) or (fixed is not None and eta != fixed):
+      raise ValueError(
+          f"TrialCount({kind!r}, eta={eta!r}, gamma={gamma!r}): needs "
+          f"eta > -1 (1 for geometric, 0 for logarithmic) and 0 < gamma < "
+          f"1; use tuning.trial_count(distribution, expected_trials).")
+    mean = negative_binomial_mean(eta, gamma)
+    if not (_is_finite(self.expected)
+            and math.isclose(self.expected, mean, rel_tol=1e-12)):
+      raise ValueError(
+          f"expected={self.expected!r} is not the mean {mean!r} of "
+          f"D(eta={eta}, gamma={gamma}): the bound would count other "
+          f"trials than the sampler draws; use tuning.trial_count.")
 
   def log_pmf(self, k: int) -> float:
     """log P[K = k]."""
@@ -337,16 +372,18 @@ def trial_privacy(ledger: accounting.PrivacyLedger, *,
                       ledger.relation)
 
 
-def pure_trial(epsilon: float, *, orders: Sequence[float] = DEFAULT_ORDERS,
-               description: str = "", relation=None) -> TrialPrivacy:
+def pure_trial(epsilon: float, *, relation,
+               orders: Sequence[float] = DEFAULT_ORDERS,
+               description: str = "") -> TrialPrivacy:
   """An ε-DP trial (RDP: Laplace-like, min(ε, λε²/2) via ε²/2-zCDP).
 
-  ``relation``: the neighbouring relation the ε holds under (None: either).
+  ``relation``: the neighbouring relation the ε holds under (required:
+  an ε proven for add/remove is up to 2ε under replace-one, so the trial
+  does not take the ledger's relation on trust).
   """
   epsilon = validation.check_epsilon(epsilon)
   orders = _check_orders(orders)
-  if relation is not None:
-    relation = options.parse_relation(relation, "relation")
+  relation = options.parse_relation(relation, "relation")
   event = dp_accounting.ZCDpEvent(epsilon**2 / 2.0)
   rdp = tuple(min(epsilon, r) for r in _curve([event], orders))
   return TrialPrivacy(orders, rdp, epsilon, 0.0,

@@ -218,6 +218,22 @@ def test_budget_uses_composition_not_just_basic():
         0.1, label="s", count=400, relation="add_remove")
 
 
+def test_a_pure_budget_refuses_a_truncation_event():
+  # δ = 0 on its own, but it makes the composed δ positive: a ledger
+  # whose budget is pure refuses it, and keeps what it held.
+  ledger = PrivacyLedger(budget_epsilon=1.0)
+  ledger.record_pure(0.9, label="fit", relation="replace_one")
+  with pytest.raises(BudgetExceededError, match="pure budget"):
+    ledger.record_truncation(0.2, label="padding")
+  assert [e.label for e in ledger.entries] == ["fit"]
+  assert ledger.guarantee().delta == 0.0
+  # With a δ budget it is composed and charged.
+  both = PrivacyLedger(budget_epsilon=1.0, budget_delta=0.9)
+  both.record_pure(0.9, label="fit", relation="replace_one")
+  both.record_truncation(0.2, label="padding")
+  assert both.guarantee().delta > 0.2
+
+
 def test_budget_without_delta_refuses_approximate_steps():
   ledger = PrivacyLedger(budget_epsilon=2.0)
   ledger.record_pure(1.0, label="pure",

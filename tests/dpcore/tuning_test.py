@@ -43,7 +43,8 @@ def test_pure_trials_give_two_plus_eta_epsilon(dist, eta, factor):
   # Papernot–Steinke Cor. 3: ε-DP trials, K ~ D(η, γ): (2 + η)ε-DP; the
   # geometric case (η = 1) is Liu–Talwar's 3ε.
   count = tuning.trial_count(dist, 10.0, eta=eta)
-  g = tuning.tuned_guarantee(tuning.pure_trial(0.7), count, delta=1e-6)
+  trial = tuning.pure_trial(0.7, relation="add_remove")
+  g = tuning.tuned_guarantee(trial, count, delta=1e-6)
   assert g.epsilon_pure == pytest.approx(factor * 0.7, rel=1e-12)
   assert g.epsilon <= g.epsilon_pure
   # The RDP route at a huge order (λ, λ̂ → ∞) tends to the same figure.
@@ -124,6 +125,35 @@ def test_matches_dp_accounting_repeat_and_select(dist, eta, shape, sigma):
   g = tuning.tuned_guarantee(_gaussian_trial(sigma), count, delta=1e-5)
   assert g.epsilon == pytest.approx(acc.get_epsilon(1e-5), rel=1e-8)
   assert g.epsilon > g.trial_epsilon  # tuning costs something
+
+
+@pytest.mark.parametrize("args,match", [
+    (("geometric", 2.0, 1.0, 0.01), "not the mean"),  # E[K] is 100
+    (("geometric", 100.0, 1.0, None), "gamma"),
+    (("geometric", 100.0, 0.5, 0.01), "eta"),
+    (("negative_binomial", 10.0, -1.0, 0.1), "eta"),
+    (("poisson", 10.0, 1.0, None), "no eta"),
+    (("poisson", 0.5), "mean"),
+    (("binomial", 10.0), "distribution"),
+])
+def test_a_trial_count_is_one_law_for_the_bound_and_the_sampler(args,
+                                                                 match):
+  # The bound reads E[K], the sampler (η, γ): a count whose two disagree
+  # (here drawing about 100 trials, accounted as 2) is refused.
+  with pytest.raises(ValueError, match=match):
+    tuning.TrialCount(*args)
+  good = tuning.trial_count("geometric", 100.0)
+  assert tuning.TrialCount(good.distribution, good.expected, good.eta,
+                           good.gamma) == good
+
+
+def test_a_pure_trial_names_its_relation():
+  with pytest.raises(TypeError, match="relation"):
+    tuning.pure_trial(1.0)  # pylint: disable=missing-kwoa
+  with pytest.raises(ValueError, match="relation"):
+    tuning.pure_trial(1.0, relation=None)
+  assert tuning.pure_trial(1.0, relation="replace_one").relation == (
+      "replace_one")
 
 
 def test_mean_and_pmf_agree():
@@ -414,15 +444,17 @@ def test_calibrate_finds_the_largest_trial_target_within_tolerance():
   count = tuning.trial_count("geometric", 5.0)
 
   def build(trial_epsilon):  # pure trials: the tuning is 3ε′ (geometric)
-    return [trial_epsilon], tuning.pure_trial(trial_epsilon)
+    return [trial_epsilon], tuning.pure_trial(trial_epsilon,
+                                              relation="add_remove")
 
   plans, trial, guarantee, found = tuning.calibrate(
       build, epsilon=1.5, delta=1e-6, count=count, tolerance=1e-3)
   assert plans == [found] and trial.pure_epsilon == found
   assert guarantee.epsilon <= 1.5
   # the largest: a target 0.2 % higher exceeds the whole tuning's budget
-  over = tuning.tuned_guarantee(tuning.pure_trial(found * 1.002), count,
-                                delta=1e-6)
+  over = tuning.tuned_guarantee(
+      tuning.pure_trial(found * 1.002, relation="add_remove"), count,
+      delta=1e-6)
   assert over.epsilon > 1.5
   assert found == pytest.approx(0.5, rel=2e-3)
   with pytest.raises(ValueError, match="too small for this tuning"):
