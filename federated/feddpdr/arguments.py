@@ -116,6 +116,11 @@ def train_arguments(key: jax.Array, participants: Participants | Buckets,
   Returns:
     ``(keys, rows, traced)``.
   """
+  if not np.array_equal(np.asarray(participants.sizes), plan.sizes):
+    raise ValueError(
+        f"participants have sizes {np.asarray(participants.sizes).tolist()},"
+        f" the plan {plan.sizes.astype(int).tolist()}: the fits' n and the "
+        f"weights are the plan's; make the plan from these participants.")
   keys = jax.random.split(key, seeds)
   if isinstance(participants, Buckets):
     if mesh is not None:

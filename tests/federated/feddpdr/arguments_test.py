@@ -61,6 +61,11 @@ def test_train_arguments_types_and_buckets():
   assert len(bucketed.groups) == len(bucketed.index) == len(buckets.groups)
   for got, want in zip(same[:4], traced[:4], strict=True):
     np.testing.assert_array_equal(got, want)
+  # A plan made for other sizes: its n and weights are not these rows'.
+  other = feddpdr.make_plan(np.asarray(parts.sizes) + 1, dim=layouts.D,
+                            num_classes=layouts.NUM_CLASSES, config=cfg)
+  with jax.enable_x64(True), pytest.raises(ValueError, match="the plan"):
+    feddpdr.train_arguments(jax.random.key(2), parts, other, seeds=3)
 
 
 def test_check_data_refuses_a_mask_other_than_the_sizes_and_nan_padding():
