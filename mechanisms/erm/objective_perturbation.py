@@ -407,9 +407,10 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
       nothing can raise: release ``beta`` only where ``converged``.
 
   Privacy:
-    ε-DP per fit (plan.epsilon; :attr:`fits` fits cost that many ε) under
-    replacement of one row, given λ > 0 and convergence (module
-    docstring); :meth:`ObjectivePerturbationPlan.record` accounts it.
+    ``plan.epsilon_fit``-DP per fit, ``plan.epsilon`` for all
+    :attr:`fits` fits together, under replacement of one row, given
+    λ > 0 and convergence (module docstring);
+    :meth:`ObjectivePerturbationPlan.record` accounts it.
   """
   if not isinstance(plan, ObjectivePerturbationPlan):
     raise TypeError(f"plan must be an objective_perturbation."
@@ -451,6 +452,10 @@ def _release(key, plan, x, y, mask, *, tol, max_iter) -> FitResult:
                        theta=plan.theta, lam=plan.lam,
                        loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
   x, mask = _enforce_bounds(x, mask)
+  # |y| = 1 is part of the bound the proof needs (|ℓ′·y|·‖x‖ ≤ 1): a
+  # traced label is mapped to ±1 here, as one_vs_rest does, since only a
+  # concrete one can be refused.
+  y = jnp.where(y > 0, 1.0, -1.0).astype(x.dtype)
   b = perturbation_noise(key, x.shape[-1], p=plan.p, dtype=x.dtype)
   return minimise(x, y, mask, num_examples=plan.num_examples, lam=plan.lam,
                   theta=plan.theta,

@@ -318,6 +318,25 @@ def test_private_fit_clips_rows_to_norm_one():
   assert bool(tripled.converged)
 
 
+def test_private_fit_reads_traced_labels_as_signs():
+  # |y| = 1 is part of the proof's bound: a traced label of ±10 would
+  # pull ten times as hard. Under jit, where it cannot be refused, the
+  # label is read as its sign (0 as −1), and the fit is the ±1 fit.
+  rng = np.random.default_rng(7)
+  x = rng.normal(size=(100, 3))
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  y = np.where(x[:, 0] > 0, 1.0, -1.0)
+  plan = op.make_plan(epsilon=1.0, num_examples=100, lam=0.05)
+  with jax.enable_x64(True):
+    fit = jax.jit(lambda labels: op.release(
+        jax.random.key(3), plan, jnp.asarray(x), labels).beta)
+    signs = np.asarray(fit(jnp.asarray(y)))
+    np.testing.assert_array_equal(np.asarray(fit(jnp.asarray(10 * y))),
+                                  signs)
+    np.testing.assert_array_equal(
+        np.asarray(fit(jnp.asarray((y > 0).astype(float)))), signs)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"max_iter": 0}, "max_iter"),
     ({"max_iter": -3}, "max_iter"),
