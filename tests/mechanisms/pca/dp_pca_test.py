@@ -162,6 +162,38 @@ def test_rows_over_norm_one_are_clipped_inside_the_mechanism():
   assert not np.allclose(noisy(big), noisy(x), atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_narrow_rows_are_summed_in_float32(dtype):
+  # In float16 2048 + 1 rounds to 2048 (in bfloat16, 256 + 1 to 256): a
+  # row summed at its own precision could move XᵀX by 2, twice the
+  # sensitivity σ is calibrated for.
+  n = 2050 if dtype == jnp.float16 else 258
+  x = jnp.zeros((n, 2), dtype).at[:, 0].set(1)
+  mask = jnp.ones(n, jnp.float32)
+  without = mask.at[-1].set(0)
+  key = jax.random.key(0)
+
+  def noisy(m):
+    return dp_pca.noisy_second_moment(key, x, m, sigma=1e-3)
+
+  assert dp_pca.clipped_rows(x, mask).dtype == jnp.float32
+  moved = float(noisy(mask)[0, 0] - noisy(without)[0, 0])
+  assert moved == pytest.approx(1.0, abs=1e-2)
+
+
+def test_a_lattice_too_fine_for_the_rows_is_refused():
+  # XᵀX's entries reach n; past 2³⁰ grid units the lattice would clip the
+  # matrix in silence.
+  x = jnp.zeros((2 ** 17, 2), jnp.float32).at[:, 0].set(1)
+  mask = jnp.ones(2 ** 17, jnp.float32)
+  with pytest.raises(ValueError, match="granularity ≥ 0.000244"):
+    dp_pca.noisy_second_moment(jax.random.key(0), x, mask, sigma=1.0,
+                               noise="discrete", granularity=2.0 ** -13)
+  out = dp_pca.noisy_second_moment(jax.random.key(0), x, mask, sigma=1.0,
+                                   noise="discrete", granularity=2.0 ** -12)
+  assert float(out[0, 0]) == pytest.approx(2 ** 17, abs=10)
+
+
 def test_mask_values_are_bounded_to_zero_one():
   # A unit row with mask 5 would add 25 to XᵀX; it counts once. NaN and
   # negative mask entries count zero.
@@ -482,7 +514,8 @@ def test_float_mode_is_the_default_and_unchanged():
     ({"noise": "discrete"}, "needs a granularity"),
     ({"noise": "discrete", "granularity": 0.3}, "power of two"),
     ({"noise": "float", "granularity": 2.0 ** -4}, "only to noise"),
-    ({"noise": "discrete", "granularity": 2.0 ** -30}, "round"),
+    ({"noise": "discrete", "granularity": 2.0 ** -26}, "round"),
+    ({"noise": "discrete", "granularity": 2.0 ** -30}, "granularity ≥"),
 ])
 def test_discrete_mode_validation(kwargs, match):
   x = jnp.asarray(_unit_rows(10, 3, 8))
