@@ -331,15 +331,34 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
                 sampler=SAMPLER)
   if sigma_rule == options.SigmaRule.ACCOUNTANT:  # σ for (ε₂, δ₂)
     run = trainer.make_plan(num_examples, epsilon=eps_sgd, **common)
+    guarantee = accounting.composed_epsilon((init, run), delta)
   else:  # the paper's σ, given: its guarantee is the ledger's
     sigma = dpsgd.paper_noise_multiplier(
         epsilon=eps_sgd, delta=delta_sgd, sampling_rate=sampling_rate,
         steps=steps)
-    run = trainer.make_plan(num_examples, noise_multiplier=sigma, **common)
+    try:
+      run = trainer.make_plan(num_examples, noise_multiplier=sigma,
+                              **common)
+      guarantee = accounting.composed_epsilon((init, run), delta)
+    except ValueError as error:
+      raise _paper_rule_error(error, sigma=sigma, eps_sgd=eps_sgd,
+                              sampling_rate=sampling_rate, steps=steps,
+                              delta=delta) from None
   assert run.steps == steps
-  return DPLVQPlan(accounting.composed_epsilon((init, run), delta), delta,
-                   RELATION, init, run, epsilon, eps_sgd, delta_sgd,
-                   options.SigmaRule(sigma_rule))
+  return DPLVQPlan(guarantee, delta, RELATION, init, run, epsilon, eps_sgd,
+                   delta_sgd, options.SigmaRule(sigma_rule))
+
+
+def _paper_rule_error(error, *, sigma, eps_sgd, sampling_rate, steps,
+                      delta) -> ValueError:
+  """At a large ε the paper's σ is so small that the run holds at no δ
+  near the target; the ledger's message (about the padding) alone would
+  hide why."""
+  return ValueError(
+      f"sigma_rule='paper' gives σ = {sigma:.3g} for ε₂ = {eps_sgd:g} (q = "
+      f"{sampling_rate:g}, T = {steps}), too little noise for the run to "
+      f"hold at δ = {delta:g} ({error}); use sigma_rule='accountant', "
+      f"which calibrates σ for ε₂.")
 
 
 def init_params(key, x, y, config: TrainConfig, init=None):

@@ -293,3 +293,19 @@ def test_two_epsilons_reuse_one_compiled_release():
                             epochs=1, clip_norm=0.5, dim=3, max_batch=40),
         x, y)
   assert len(traces) == 1
+
+
+def test_the_paper_rule_too_small_for_any_guarantee_says_so():
+  # At ε = 8 the paper's σ (2q√(T log 1/δ)/ε₂) is 0.75, where the
+  # accountant's 0.86 holds: with the paper's, the run holds at no δ near
+  # 1e-5. The refusal names the rule and the way out, not only the
+  # padding's truncation that the ledger sees.
+  settings = dict(epsilon=8.0, delta=1e-5, sampling_rate=0.01, epochs=50,
+                  clip_norm=0.5, dim=784)
+  max_batch = dpsgd.max_batch_size(14_000, sampling_rate=0.01, steps=5000)
+  with pytest.raises(ValueError, match="^sigma_rule='paper' gives σ = 0.75"
+                                       ".*use sigma_rule='accountant'"):
+    lvq_train.make_plan(14_000, max_batch=max_batch, sigma_rule="paper",
+                        **settings)
+  lvq_train.make_plan(14_000, max_batch=max_batch, sigma_rule="accountant",
+                      **settings)
