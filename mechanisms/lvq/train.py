@@ -341,6 +341,10 @@ def make_plan(num_examples: int, *, epsilon: float, delta: float,
                               **common)
       guarantee = accounting.composed_epsilon((init, run), delta)
     except ValueError as error:
+      # Only the ledger's refusal (accounting's "holds only at δ") is the
+      # rule's doing; any other refusal (e.g. max_batch) stands as it is.
+      if "holds only at" not in str(error):
+        raise
       raise _paper_rule_error(error, sigma=sigma, eps_sgd=eps_sgd,
                               sampling_rate=sampling_rate, steps=steps,
                               delta=delta) from None

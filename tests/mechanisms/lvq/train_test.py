@@ -309,3 +309,6 @@ def test_the_paper_rule_too_small_for_any_guarantee_says_so():
                         **settings)
   lvq_train.make_plan(14_000, max_batch=max_batch, sigma_rule="accountant",
                       **settings)
+  # Another refusal is not put down to the rule.
+  with pytest.raises(ValueError, match="^max_batch must be"):
+    lvq_train.make_plan(14_000, max_batch=0, sigma_rule="paper", **settings)
