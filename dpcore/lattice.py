@@ -15,6 +15,11 @@ sensitivity to account is the *lattice* sensitivity: Δ/γ + √d (L2) or
 >>> z.dtype, lattice == 1.0 / 2 ** -2 + 3 ** 0.5
 (dtype('int32'), True)
 
+A sum of many rows computed in floats rounds in a way that depends on
+every row, so its neighbours can differ by more than Δ; for the second
+moment XᵀX, :func:`gram_on_lattice` computes it in integers instead
+(rows on the grid 2⁻⁹, :data:`ROW_BITS`), exactly in every order.
+
 σ for an (ε, δ) target is
 :func:`dpcore.discrete_calibration.discrete_gaussian_sigma`; the ledger
 records the release with ``record_discrete_gaussian`` (or
@@ -27,8 +32,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
-from dpcore import discrete
+from dpcore import discrete, uint64
 
 
 def check_granularity(granularity) -> float:
@@ -153,8 +160,99 @@ def laplace_mechanism(key: jax.Array, value, *, sensitivity: float, scale,
   return z, sens
 
 
+ROW_BITS = 9
+"""Rows enter :func:`integer_gram` as integers on the grid 2⁻⁹."""
+_GRAM_CHUNK = 4096
+"""Rows per int32 product in :func:`integer_gram`: 4096 rows of ‖q‖² ≤
+2¹⁸ keep every partial sum within 2³⁰, so no product can overflow."""
+_GRAM_MAX_DIM = 8191
+"""The widest row :func:`integer_rows` takes: d·2¹⁸ < 2³¹ keeps its int32
+norm check exact."""
+
+
+def integer_rows(x) -> jax.Array:
+  """Rows of norm ≤ 1 as int32 vectors q with ‖q‖² ≤ 4⁹, checked exactly.
+
+  q/2⁹ is the row on the grid 2⁻⁹, of norm at most 1 whatever ``x``
+  holds. Each row is rounded to the nearest grid point; if that point's
+  integer norm passes 2⁹, the row is first shrunk by 1 − 2⁻⁹·√d/2 − 2⁻²⁰
+  (nearest rounding moves a row by at most 2⁻⁹·√d/2, so a row of norm
+  ≤ 1 then fits); if that fails too (a row of norm > 1, or with an entry
+  that is not a number in [−1, 1]) the row is 0. Per row and
+  data-independent: one row's contribution to :func:`integer_gram` has
+  Frobenius norm ≤ 4⁹ for any input. The shrink scales a row, which
+  leaves the directions of XᵀX as they are.
+  """
+  x = jnp.asarray(x)
+  d = x.shape[-1]
+  if d > _GRAM_MAX_DIM:
+    raise ValueError(f"rows of d={d} columns: the exact Gram matrix takes "
+                     f"d <= {_GRAM_MAX_DIM}.")
+  limit = 4 ** ROW_BITS
+  unit = 2.0 ** ROW_BITS
+  x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  # A row with an entry outside [-1, 1] (NaN included) has norm > 1 or
+  # none: it is 0 (which also keeps the int32 conversion in range).
+  valid = jnp.all(jnp.abs(x) <= 1.0, axis=-1, keepdims=True)
+  x = jnp.where(valid, x, 0.0).astype(jnp.float32)
+
+  def on_grid(scale):
+    q = jnp.round(x * jnp.float32(scale)).astype(jnp.int32)
+    return q, jnp.sum(q * q, axis=-1, keepdims=True) <= limit
+
+  shrink = 1.0 - math.sqrt(d) / (2 * unit) - 2.0 ** -20
+  near, near_fits = on_grid(unit)
+  shrunk, shrunk_fits = on_grid(unit * shrink)
+  return jnp.where(near_fits, near, jnp.where(shrunk_fits, shrunk, 0))
+
+
+def integer_gram(q) -> tuple[jax.Array, jax.Array]:
+  """Σᵢ qᵢqᵢᵀ exactly, as signed 64-bit pairs ``(hi, lo)`` of (d, d) words.
+
+  ``q`` (n, d) int32 rows of ‖q‖² ≤ 4⁹ (:func:`integer_rows`). Every
+  product is an integer one, in int32 over chunks of
+  4,096 rows (each partial sum ≤ 2³⁰) carried into 64 bits
+  (:func:`dpcore.uint64.add_int32`), so the result is the same in every
+  summation order, on every platform, while n·2¹⁸ < 2⁶³: no rounding
+  that depends on the other rows (a float32 XᵀX has it).
+  """
+  q = jnp.asarray(q, jnp.int32)
+  n, d = q.shape
+  chunks = -(-n // _GRAM_CHUNK)
+  q = jnp.pad(q, ((0, chunks * _GRAM_CHUNK - n), (0, 0)))
+
+  def step(pair, rows):
+    part = lax.dot_general(rows, rows, (((0,), (0,)), ((), ())),
+                           preferred_element_type=jnp.int32)
+    return uint64.add_int32(*pair, part), None
+
+  zero = jnp.zeros((d, d), uint64.U32)
+  pair, _ = lax.scan(step, (zero, zero),
+                     q.reshape(chunks, _GRAM_CHUNK, d))
+  return pair
+
+
+def gram_on_lattice(x, granularity) -> jax.Array:
+  """The upper triangle (row-major, diagonal included) of XᵀX on the grid
+  γ, exactly: round(Σᵢ hqᵢ(hqᵢ)ᵀ / γ) as int32, h = 2⁻⁹, q =
+  :func:`integer_rows` (x).
+
+  Computed in integers (:func:`integer_gram`), then rounded once, half
+  up, to γ. Each row enters at norm ≤ 1, so the L2 sensitivity to
+  account is the lattice one, Δ/γ + √(d(d+1)/2)
+  (:func:`lattice_l2_sensitivity`, Δ = 1 add/remove, √2 replace-one),
+  and it holds of the computed numbers, not only of the exact ones. The
+  caller keeps n/γ < 2³⁰ so the result fits in int32.
+  """
+  g = check_granularity(granularity)
+  hi, lo = integer_gram(integer_rows(x))
+  upper = np.triu_indices(hi.shape[0])
+  shift = int(round(math.log2(g))) + 2 * ROW_BITS
+  return uint64.shift_round(hi[upper], lo[upper], shift)
+
+
 __all__ = [
-    "check_granularity", "from_lattice", "gaussian_mechanism",
-    "laplace_mechanism", "lattice_l1_sensitivity", "lattice_l2_sensitivity",
-    "to_lattice",
+    "ROW_BITS", "check_granularity", "from_lattice", "gaussian_mechanism",
+    "gram_on_lattice", "integer_gram", "integer_rows", "laplace_mechanism",
+    "lattice_l1_sensitivity", "lattice_l2_sensitivity", "to_lattice",
 ]

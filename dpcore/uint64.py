@@ -4,7 +4,9 @@ JAX runs in 32-bit mode by default, so the exact samplers of
 :mod:`dpcore.discrete` hold a 64-bit value as two uint32 arrays, ``hi`` and
 ``lo`` (value = hi·2³² + lo), and build what they need from 32-bit
 operations: comparison, subtraction, the full product of two words and
-the long division of two 64-bit values. Every function works elementwise
+the long division of two 64-bit values. :func:`add_int32` and
+:func:`shift_round` read a pair as a signed (two's complement) value, for
+the exact integer sums of :func:`dpcore.lattice.integer_gram`. Every function works elementwise
 on arrays of any (equal or broadcastable) shape and is exact.
 
 >>> import jax.numpy as jnp
@@ -64,6 +66,44 @@ def mul32(a, b):
   return hi, lo
 
 
+def add64(ah, al, bh, bl):
+  """A + B (mod 2⁶⁴) as ``(hi, lo)``."""
+  lo = al + bl
+  return ah + bh + (lo < al).astype(U32), lo
+
+
+def add_int32(hi, lo, v):
+  """A + v (mod 2⁶⁴) for A = (hi, lo) and a signed int32 v.
+
+  v is sign-extended to 64 bits, so a pair read as a signed (two's
+  complement) value holds the exact sum while it stays within ±2⁶³.
+  """
+  v = jnp.asarray(v, jnp.int32)
+  extend = jnp.where(v < 0, u32(ALL_ONES), u32(0))
+  return add64(hi, lo, extend, lax.bitcast_convert_type(v, U32))
+
+
+def shift_round(hi, lo, shift: int):
+  """round(A / 2^shift) as int32, A = (hi, lo) read as signed.
+
+  ``shift`` is a Python int in [−31, 62]: > 0 divides, rounding half up
+  (⌊(A + 2^(shift−1)) / 2^shift⌋, an arithmetic shift of the pair); ≤ 0
+  multiplies by 2^−shift. Exact whenever the result lies in the int32
+  range, which the caller guarantees: the low word of the shifted pair
+  is returned.
+  """
+  if isinstance(shift, bool) or not isinstance(shift, int) or not (
+      -31 <= shift <= 62):
+    raise ValueError(f"shift must be an int in [-31, 62], got {shift!r}.")
+  if shift <= 0:
+    return lax.bitcast_convert_type(lo << u32(-shift), jnp.int32)
+  hi, lo = add64(hi, lo, *split64(1 << (shift - 1)))
+  if shift < 32:
+    word = (lo >> u32(shift)) | (hi << u32(32 - shift))
+    return lax.bitcast_convert_type(word, jnp.int32)
+  return lax.bitcast_convert_type(hi, jnp.int32) >> (shift - 32)
+
+
 def divmod64(ph, pl, qh, ql):
   """(P // Q, P mod Q) for 64-bit P and 1 ≤ Q < 2⁶³, by long division."""
   def body(i, state):
@@ -85,6 +125,6 @@ def divmod64(ph, pl, qh, ql):
 
 
 __all__ = [
-    "ALL_ONES", "U32", "divmod64", "lt64", "mul32", "smear", "split64",
-    "sub64", "u32",
+    "ALL_ONES", "U32", "add64", "add_int32", "divmod64", "lt64", "mul32",
+    "shift_round", "smear", "split64", "sub64", "u32",
 ]

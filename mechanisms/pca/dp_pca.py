@@ -41,33 +41,35 @@ Privacy:
   holds whatever the caller passes; host-side, :func:`release` refuses
   concrete rows of norm > 1 outright (:func:`check_pca_inputs`).
 
-Exact noise (``noise="discrete"``, opt-in): the upper triangle of XᵀX is
-rounded to the grid γ (a power of two) and gets integer discrete Gaussian
-noise of σ_lattice = ⌈σ/γ⌉ grid units (:mod:`dpcore.lattice`), so the
-release is integer-valued (returned as integers·γ) and free of the
-floating-point leak of Mironov 2012. Rounding adds up to one grid unit per
-entry to the neighbours' difference: the lattice L2 sensitivity of the
-d(d+1)/2 released entries is Δ/γ + √(d(d+1)/2)
-(:func:`lattice_sensitivity`), and the release is
+Exact noise (``noise="discrete"``, opt-in): XᵀX is computed in integers
+(:func:`dpcore.lattice.gram_on_lattice`: every clipped row on the grid
+2⁻⁹ with its norm ≤ 1 checked exactly, the products summed exactly in
+64 bits), its upper triangle rounded once to the grid γ (a power of two)
+and given integer discrete Gaussian noise of σ_lattice = ⌈σ/γ⌉ grid units
+(:mod:`dpcore.lattice`), so the release is integer-valued (returned as
+integers·γ) and free of the floating-point leak of Mironov 2012. Rounding
+adds up to one grid unit per entry to the neighbours' difference: the
+lattice L2 sensitivity of the d(d+1)/2 released entries is Δ/γ +
+√(d(d+1)/2) (:func:`lattice_sensitivity`), and it holds of the computed
+integers, whatever the order of the sum. The release is
 (Δ_lattice²/2σ_lattice²)-zCDP (:meth:`PcaPlan.record` of a plan with
 ``noise="discrete"``).
 
-What neither mode covers: the query is the float32 sum ``rows.T @ rows``,
-and its rounding depends on every row, so the computed matrices of two
-neighbours can differ by a little more than Δ (the bounds above are for
-the exact XᵀX). Measured with a canary among non-negative unit rows,
-d = 2: 1.002 at n = 60,000 and 1.031 at n = 10⁶ (against 1). In discrete
-mode the slack is in grid units, so a fine grid shows it most: at γ =
-2⁻¹⁴ and n = 60,000, ε = 8, the worst distance found was 16,416 units
-against the accounted 16,386 (ρ understated by 0.4 %). The guarantee is
-stated for the exact query; a coarser γ keeps the slack below one grid
-unit (docs/exact_noise.md).
+What float mode does not cover: its query is the float32 sum ``rows.T @
+rows``, whose rounding depends on every row, so the computed matrices of
+two neighbours can differ by a little more than Δ (measured with a canary
+among non-negative unit rows, d = 2: 1.002 at n = 60,000 and 1.031 at
+n = 10⁶, against 1), and its noise, added in float arithmetic, is open
+to the rounding attack of Mironov 2012. The exact mode is the one whose
+guarantee holds of what is computed (docs/exact_noise.md).
 
 References:
   Canonne, Kamath & Steinke, The Discrete Gaussian for Differential
   Privacy, NeurIPS 2020.
   Dwork, Talwar, Thakurta & Zhang, Analyze Gauss: Optimal Bounds for
   Privacy-Preserving Principal Component Analysis, STOC 2014.
+  Mironov, On Significance of the Least Significant Bits for
+  Differential Privacy, CCS 2012.
   Balle & Wang, Improving the Gaussian Mechanism for Differential Privacy,
   ICML 2018 (analytic calibration).
 """
@@ -372,8 +374,10 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
                         noise: str = "float", granularity=None):
   """XᵀX of the unmasked rows, clipped to norm ≤ 1, plus N(0, σ²) noise.
 
-  With ``noise="discrete"``, the upper triangle is rounded to the grid
-  ``granularity`` and gets discrete Gaussian noise of ⌈σ/γ⌉ grid units;
+  With ``noise="discrete"``, XᵀX is computed exactly in integers, its
+  upper triangle rounded to the grid ``granularity``
+  (:func:`dpcore.lattice.gram_on_lattice`), and gets discrete Gaussian
+  noise of ⌈σ/γ⌉ grid units;
   the result is integers·γ (exact floats while |integer| < 2²⁴ in
   float32; the integers are the release, the float view is
   post-processing). σ must then be concrete, or the lattice σ's
@@ -391,16 +395,17 @@ def noisy_second_moment(key: jax.Array, x, mask, *, sigma,
     return m + dp_noise.symmetric_from_upper(upper_noise, m.shape[0])
   rows = clipped_rows(x, mask)
   _check_lattice_range(rows.shape[0], g)
-  return _lattice_noisy(key, rows.T @ rows, sigma=sigma, granularity=g)
+  units = lattice.gram_on_lattice(rows, g)
+  return _lattice_noisy(key, units, sigma=sigma, granularity=g,
+                        dtype=rows.dtype)
 
 
 def _check_lattice_range(num_rows: int, granularity: float) -> None:
   """Refuses rows whose XᵀX could leave the lattice's range.
 
   An entry of XᵀX is at most n (rows of norm ≤ 1); on the grid that is
-  n/γ units, and :func:`dpcore.lattice.to_lattice` clips at 2³⁰ units,
-  which would replace the matrix by its clip in silence (private, but
-  not XᵀX).
+  n/γ units, which must stay below 2³⁰ to be held, with its noise, in
+  int32.
   """
   if num_rows / granularity >= 2 ** 30:
     raise ValueError(
@@ -410,20 +415,21 @@ def _check_lattice_range(num_rows: int, granularity: float) -> None:
         f"{2.0 ** (math.floor(math.log2(num_rows / 2 ** 30)) + 1):g}.")
 
 
-def _lattice_noisy(key: jax.Array, m, *, sigma, granularity):
-  """``m``'s upper triangle on the grid plus discrete Gaussian noise of
-  the lattice σ (``sigma`` in data units, or its sampler), mirrored:
-  integers·γ in ``m``'s dtype (the discrete branch of
-  :func:`noisy_second_moment`)."""
+def _lattice_noisy(key: jax.Array, units, *, sigma, granularity,
+                   dtype=jnp.float32):
+  """The upper triangle ``units`` (int32 grid points, row-major) plus
+  discrete Gaussian noise of the lattice σ (``sigma`` in data units, or
+  its sampler), mirrored to a symmetric matrix of integers·γ in
+  ``dtype`` (the discrete branch of :func:`noisy_second_moment`)."""
   sigma_lattice = (sigma if isinstance(sigma, discrete.GaussianSampler)
                    else lattice_sigma(sigma, granularity=granularity))
-  d = m.shape[0]
+  size = units.shape[0]
+  d = (math.isqrt(8 * size + 1) - 1) // 2
   upper = np.triu_indices(d)
-  z = lattice.to_lattice(m[upper], granularity) + discrete.discrete_gaussian(
-      key, (len(upper[0]),), sigma=sigma_lattice)
+  z = units + discrete.discrete_gaussian(key, (size,), sigma=sigma_lattice)
   full = jnp.zeros((d, d), jnp.int32).at[upper].set(z)
   full = full + jnp.triu(full, 1).T
-  return lattice.from_lattice(full, granularity, m.dtype)
+  return lattice.from_lattice(full, granularity, dtype)
 
 
 @linalg.full_precision

@@ -23,8 +23,9 @@ claim).
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
-from dpcore import accounting
+from dpcore import accounting, lattice
 from dpcore import noise as dp_noise
 from dpcore.audit_spec import (
   POSITIONS,
@@ -55,7 +56,10 @@ def unclipped_release(key, plan: dp_pca.PcaPlan, x, mask) -> dp_pca.PcaResult:
   m = dp_pca.second_moment(x, mask)
   d = m.shape[0]
   if plan.noise == "discrete":
-    noisy = dp_pca._lattice_noisy(key, m, sigma=plan.sampler,
+    # Rows of norm > 1 would be zeroed by the exact integer XᵀX
+    # (dpcore.lattice.integer_rows): the float one rounded to the grid.
+    units = lattice.to_lattice(m[np.triu_indices(d)], plan.granularity)
+    noisy = dp_pca._lattice_noisy(key, units, sigma=plan.sampler,
                                   granularity=plan.granularity)
   else:
     z = dp_noise.gaussian_noise(key, (d * (d + 1) // 2,),

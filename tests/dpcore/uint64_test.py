@@ -47,3 +47,30 @@ def test_compare_subtract_split_and_smear_match_python_ints():
   assert (int(hi), int(lo)) == (2 ** 8, 7)
   for x in (1, 2, 5, 2 ** 20 + 3, 2 ** 31):
     assert int(uint64.smear(uint64.u32(x))) == 2 ** x.bit_length() - 1
+
+
+def _signed(hi, lo, i):
+  value = _value(hi, lo, i)
+  return value - 2 ** 64 if value >= 2 ** 63 else value
+
+
+def test_signed_add_and_rounded_shift_match_python_ints():
+  rng = np.random.default_rng(2)
+  a = [int(x) for x in rng.integers(-2 ** 50, 2 ** 50, 400)]
+  v = [int(x) for x in rng.integers(-2 ** 31, 2 ** 31, 400)]
+  a[:4], v[:4] = [0, -1, 2 ** 32 - 1, -2 ** 32], [-1, 1, 1, -(2 ** 31)]
+  hi, lo = _words([x % 2 ** 64 for x in a])
+  sh, sl = uint64.add_int32(hi, lo, jnp.asarray(v, jnp.int32))
+  for i in range(400):
+    assert _signed(sh, sl, i) == a[i] + v[i]
+  # round half up, or an exact multiple; only results that fit in int32.
+  for shift in (-7, 0, 1, 5, 18, 31, 32, 33, 47):
+    rounded = uint64.shift_round(hi, lo, shift)
+    for i in range(400):
+      want = (a[i] + (1 << (shift - 1))) >> shift if shift > 0 else (
+          a[i] << -shift)
+      if -2 ** 31 <= want < 2 ** 31:
+        assert int(rounded[i]) == want, (a[i], shift)
+  ties = _words([5 % 2 ** 64, -5 % 2 ** 64, -6 % 2 ** 64])
+  # 2.5 → 3, −2.5 → −2, −3 → −3: half up, not half to even or away.
+  assert [int(r) for r in uint64.shift_round(*ties, 1)] == [3, -2, -3]

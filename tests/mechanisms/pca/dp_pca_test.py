@@ -11,7 +11,7 @@ from dp_accounting import pld
 from scipy import stats
 from sklearn.decomposition import TruncatedSVD
 
-from dpcore import accounting, noise, options, shape
+from dpcore import accounting, lattice, noise, options, shape
 from mechanisms.pca import dp_pca
 from tests.dpcore import products
 from tests.pinned import accounted
@@ -421,20 +421,19 @@ def _discrete_moments(sigma, granularity, d=8, n=40, keys=400):
   out = jax.vmap(lambda k: dp_pca.noisy_second_moment(
       k, x, mask, sigma=sigma, noise="discrete",
       granularity=granularity))(jax.random.split(jax.random.key(11), keys))
-  exact = np.asarray(dp_pca.second_moment(x, mask), np.float64)
-  return np.asarray(out, np.float64), exact
+  units = np.asarray(lattice.gram_on_lattice(x, granularity), np.float64)
+  return np.asarray(out, np.float64), units
 
 
 def test_discrete_mode_is_on_the_grid_symmetric_and_noised_by_sigma():
   g = 2.0 ** -5
   sigma = 40 * g  # 40 grid units
-  out, exact = _discrete_moments(sigma, g)
+  out, units = _discrete_moments(sigma, g)
   grid = out / g
   np.testing.assert_array_equal(grid, np.round(grid))  # integers·γ, exact
   np.testing.assert_array_equal(out, np.swapaxes(out, -1, -2))
-  rounded = np.round(exact / g) * g
-  iu = np.triu_indices(exact.shape[0])
-  noise = (out - rounded)[:, iu[0], iu[1]].ravel()  # 400·36 draws
+  iu = np.triu_indices(out.shape[-1])
+  noise = (out[:, iu[0], iu[1]] - units * g).ravel()  # 400·36 draws
   assert np.all(noise / g == np.round(noise / g))
   # Variance (σ_lattice·γ)² = σ² (σ/γ = 40 is an integer); the sample
   # variance of 14 400 draws has relative s.e. √(2/N) ≈ 1.2 %.
@@ -442,6 +441,29 @@ def test_discrete_mode_is_on_the_grid_symmetric_and_noised_by_sigma():
   assert abs(var / sigma**2 - 1.0) < 5 * np.sqrt(2 / noise.size)
   assert abs(var / (1.1 * sigma) ** 2 - 1.0) > 10 * np.sqrt(2 / noise.size)
   assert abs(noise.mean()) < 5 * sigma / np.sqrt(noise.size)
+
+
+def test_discrete_query_moves_by_at_most_the_lattice_sensitivity():
+  # A canary e₁ among 60 000 non-negative unit rows (d = 2, γ = 2⁻¹⁴): a
+  # float32 XᵀX moved the rounded query by 16 416 grid units at some
+  # positions, past the 16 386 accounted; the integer XᵀX moves it by
+  # exactly the canary's 2¹⁴ units wherever it sits.
+  n, g = 60_000, 2.0 ** -14
+  rng = np.random.default_rng(1)
+  x = np.abs(rng.normal(size=(n, 2))).astype(np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  bound = dp_pca.lattice_sensitivity("add_remove", dim=2, granularity=g)
+  query = jax.jit(lambda x, mask: lattice.gram_on_lattice(
+      dp_pca.clipped_rows(x, mask), g))
+  for at in np.linspace(0, n - 1, 41).astype(int):
+    rows = x.copy()
+    rows[at] = [1.0, 0.0]
+    mask = np.ones(n, np.float32)
+    a = np.asarray(query(rows, mask), np.int64)
+    mask[at] = 0.0
+    b = np.asarray(query(rows, mask), np.int64)
+    np.testing.assert_array_equal(a - b, [2 ** 14, 0, 0])
+    assert np.linalg.norm(a - b) <= bound
 
 
 def test_discrete_mode_rounds_sigma_up_to_the_grid():
