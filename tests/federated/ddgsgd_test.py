@@ -28,11 +28,11 @@ def _params(dim):
   return {"w": {"w": jnp.zeros((dim, 1), jnp.float32)}}
 
 
-def _plan(**kw):
+def _plan(sizes=SIZES, **kw):
   args = dict(trust="distributed", sampling_rate=0.25, clip_norm=1.0,
               steps=200, noise_multiplier=0.0, model_size=16, delta=1e-5)
   args.update(kw)
-  return fedsgd.make_plan(SIZES, **args)
+  return fedsgd.make_plan(sizes, **args)
 
 
 def _inclusions(plan, alive=None, seed=0):
@@ -68,7 +68,8 @@ def test_chunks_do_not_change_the_distributed_release():
   # Without chunk the step encodes all participants in one ddg.encode_many
   # loop; with chunk each participant's ddg.encode runs under lax.map:
   # bitwise the same messages, hence the same model (noise included).
-  plan = _plan(steps=3, noise_multiplier=1.0)
+  # The second participant has 5 real rows of its 8 (the plan's sizes).
+  plan = _plan((8, 5), steps=3, noise_multiplier=1.0)
   rows = sum(SIZES)
   x = jax.random.normal(jax.random.key(3), (2, 8, rows))
   y = jnp.zeros((2, 8), jnp.int32)
@@ -238,7 +239,7 @@ def test_the_release_is_the_same_with_and_without_x64():
   # The step's counters are int32 whatever the mode (jax_enable_x64 widened
   # the dropped-overflow count to int64 and the step's scan refused it).
   from tests.dpcore.modes import assert_same_in_both_modes  # noqa: PLC0415
-  plan = _plan(steps=2, noise_multiplier=1.0, min_survivors=1)
+  plan = _plan((8, 5), steps=2, noise_multiplier=1.0, min_survivors=1)
   rows = sum(SIZES)
   x = jax.random.normal(jax.random.key(3), (2, 8, rows), jnp.float32)
   y = jnp.zeros((2, 8), jnp.int32)
