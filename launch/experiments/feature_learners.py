@@ -32,7 +32,6 @@ from launch import vocabulary
 __all__ = [
     "PROJECTION_KEY", "Images", "Setting", "feature_rows", "load_images",
     "lvq_inputs", "projection_key", "run", "run_dplvq", "run_fedsgd",
-    "summary",
 ]
 
 # The DP-LVQ run's fields (launch.experiments.dplvq.Setting) this setting
@@ -544,14 +543,3 @@ def run(setting: Setting, *, images: Images | None = None, progress=None):
     yield from run_fedsgd(setting, images, progress)
   else:
     yield from run_dplvq(setting, images, progress)
-
-
-def summary(records) -> dict:
-  """Mean and std of accuracy per (experiment, trust or inputs, P, ε)."""
-  groups = {}
-  for r in records:
-    key = (r["experiment"], r.get("trust") or r.get("inputs"),
-           r.get("participants"), r.get("target_epsilon"))
-    groups.setdefault(key, []).append(r["accuracy"])
-  return {k: (float(np.mean(v)), float(np.std(v)), len(v))
-          for k, v in groups.items()}

@@ -23,8 +23,7 @@ from mechanisms.erm import softmax
 from mechanisms.features import scattering, scatternet
 from mechanisms.features.scatternet import Recipe
 
-__all__ = ["CANDIDATES", "TUNE_CANDIDATES", "features", "run", "run_tuned",
-           "summary"]
+__all__ = ["CANDIDATES", "TUNE_CANDIDATES", "features", "run", "run_tuned"]
 
 
 CANDIDATES = {
@@ -259,14 +258,4 @@ def run_tuned(*, dataset: str, epsilon: float, delta: float, candidates,
           nominal_note="each trial's own ε (its DP-SGD σ was calibrated "
                        "for it); the guarantee covers the whole tuning"),
   }
-
-
-def summary(records) -> dict:
-  """Mean and std of accuracy per (dataset, ε)."""
-  groups = {}
-  for r in records:
-    groups.setdefault((r["dataset"], r["target_epsilon"]), []).append(
-        r["accuracy"])
-  return {k: (float(np.mean(v)), float(np.std(v)), len(v))
-          for k, v in groups.items()}
 

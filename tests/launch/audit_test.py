@@ -72,7 +72,10 @@ EXPECTED = {
         "output_perturbation_add_remove_sensitivity"],
     "mechanisms.lvq.init_audit": [
         *_at("lvq_init_laplace", "lvq_init_gaussian"),
-        "lvq_init_laplace_box_skipped", "lvq_init_gaussian_box_skipped"],
+        "lvq_init_laplace_box_skipped", "lvq_init_gaussian_box_skipped",
+        *_at("lvq_init_laplace_d4", "lvq_init_gaussian_d4"),
+        "lvq_init_laplace_d4_scale_as_d1",
+        "lvq_init_gaussian_d4_scale_as_d1"],
     "mechanisms.lvq.train_audit": [
         *_at("dplvq_glvq", "dplvq_gmlvq", "dplvq_glvq_vmap"),
         "dplvq_glvq_clip_skipped", "dplvq_gmlvq_clip_skipped",
