@@ -6,8 +6,9 @@ JAX runs in 32-bit mode by default, so the exact samplers of
 operations: comparison, subtraction, the full product of two words and
 the long division of two 64-bit values. :func:`add_int32` and
 :func:`shift_round` read a pair as a signed (two's complement) value, for
-the exact integer sums of :func:`dpcore.lattice.integer_gram`. Every function works elementwise
-on arrays of any (equal or broadcastable) shape and is exact.
+the exact integer sums of :func:`dpcore.lattice.integer_gram`. Every
+function works elementwise on arrays of any (equal or broadcastable)
+shape and is exact.
 
 >>> import jax.numpy as jnp
 >>> hi, lo = mul32(jnp.uint32(2 ** 32 - 1), jnp.uint32(3))
