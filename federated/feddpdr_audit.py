@@ -55,9 +55,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from dpcore import accounting, ddg
+from dpcore import noise as dp_noise
 from dpcore.audit_spec import (
   POSITIONS,
   AuditSpec,
@@ -89,16 +91,17 @@ def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
   of its one fit — except that the rows projected on the basis go to the
   minimiser as they are: neither the stage nor
   :func:`mechanisms.erm.objective_perturbation.one_vs_rest` clips them to
-  norm ≤ 1. On rows of norm ≤ 1 the two agree (the basis is
-  orthonormal); p is calibrated for that bound alone, so a row of norm r
-  moves the fit's gradient r times as far as the noise covers.
+  norm ≤ 1 (the gap noise z is added as there). On rows of norm ≤ 1 the
+  two agree (the basis is orthonormal); p is calibrated for that bound
+  alone, so a row of norm r moves the fit's gradient r times as far as
+  the noise covers.
 
   Args:
     key: the repeat's key (``train``'s ``keys[0]``).
     x: (1, n_max, d) the participant's rows.
     labels: (1, n_max) its class ids (0 or 1).
     mask: (1, n_max) 1 for real rows.
-    traced: the plan's numbers (σ float32; n, p, θ float64).
+    traced: the plan's numbers (σ float32; n, p, θ, gap rate float64).
     config: the run's settings (k, λ, loss, tolerance).
 
   Returns:
@@ -110,15 +113,19 @@ def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
   basis = dp_pca.noisy_basis(pca_keys[0], x, mask, k=static.k,
                              sigma=traced.sigma[0].astype(x.dtype),
                              topk=static.topk).components
-  z = (x @ basis).astype(jnp.float64)  # not clipped: the defect
-  b = op.perturbation_noise(fit_keys[0], static.k, p=traced.p[0], num=1,
-                            dtype=z.dtype)
-  y = jnp.where(labels == 1, 1.0, -1.0).astype(z.dtype)
-  fit = op.minimise(z, y, mask.astype(z.dtype), num_examples=traced.sizes[0],
-                    lam=static.lam, theta=traced.theta[0], b=b[0],
-                    loss=static.loss, h=static.huber_h, tol=static.tol,
+  rows = (x @ basis).astype(jnp.float64)  # not clipped: the defect
+  b_key, z_key = jax.random.split(fit_keys[0])
+  b = op.perturbation_noise(b_key, static.k, p=traced.p[0], num=1,
+                            dtype=rows.dtype)
+  z = dp_noise.objective_perturbation_noise(
+      z_key, static.k, beta=traced.gap_rate[0], num=1, dtype=rows.dtype)
+  y = jnp.where(labels == 1, 1.0, -1.0).astype(rows.dtype)
+  fit = op.minimise(rows, y, mask.astype(rows.dtype),
+                    num_examples=traced.sizes[0], lam=static.lam,
+                    theta=traced.theta[0], b=b[0], loss=static.loss,
+                    h=static.huber_h, tol=static.tol,
                     max_iter=static.max_iter)
-  return basis, fit.beta
+  return basis, fit.beta + z[0]
 
 
 def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
@@ -156,12 +163,12 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   x = jnp.zeros((1, ROWS, 2), jnp.float32).at[0, canary, 0].set(row_norm)
   mask = jnp.ones((1, ROWS), jnp.float32)
   arrays = tuple(jnp.asarray(a) for a in
-                 (plan.sigma.astype("float32"), plan.sizes, plan.p, plan.theta))
+                 (plan.sigma.astype("float32"), plan.sizes, plan.p, plan.theta,
+                  plan.gap_rate))
 
   def mechanism(key, labels):
-    sigma, n, p, theta = (a.astype(jnp.float64) if i else a
-                          for i, a in enumerate(arrays))
-    traced = feddpdr.Traced(sigma, n, p, theta)
+    traced = feddpdr.Traced(*(a.astype(jnp.float64) if i else a
+                              for i, a in enumerate(arrays)))
     if broken == "clip_skipped":
       return unclipped_participant(key, x, labels, mask, traced,
                                    config=config)

@@ -86,9 +86,9 @@ Privacy:
   then larger than nominal).
   Objective perturbation is ε-DP per fit under replacement given ‖x‖ ≤ 1
   (enforced by clipping each projected row, which is per-row and
-  data-independent) and the exact minimiser (fits must converge to
-  ‖∇J‖ ≤ ``tol``; :func:`summarise` raises :class:`ConvergenceError`
-  otherwise).
+  data-independent) and a converged fit (‖∇J‖ ≤ ``tol``, whose gap to
+  the exact minimiser the fit's gap noise covers; :func:`summarise`
+  raises :class:`ConvergenceError` otherwise).
   Aggregation at the server is post-processing. The test set is public.
   ``aggregation="moments"`` releases each participant's noisy matrix
   XᵢᵀXᵢ + Zᵢ itself, which is exactly the Gaussian mechanism's output that

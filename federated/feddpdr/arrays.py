@@ -59,6 +59,9 @@ class Traced(NamedTuple):
     sizes: (N,) float64 true sizes.
     p: (N,) float64 objective-perturbation p (∞: no noise).
     theta: (N,) float64 objective-perturbation θ.
+    gap_rate: (N,) float64 rate of the noise added to each converged fit
+      (:attr:`mechanisms.erm.objective_perturbation.
+      ObjectivePerturbationPlan.gap_rate`; ∞: no noise).
     secure_sum: ``aggregation="distributed_moments"`` only: the secure
       sum's :class:`dpcore.ddg.DDGParams` (a pytree of its grid and
       share, which follow ε: one program for every budget here too).
@@ -67,6 +70,7 @@ class Traced(NamedTuple):
   sizes: jax.Array
   p: jax.Array
   theta: jax.Array
+  gap_rate: jax.Array
   secure_sum: ddg.DDGParams | None = None
 
 

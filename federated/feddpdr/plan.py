@@ -81,6 +81,8 @@ class FedDPDRPlan:
     p: (N,) objective-perturbation p of each fit (∞ for ``nonpriv``:
       the noise b, of density ∝ exp(−(p/2)‖b‖), is then exactly 0).
     theta: (N,) θ of each fit.
+    gap_rate: (N,) rate of the noise added to each converged fit (the
+      fit plans' ``gap_rate``; ∞ for ``nonpriv``: no noise).
     epsilon_pca: ε₁ (None without private PCA).
     epsilon_fit: ε of each classifier (None when non-private).
     num_fits: classifiers per participant (K, or 1 for K = 2).
@@ -115,6 +117,7 @@ class FedDPDRPlan:
   sizes: np.ndarray
   p: np.ndarray
   theta: np.ndarray
+  gap_rate: np.ndarray
   epsilon_pca: float | None
   epsilon_fit: float | None
   num_fits: int
@@ -247,7 +250,8 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   summed = int(np.sum(sizes))  # the rows one secure sum adds
   survivors = _survivors(config, count) if secure else None
   if not config.private:
-    # σ = 0, θ = 0 and p = ∞ turn the noise off inside the private
+    # σ = 0, θ = 0, p = ∞ and gap_rate = ∞ turn the noise off inside the
+    # private
     # program (federated.feddpdr.stages); the record claims nothing.
     params = (secure_moments.noise_free_params(dim=dim, count=count,
                                                rows=summed, bits=config.bits)
@@ -256,7 +260,8 @@ def make_plan(sizes, *, dim: int, num_classes: int,
         epsilon=None, delta=None, relation=RELATION, config=config,
         num_classes=num_classes, sigma=np.zeros(count),
         sizes=sizes.astype(np.float64), p=np.full(count, np.inf),
-        theta=np.zeros(count), epsilon_pca=None, epsilon_fit=None,
+        theta=np.zeros(count), gap_rate=np.full(count, np.inf),
+        epsilon_pca=None, epsilon_fit=None,
         num_fits=num_fits,
         privacy=accounting.no_guarantee_record(accounting.NON_PRIVATE),
         secure_sum=params,
@@ -287,7 +292,8 @@ def make_plan(sizes, *, dim: int, num_classes: int,
       eps_train)
   fits = tuple(op.make_plan(epsilon=eps_release, num_examples=int(n_i),
                             lam=config.lam, loss=config.loss,
-                            h=config.huber_h, num_classes=num_classes)
+                            h=config.huber_h, num_classes=num_classes,
+                            tol=config.tol)
                for n_i in distinct)
   privacy = _privacy(pca_plan, fits, delta=config.delta,
                      target_epsilon=config.epsilon)
@@ -297,7 +303,9 @@ def make_plan(sizes, *, dim: int, num_classes: int,
       config=config, num_classes=num_classes, sigma=np.full(count, sigma),
       sizes=sizes.astype(np.float64),
       p=np.asarray([q.p for q in fits])[which],
-      theta=np.asarray([q.theta for q in fits])[which], epsilon_pca=eps_pca,
+      theta=np.asarray([q.theta for q in fits])[which],
+      gap_rate=np.asarray([q.gap_rate for q in fits])[which],
+      epsilon_pca=eps_pca,
       epsilon_fit=eps_fit, num_fits=num_fits, privacy=privacy, pca=pca_plan,
       fits=fits, target_epsilon=config.epsilon,
       secure_sum=pca_plan.params if secure else None,
@@ -361,13 +369,14 @@ def release(key: jax.Array, plan: FedDPDRPlan,
 
 def check_converged(out: TrainOutput, config: Config) -> None:
   """Raises :class:`ConvergenceError` unless every fit of ``out``
-  converged (‖∇J‖ ≤ ``config.tol``): objective perturbation's proof holds
-  at the exact minimiser only, so unconverged models are not released."""
+  converged (‖∇J‖ ≤ ``config.tol``): the fits' gap noise is sized for
+  that tolerance, so unconverged models are not released."""
   converged, grad_norm = jax.device_get((out.converged, out.grad_norm))
   if not np.all(converged):
     raise op.ConvergenceError(
         f"{int(np.size(converged) - np.sum(converged))} of "
-        f"{np.size(converged)} fits stopped at max_iter={config.max_iter} "
-        f"with ||grad J|| up to {float(np.max(grad_norm)):.3g} > tol="
-        f"{config.tol}; the privacy guarantee assumes the exact minimiser. "
-        f"Raise max_iter or check the data.")
+        f"{np.size(converged)} fits did not converge within max_iter="
+        f"{config.max_iter} (||grad J|| up to {float(np.max(grad_norm)):.3g}"
+        f", tol={config.tol}, or the float64 rounding bound of it above "
+        f"tol); the privacy guarantee needs converged fits. Raise max_iter "
+        f"or tol, or check the data.")

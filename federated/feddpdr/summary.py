@@ -1,8 +1,9 @@
 """The results of a trained run, after the convergence check.
 
-Objective perturbation is ε-DP only at the exact minimiser: the fits must
-converge to ‖∇J‖ ≤ ``tol``, and :func:`summarise` raises
-:class:`ConvergenceError` (the models are not released) otherwise.
+Objective perturbation's guarantee needs converged fits (‖∇J‖ ≤ ``tol``:
+the gap noise of :mod:`mechanisms.erm.objective_perturbation` is sized
+for that), and :func:`summarise` raises :class:`ConvergenceError` (the
+models are not released) otherwise.
 """
 
 from __future__ import annotations

@@ -83,14 +83,15 @@ def _loop_functions():
                               sigma=sigma, topk=static.topk).components
 
   @partial(jax.jit, static_argnames=("static", "num_classes"))
-  def fit(key, i, x, labels, mask, n, p, theta, global_basis, *, static,
-          num_classes):
+  def fit(key, i, x, labels, mask, n, p, theta, gap_rate, global_basis, *,
+          static, num_classes):
     z = clipping.clip_rows((x @ global_basis).astype(jnp.float64))
     return op.one_vs_rest(
         keys(key, i)[1], z, labels, mask.astype(jnp.float64),
         num_classes=num_classes, num_examples=n, p=p, theta=theta,
-        lam=static.lam, loss=static.loss, h=static.huber_h, tol=static.tol,
-        max_iter=static.max_iter, private=True)
+        gap_rate=gap_rate, lam=static.lam, loss=static.loss,
+        h=static.huber_h, tol=static.tol, max_iter=static.max_iter,
+        private=True)
 
   @partial(jax.jit, static_argnames=("topk",))
   def aggregate(bases, weights, key, *, topk):
@@ -116,8 +117,8 @@ def _loop_functions():
   return basis, fit, aggregate, average, moment, moments_basis
 
 
-def loop_train(key, x, labels, mask, sigma, n, p, theta, *, static,
-               num_classes: int):
+def loop_train(key, x, labels, mask, sigma, n, p, theta, gap_rate, *,
+               static, num_classes: int):
   """One repeat of FedDPDR by a Python loop over participants.
 
   Args: the leaves of one repeat of :func:`federated.feddpdr.train`'s
@@ -145,7 +146,8 @@ def loop_train(key, x, labels, mask, sigma, n, p, theta, *, static,
                              static=static) for i in range(count)])
     global_basis = aggregate(bases, weights, key, topk=static.topk)
   fits = [fit(key, index[i], x[i], labels[i], mask[i], n[i], p[i], theta[i],
-              global_basis, static=static, num_classes=num_classes)
+              gap_rate[i], global_basis, static=static,
+              num_classes=num_classes)
           for i in range(count)]
   fits = jax.tree.map(lambda *a: jnp.stack(a), *fits)
   global_betas = average(fits.beta, weights,

@@ -13,17 +13,31 @@ c = 1/4).
 
 The minimiser is found with ``optax.lbfgs`` (Armijo backtracking line
 search, see :func:`_lbfgs` for why not optax's default zoom search) in a
-``lax.while_loop`` that stops when ‖∇J‖ ≤ ``tol``. J is (λ+θ)-strongly
-convex, so the returned β lies within ‖∇J(β)‖/(λ+θ) of the exact
-minimiser: with the default ``tol = 1e-8`` and λ = 0.01 that is ≤ 1e-6 in
-L2 norm. Run the solver in float64 (``with jax.enable_x64(True):``
-around tracing *and* calling, with float64 data); float32 cannot reach
-1e-8 reliably. A fit that reaches ``max_iter`` is reported through
-``converged = False``; callers must treat it as an error, because the
-privacy proof assumes the exact minimiser. :func:`release` called on
-concrete values raises :class:`ConvergenceError` itself; under ``jit`` or
-``vmap`` the caller checks ``converged`` (``federated.feddpdr`` does, and
-raises the same error).
+``lax.while_loop`` that stops when ‖∇J‖ ≤ ``tol`` (the plan's). The
+fits run in float64: call under ``with jax.enable_x64(True):``, tracing
+*and* calling, with float64 rows (in float32 the rounding bound below
+exceeds the default tol, so no fit converges).
+
+The solver's gap is accounted, not assumed away. Chaudhuri et al.'s
+proof covers the exact minimiser β*; the solver returns β̂. J is
+(λ+θ)-strongly convex, so ‖β̂ − β*‖ ≤ ‖∇J(β̂)‖/(λ+θ). A fit counts as
+converged when the computed ‖∇J(β̂)‖ ≤ tol and float64's rounding of
+that norm is provably below tol too (:func:`rounding_bound`, which
+depends on n and ‖b‖ only, never on the rows); then
+‖β̂ − β*‖ ≤ r = 2·tol/(λ+θ). Each released fit is β̂ + z, with z of
+density ∝ exp(−(ε_g/r)‖z‖) (the plan's ``gap_rate``), so that for every
+b the laws of β̂ + z and β* + z are within e^{ε_g} of each other. With
+the fit's ε split as ε_fit = ε_op + 2ε_g (``gap_fraction`` = 2ε_g/ε_fit,
+default 1 %), the chain β̂(D) + z ≈ β*(D) + z ≈ β*(D′) + z ≈ β̂(D′) + z
+gives ε_fit-DP (pure) for the released fit: ε_g, then ε_op (objective
+perturbation, post-processed by adding z), then ε_g. At λ = 0.01,
+tol = 1e-8 and ε_fit = 0.1, ‖z‖ is about d·4·10⁻³. A fit that is not
+converged is not released: :func:`release` raises
+:class:`ConvergenceError` on concrete values; under ``jit`` or ``vmap``
+the caller checks ``converged`` (``federated.feddpdr`` does, and raises
+the same error). That refusal is an event the proof does not cover
+(a run that raises releases nothing, but the refusal itself depends on
+the data); at the default ``max_iter`` it is rare and always loud.
 
 The one shape (:mod:`dpcore.shape`): :func:`make_plan` validates and
 calibrates (p, θ) host-side into a frozen :class:`ObjectivePerturbationPlan`;
@@ -47,9 +61,10 @@ Privacy:
   Neighbouring data sets differ in one row (replacement, n fixed: the
   relation of Chaudhuri et al.). Requires ‖xᵢ‖ ≤ 1 for every row (refused
   by :func:`release` when concrete, and every row clipped inside it),
-  |ℓ'| ≤ 1 and ℓ'' ≤ c (true for both losses), λ > 0, and the exact
-  minimiser. Then the released β is ε-DP for the plan's ε (Chaudhuri,
-  Monteleoni & Sarwate 2011, Theorem 9 / Algorithm 2).
+  |ℓ'| ≤ 1 and ℓ'' ≤ c (true for both losses), λ > 0, and a converged
+  fit. The exact minimiser is ε_op-DP (Chaudhuri, Monteleoni & Sarwate
+  2011, Theorem 9 / Algorithm 2); the released β̂ + z is ε_fit-DP
+  (the solver's gap above).
 
 References:
   Chaudhuri, Monteleoni & Sarwate, Differentially Private Empirical Risk
@@ -109,19 +124,27 @@ def curvature_bound(loss: str, *, h: float = HUBER_H) -> float:
   return 0.25
 
 
+DEFAULT_TOL = 1e-8
+"""The fits' default gradient-norm tolerance."""
+DEFAULT_GAP_FRACTION = 0.01
+"""The default share of each fit's ε that covers the solver's gap."""
+
+
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["num_examples", "p", "theta", "lam", "epsilon",
-                 "target_epsilon", "epsilon_fit", "delta"],
-    meta_fields=["relation", "c", "loss", "h", "num_classes"])
+                 "target_epsilon", "epsilon_fit", "delta", "gap_fraction",
+                 "gap_rate"],
+    meta_fields=["relation", "c", "loss", "h", "num_classes", "tol"])
 @dataclasses.dataclass(frozen=True)
 class ObjectivePerturbationPlan:
   """The public facts of objective-perturbation fits (see :func:`make_plan`).
 
-  A pytree whose leaves are its numbers (n, p, θ, λ and the budget); the
-  loss, h, c and K are static. Plans stack into a batch that ``vmap``
-  maps over (e.g. participants of different sizes), and under ``jax.jit``
-  plans that differ only in ε share one compiled program.
+  A pytree whose leaves are its numbers (n, p, θ, λ, the gap noise's
+  rate and the budget); the loss, h, c, K and tol are static. Plans stack
+  into a batch that ``vmap`` maps over (e.g. participants of different
+  sizes), and under ``jax.jit`` plans that differ only in ε share one
+  compiled program.
 
   Attributes:
     epsilon: the guarantee of one release (all its :attr:`fits` fits), as
@@ -129,8 +152,9 @@ class ObjectivePerturbationPlan:
       :attr:`fits` × ``epsilon_fit``); at most ``target_epsilon``.
     target_epsilon: the budget of one release (``make_plan``'s
       ``epsilon``).
-    epsilon_fit: ε of each fit, ``target_epsilon`` / :attr:`fits`: what
-      p and θ are calibrated for.
+    epsilon_fit: ε of each released fit, ``target_epsilon`` /
+      :attr:`fits`: (1 − ``gap_fraction``)·ε_fit calibrates p and θ, the
+      rest covers the solver's gap (module docstring).
     delta: 0 (pure DP).
     relation: replace-one (:data:`RELATION`), the relation of the proof.
     num_examples: n, the true number of rows (public under replace-one).
@@ -142,6 +166,11 @@ class ObjectivePerturbationPlan:
     h: the Huber width.
     num_classes: None: one binary fit on labels ±1. K ≥ 2: one-vs-rest on
       class ids 0 … K−1 (:attr:`fits` fits).
+    tol: the fits stop, and count as converged, at ‖∇J‖ ≤ tol.
+    gap_fraction: 2ε_g/ε_fit, the share of each fit's ε that covers the
+      solver's gap.
+    gap_rate: ε_g/r with r = 2·tol/(λ+θ): the noise z added to each
+      released fit has density ∝ exp(−gap_rate·‖z‖).
   """
   epsilon: float
   target_epsilon: float
@@ -156,6 +185,9 @@ class ObjectivePerturbationPlan:
   loss: str = "huber"
   h: float = HUBER_H
   num_classes: int | None = None
+  tol: float = DEFAULT_TOL
+  gap_fraction: float = DEFAULT_GAP_FRACTION
+  gap_rate: float = 0.0
 
   @property
   def fits(self) -> int:
@@ -169,23 +201,68 @@ class ObjectivePerturbationPlan:
     """Puts ``count`` releases in ``ledger``: :attr:`fits` pure fits of
     ``epsilon_fit`` each per release, one entry.
 
-    Replace-one neighbours; the guarantee assumes each released fit
-    converged (module docstring).
+    Replace-one neighbours; each released fit converged (module
+    docstring: ε_op for the exact minimiser and 2ε_g for the solver's
+    gap, ``epsilon_fit`` in all).
     """
     count = validation.check_positive_int(count, "count")
     ledger.record_pure(self.epsilon_fit, label=label,
                        count=count * self.fits, relation=self.relation)
 
 
+def gap_rate(*, epsilon_gap: float, tol: float, lam: float,
+             theta: float) -> float:
+  """ε_g/r, r = 2·tol/(λ+θ): the rate of the noise that covers the gap
+  between a converged fit and the exact minimiser (module docstring).
+
+  A fit is converged when its computed ‖∇J‖ ≤ tol and the rounding of
+  that norm is ≤ tol (:func:`rounding_bound`), so the true ‖∇J‖ ≤ 2·tol
+  and, J being (λ+θ)-strongly convex, the fit is within r of the exact
+  minimiser. Noise of density ∝ exp(−(ε_g/r)‖z‖) then keeps the laws of
+  the two within e^{ε_g}.
+  """
+  return epsilon_gap * (lam + theta) / (2.0 * tol)
+
+
+def rounding_bound(*, num_examples, dim: int, lam, theta, b_norm, tol,
+                   c: float, dtype):
+  """A bound on the rounding of a computed ‖∇J(β)‖ at a fit where it is
+  ≤ ``tol``, from the public n, d, λ, θ, ‖b‖ and the dtype only.
+
+  ∇J = (1/n) Σᵢ ℓ′ᵢ yᵢ xᵢ + (λ+θ)β + b/n. Every row's term has norm
+  ≤ 1/n, so the sum's rounding is at most about n·u·1 whatever the order
+  of summation (u the unit roundoff), and the other two terms have norm
+  at most 1 + ‖b‖/n + tol where the computed gradient is ≤ tol. A row's
+  margin yᵢxᵢᵀβ is rounded by about d·u·‖β‖, which moves ℓ′ by at most
+  c times that, with ‖β‖ ≤ (1 + ‖b‖/n + tol)/(λ+θ). The bound takes
+  8u = 4·eps per operation (a margin of 4 over these first-order terms):
+
+    4·eps·[(n + d + 16)·s + c·d·s/(λ+θ)],  s = 1 + ‖b‖/n + tol.
+
+  In float64 at n = 60,000, d = 784, λ = 0.01 and small ‖b‖/n it is
+  about 1.3e-10, far below the default tol = 1e-8; in float32 it is
+  about 7e-2, so float32 fits never count as converged at that tol.
+  """
+  eps = jnp.finfo(dtype).eps
+  s = 1.0 + b_norm / num_examples + tol
+  return 4.0 * eps * ((num_examples + dim + 16.0) * s
+                      + c * dim * s / (lam + theta))
+
+
 def make_plan(*, epsilon: float, num_examples: int, lam: float,
               loss: str = "huber", h: float = HUBER_H,
-              num_classes: int | None = None) -> ObjectivePerturbationPlan:
+              num_classes: int | None = None, tol: float = DEFAULT_TOL,
+              gap_fraction: float = DEFAULT_GAP_FRACTION
+              ) -> ObjectivePerturbationPlan:
   """Validates objective perturbation and calibrates p, θ (host-side).
 
-  Algorithm 2 of Chaudhuri et al. (2011), for each fit's ε′ = ε/K (K fits
-  of a one-vs-rest plan, else ε′ = ε) and n = ``num_examples``:
-  p = ε′ − log(1 + 2c/(nλ) + c²/(n²λ²)); if p > 0 then θ = 0, otherwise
-  θ = c/(n(e^{ε′/4} − 1)) − λ and p = ε′/2.
+  Each fit's ε_fit = ε/K (K fits of a one-vs-rest plan, else ε_fit = ε)
+  is split: ε_op = (1 − ``gap_fraction``)·ε_fit for the exact minimiser,
+  ε_g = ``gap_fraction``·ε_fit/2 for each side of the solver's gap
+  (module docstring). Algorithm 2 of Chaudhuri et al. (2011) for ε′ =
+  ε_op and n = ``num_examples``: p = ε′ − log(1 + 2c/(nλ) + c²/(n²λ²));
+  if p > 0 then θ = 0, otherwise θ = c/(n(e^{ε′/4} − 1)) − λ and
+  p = ε′/2. The gap noise's rate is :func:`gap_rate`.
 
   Args:
     epsilon: ε > 0, the budget of one release: its K fits get ε/K each
@@ -197,6 +274,10 @@ def make_plan(*, epsilon: float, num_examples: int, lam: float,
     h: Huber width > 0.
     num_classes: None (default) for one binary fit on labels ±1; K ≥ 2
       for one-vs-rest on class ids (K fits, one when K = 2).
+    tol: the gradient-norm tolerance the fits stop at (finite, > 0); the
+      gap noise is sized for it.
+    gap_fraction: the share of each fit's ε that covers the solver's gap,
+      in (0, 1).
 
   Returns:
     An :class:`ObjectivePerturbationPlan`.
@@ -207,6 +288,12 @@ def make_plan(*, epsilon: float, num_examples: int, lam: float,
   epsilon = validation.check_epsilon(epsilon)
   n = validation.check_positive_int(num_examples, "num_examples")
   lam = validation.check_positive(lam, "lam")
+  tol = validation.check_positive(tol, "tol")
+  gap_fraction = validation.check_positive(gap_fraction, "gap_fraction")
+  if gap_fraction >= 1.0:
+    raise ValueError(f"gap_fraction must be in (0, 1): the share of each "
+                     f"fit's epsilon that covers the solver's gap, got "
+                     f"{gap_fraction}.")
   c = curvature_bound(loss, h=h)  # also checks loss and h
   if num_classes is not None:
     num_classes = validation.check_positive_int(num_classes, "num_classes")
@@ -215,14 +302,18 @@ def make_plan(*, epsilon: float, num_examples: int, lam: float,
                        f"fit on labels ±1), got {num_classes}.")
   fits = 1 if num_classes is None or num_classes == 2 else num_classes
   eps_fit = epsilon / fits
+  eps_op = (1.0 - gap_fraction) * eps_fit
   ratio = c / (n * lam)
-  p = eps_fit - math.log1p(2.0 * ratio + ratio * ratio)
+  p = eps_op - math.log1p(2.0 * ratio + ratio * ratio)
   theta = 0.0
   if p <= 0:
-    theta = c / (n * math.expm1(eps_fit / 4.0)) - lam
-    p = eps_fit / 2.0
+    theta = c / (n * math.expm1(eps_op / 4.0)) - lam
+    p = eps_op / 2.0
+  rate = gap_rate(epsilon_gap=gap_fraction * eps_fit / 2.0, tol=tol,
+                  lam=lam, theta=theta)
   plan = ObjectivePerturbationPlan(None, epsilon, eps_fit, 0.0, RELATION, n,
-                                   p, theta, lam, c, loss, h, num_classes)
+                                   p, theta, lam, c, loss, h, num_classes,
+                                   tol, gap_fraction, rate)
   return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
@@ -309,7 +400,7 @@ def _lbfgs(dtype) -> optax.GradientTransformationExtraArgs:
 
 def minimise(x, y, mask, *, num_examples, lam, theta, b,
              loss: str = "huber",
-             h: float = HUBER_H, tol: float = 1e-8,
+             h: float = HUBER_H, tol: float = DEFAULT_TOL,
              max_iter: int = 500) -> FitResult:
   """Minimises J with L-BFGS until ‖∇J‖ ≤ tol or ``max_iter`` iterations.
 
@@ -332,6 +423,10 @@ def minimise(x, y, mask, *, num_examples, lam, theta, b,
     h: Huber width.
     tol: stop when ‖∇J‖ ≤ tol.
     max_iter: iteration cap (reaching it leaves ``converged`` False).
+
+  ``converged`` holds where the computed ‖∇J‖ ≤ tol, its rounding is
+  ≤ tol too (:func:`rounding_bound`: then the true ‖∇J‖ ≤ 2·tol) and β
+  is finite.
   """
   dtype = x.dtype
   y = y.astype(dtype)
@@ -366,14 +461,19 @@ def minimise(x, y, mask, *, num_examples, lam, theta, b,
   final = jax.lax.while_loop(cond, body, init)
   # The gradient at the returned point, recomputed (not the line search's).
   grad_norm = jnp.linalg.norm(jax.grad(fun)(final.beta))
-  converged = (grad_norm <= tol) & jnp.all(jnp.isfinite(final.beta))
+  rounding = rounding_bound(
+      num_examples=num_examples, dim=x.shape[-1], lam=lam, theta=theta,
+      b_norm=jnp.linalg.norm(b), tol=tol, c=curvature_bound(loss, h=h),
+      dtype=dtype)
+  converged = ((grad_norm <= tol) & (rounding <= tol)
+               & jnp.all(jnp.isfinite(final.beta)))
   return FitResult(final.beta, grad_norm, final.iteration, converged)
 
 
 def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
-            mask=None, *, tol: float = 1e-8,
-            max_iter: int = 500) -> FitResult:
-  """The plan's private fit(s): draws b, then minimises J.
+            mask=None, *, max_iter: int = 500) -> FitResult:
+  """The plan's private fit(s): draws b, minimises J to the plan's tol,
+  adds the gap noise z.
 
   Pure, jittable and vmappable. Concrete arguments are checked host-side
   (rows finite and of norm ≤ 1, the labels, n against the rows); inside,
@@ -391,19 +491,20 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
       one-vs-rest plan.
     mask: (n_max,) 1 for real rows (Σ mask = ``plan.num_examples``);
       None: all rows are real (n_max = ``plan.num_examples``).
-    tol: stop when ‖∇J‖ ≤ tol (finite, > 0).
     max_iter: L-BFGS iteration cap.
 
   Returns:
-    A :class:`FitResult`; with a leading axis of size :attr:`fits` for a
-    one-vs-rest plan.
+    A :class:`FitResult` whose ``beta`` is the released β̂ + z (the
+    other fields describe β̂); with a leading axis of size :attr:`fits`
+    for a one-vs-rest plan.
 
   Raises:
     TypeError: ``plan`` is not an :class:`ObjectivePerturbationPlan`, or
       ``key`` not a key.
     ValueError: an invalid argument (named in the message).
-    ConvergenceError: on concrete values, a fit stopped at ``max_iter``
-      (or went non-finite) before ‖∇J‖ ≤ ``tol``. Under ``jit``/``vmap``
+    ConvergenceError: on concrete values, a fit is not converged
+      (:func:`minimise`: stopped at ``max_iter``, went non-finite, or the
+      rounding bound exceeds ``plan.tol``). Under ``jit``/``vmap``
       nothing can raise: release ``beta`` only where ``converged``.
 
   Privacy:
@@ -417,7 +518,6 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
                     f"ObjectivePerturbationPlan from make_plan, got "
                     f"{type(plan).__name__}.")
   validation.check_key(key)
-  tol = validation.check_positive(tol, "tol")
   max_iter = validation.check_positive_int(max_iter, "max_iter")
   validation.check_rows(x, "x")
   rows = jnp.shape(x)[0]
@@ -436,30 +536,48 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
       raise ValueError(f"x has {rows} rows but the plan was made for "
                        f"num_examples={plan.num_examples}; make the plan "
                        f"with num_examples=x.shape[0].")
-  result = _release(key, plan, x, y, mask, tol=tol, max_iter=max_iter)
+  result = _release(key, plan, x, y, mask, max_iter=max_iter)
   if validation.is_concrete(result) and not bool(
       np.all(np.asarray(result.converged))):
-    raise _not_converged(result, tol=tol, max_iter=max_iter, private=True,
-                         dtype=jnp.result_type(x))
+    raise _not_converged(result, tol=plan.tol, max_iter=max_iter,
+                         private=True, dtype=jnp.result_type(x))
   return result
 
 
-def _release(key, plan, x, y, mask, *, tol, max_iter) -> FitResult:
+def _release(key, plan, x, y, mask, *, max_iter) -> FitResult:
   """The kernel of :func:`release` (no checks)."""
+  fit = dict(num_examples=plan.num_examples, p=plan.p, theta=plan.theta,
+             gap_rate=plan.gap_rate, lam=plan.lam, loss=plan.loss, h=plan.h,
+             tol=plan.tol, max_iter=max_iter)
   if plan.num_classes is not None:
-    return one_vs_rest(key, x, y, mask, num_classes=plan.num_classes,
-                       num_examples=plan.num_examples, p=plan.p,
-                       theta=plan.theta, lam=plan.lam,
-                       loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
-  x, mask = _enforce_bounds(x, mask)
+    return one_vs_rest(key, x, y, mask, num_classes=plan.num_classes, **fit)
   # |y| = 1 is part of the bound the proof needs (|ℓ′·y|·‖x‖ ≤ 1): a
   # traced label is mapped to ±1 here, as one_vs_rest does, since only a
   # concrete one can be refused.
-  y = jnp.where(y > 0, 1.0, -1.0).astype(x.dtype)
-  b = perturbation_noise(key, x.shape[-1], p=plan.p, dtype=x.dtype)
-  return minimise(x, y, mask, num_examples=plan.num_examples, lam=plan.lam,
-                  theta=plan.theta,
-                  b=b, loss=plan.loss, h=plan.h, tol=tol, max_iter=max_iter)
+  signs = jnp.where(y > 0, 1.0, -1.0)[None]
+  return jax.tree.map(lambda a: a[0],
+                      _private_fits(key, x, signs, mask, **fit))
+
+
+def _private_fits(key, x, signs, mask, *, num_examples, p, theta, gap_rate,
+                  lam, loss, h, tol, max_iter) -> FitResult:
+  """F private fits on the same rows, one per row of ``signs`` (F, n_max)
+  of ±1 labels: rows and mask bounded, noise b for each fit's objective,
+  each converged β̂ released as β̂ + z (module docstring)."""
+  x, mask = _enforce_bounds(x, mask)
+  fits, dim = signs.shape[0], x.shape[-1]
+  b_key, z_key = jax.random.split(key)
+  b = perturbation_noise(b_key, dim, p=p, num=fits, dtype=x.dtype)
+  z = dp_noise.objective_perturbation_noise(z_key, dim, beta=gap_rate,
+                                            num=fits, dtype=x.dtype)
+
+  def one(b_c, y):
+    return minimise(x, y.astype(x.dtype), mask, num_examples=num_examples,
+                    lam=lam, theta=theta, b=b_c, loss=loss, h=h, tol=tol,
+                    max_iter=max_iter)
+
+  result = jax.vmap(one)(b, signs)
+  return result._replace(beta=result.beta + z)
 
 
 def _not_converged(result, *, tol, max_iter, private,
@@ -467,13 +585,21 @@ def _not_converged(result, *, tol, max_iter, private,
   worst = int(np.argmax(np.asarray(result.grad_norm).reshape(-1)))
   grad_norm = float(np.asarray(result.grad_norm).reshape(-1)[worst])
   iterations = int(np.asarray(result.iterations).reshape(-1)[worst])
+  if grad_norm <= tol:  # so the rounding bound (or a non-finite β) failed
+    return ConvergenceError(
+        f"the {'private' if private else 'non-private'} fit reached "
+        f"‖∇J‖ = {grad_norm:.3g} <= tol={tol:g}, but the rounding bound of "
+        f"that norm exceeds tol (or β is not finite), so its distance to "
+        f"the exact minimiser is not bounded and the model is not "
+        f"released. Raise tol, or run in float64 (`with "
+        f"jax.enable_x64(True):`, float64 rows).")
   return ConvergenceError(
       f"the {'private' if private else 'non-private'} fit did not "
       f"converge: ‖∇J‖ = {grad_norm:.3g} > tol={tol:g} after "
       f"{iterations} of max_iter={max_iter} iterations. The privacy proof "
-      f"assumes the exact minimiser, so the model is not released. Raise "
-      f"max_iter; at a very small epsilon the noise b and the extra ridge "
-      f"θ are huge and the solver may not reach tol at all."
+      f"needs a fit within tol of the minimiser, so the model is not "
+      f"released. Raise max_iter; at a very small epsilon the noise b and "
+      f"the extra ridge θ are huge and the solver may not reach tol at all."
       + ("" if jnp.dtype(dtype) == jnp.float64 else
          f" The rows are {jnp.dtype(dtype).name}, where ‖∇J‖ rarely gets "
          f"below tol: call it under `with jax.enable_x64(True):` with "
@@ -487,56 +613,63 @@ def _enforce_bounds(x, mask):
 
 
 def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int,
-                num_examples, p, theta, lam, loss: str = "huber",
-                h: float = HUBER_H, tol: float = 1e-8, max_iter: int = 500,
+                num_examples, p, theta, lam, gap_rate=None,
+                loss: str = "huber", h: float = HUBER_H,
+                tol: float = DEFAULT_TOL, max_iter: int = 500,
                 private: bool = True) -> FitResult:
   """K one-vs-rest fits as one ``vmap`` (a single fit when K = 2).
 
-  The kernel a one-vs-rest plan's :func:`release` runs, for n, p and θ
-  given directly (e.g. traced, one per participant, as in
-  ``federated.feddpdr``, whose checked entry point it is): no validation,
-  no raising inside jit. A direct caller takes p, θ from a plan and must
-  check every ``converged`` before releasing the models.
-  ``private=False`` is the noise-free fit (b = 0, θ = 0, no clipping).
+  The kernel a one-vs-rest plan's :func:`release` runs, for n, p, θ and
+  the gap noise's rate given directly (e.g. traced, one per participant,
+  as in ``federated.feddpdr``, whose checked entry point it is): no
+  validation, no raising inside jit. A direct caller takes p, θ,
+  ``gap_rate`` and ``tol`` from one plan and must check every
+  ``converged`` before releasing the models. ``private=False`` is the
+  noise-free fit (b = 0, θ = 0, z = 0, no clipping).
 
   Args:
-    key: PRNG key. The K noise vectors are drawn together, row c for
-      class c (``perturbation_noise(key, k, p=p, num=K)``): one sampler
-      call instead of K, which keeps the vmapped program small.
+    key: PRNG key. Split in two: the K noise vectors b are drawn together
+      from the first, row c for class c, and the K gap noises z from the
+      second (one sampler call each instead of K, which keeps the
+      vmapped program small).
     x: (n_max, k) rows with ‖x‖ ≤ 1.
     labels: (n_max,) class indices in [0, K).
     mask: (n_max,) 1 for real rows.
     num_classes: K ≥ 2. For K = 2 one classifier separates class 1 (+1)
       from class 0 (−1).
-    num_examples, p, theta, lam: n, the true rows, and p, θ, λ of a plan
-      (:class:`ObjectivePerturbationPlan`, calibrated for its
-      ``epsilon_fit``).
+    num_examples, p, theta, lam, gap_rate, tol: n, the true rows, and p,
+      θ, λ, ``gap_rate`` and ``tol`` of a plan
+      (:class:`ObjectivePerturbationPlan`); ``gap_rate`` is required when
+      ``private``.
 
   Returns:
-    FitResult with a leading axis of size K (or 1 when K = 2).
+    FitResult with a leading axis of size K (or 1 when K = 2); ``beta``
+    is the released β̂ + z.
 
   Privacy:
-    Each fit is as in :func:`release` (ε-DP under replacement of one
-    row, given convergence); the K fits read the same rows, so together
-    they are K·ε-DP (sequential composition).
+    Each fit is as in :func:`release` (``epsilon_fit``-DP under
+    replacement of one row, given convergence); the K fits read the same
+    rows, so together they are K·``epsilon_fit``-DP (sequential
+    composition).
   """
   fits = 1 if num_classes == 2 else num_classes
   targets = jnp.arange(fits) + (1 if num_classes == 2 else 0)
-  dim = x.shape[-1]
+  signs = jnp.where(labels[None] == targets[:, None], 1.0, -1.0)
   if private:
-    x, mask = _enforce_bounds(x, mask)
-    b = perturbation_noise(key, dim, p=p, num=fits, dtype=x.dtype)
-  else:
-    b = jnp.zeros((fits, dim), x.dtype)
-    theta = 0.0
+    if gap_rate is None:
+      raise ValueError("one_vs_rest(private=True) needs gap_rate, the rate "
+                       "of the noise that covers the solver's gap: take it "
+                       "from the plan (plan.gap_rate) with its tol.")
+    return _private_fits(key, x, signs, mask, num_examples=num_examples,
+                         p=p, theta=theta, gap_rate=gap_rate, lam=lam,
+                         loss=loss, h=h, tol=tol, max_iter=max_iter)
 
-  def one(b_c, target):
-    y = jnp.where(labels == target, 1.0, -1.0).astype(x.dtype)
-    return minimise(x, y, mask, num_examples=num_examples, lam=lam,
-                    theta=theta, b=b_c, loss=loss,
-                    h=h, tol=tol, max_iter=max_iter)
+  def one(y):
+    return minimise(x, y.astype(x.dtype), mask, num_examples=num_examples,
+                    lam=lam, theta=0.0, b=jnp.zeros(x.shape[-1], x.dtype),
+                    loss=loss, h=h, tol=tol, max_iter=max_iter)
 
-  return jax.vmap(one)(b, targets)
+  return jax.vmap(one)(signs)
 
 
 def decision_scores(x, betas, num_classes: int):
@@ -548,7 +681,7 @@ def decision_scores(x, betas, num_classes: int):
 
 
 def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
-                   h: float = HUBER_H, tol: float = 1e-8,
+                   h: float = HUBER_H, tol: float = DEFAULT_TOL,
                    max_iter: int = 500) -> FitResult:
   """The noise-free fit (b = 0, θ = 0): checked, in float64. Not private.
 
@@ -594,9 +727,9 @@ def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
 
 
 __all__ = [
-    "ConvergenceError", "FitResult", "HUBER_H",
-    "ObjectivePerturbationPlan", "RELATION", "curvature_bound",
-    "decision_scores", "fit_nonprivate", "huber_loss", "logistic_loss",
-    "make_plan", "minimise", "objective", "one_vs_rest", "perturbation_noise",
-    "release",
+    "ConvergenceError", "DEFAULT_GAP_FRACTION", "DEFAULT_TOL", "FitResult",
+    "HUBER_H", "ObjectivePerturbationPlan", "RELATION", "curvature_bound",
+    "decision_scores", "fit_nonprivate", "gap_rate", "huber_loss",
+    "logistic_loss", "make_plan", "minimise", "objective", "one_vs_rest",
+    "perturbation_noise", "release", "rounding_bound",
 ]

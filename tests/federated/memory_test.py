@@ -49,9 +49,7 @@ def _compiled_memory(count: int, chunk, *, mechanism="feddpdr", n_max=N_MAX,
             jax.ShapeDtypeStruct((count, n_max), jnp.float32)),
         feddpdr.Traced(
             jax.ShapeDtypeStruct((count,), jnp.float32),
-            jax.ShapeDtypeStruct((count,), jnp.float64),
-            jax.ShapeDtypeStruct((count,), jnp.float64),
-            jax.ShapeDtypeStruct((count,), jnp.float64)))
+            *(jax.ShapeDtypeStruct((count,), jnp.float64),) * 4))
     train = jax.jit(lambda *a: feddpdr.train(
         *a, config=config, num_classes=classes, chunk=chunk))
     stats = train.lower(keys, *shapes).compile().memory_analysis()

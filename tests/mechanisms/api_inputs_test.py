@@ -144,10 +144,9 @@ def test_pca(call, error, match):
 # -- objective and output perturbation -----------------------------------------
 
 
-def _fit(key=KEY, x=X, y=Y_PM, *, tol=1e-8, max_iter=500, **kwargs):
+def _fit(key=KEY, x=X, y=Y_PM, *, max_iter=500, **kwargs):
   settings = {"epsilon": 1.0, "lam": 0.1, "num_examples": 20, **kwargs}
-  return op.release(key, op.make_plan(**settings), x, y, tol=tol,
-                    max_iter=max_iter)
+  return op.release(key, op.make_plan(**settings), x, y, max_iter=max_iter)
 
 
 def _release(key=KEY, x=X, y=Y_PM, *, c=1.0, epsilon=1.0, **kwargs):

@@ -11,9 +11,10 @@ from federated.feddpdr.arrays import Layout
 def test_rows_and_traced_are_pytrees_of_their_arrays():
   rows = feddpdr.Rows(jnp.zeros((2, 3, 4)), jnp.zeros((2, 3), jnp.int32),
                       jnp.ones((2, 3)))
-  traced = feddpdr.Traced(*(jnp.full(2, v) for v in (0.5, 3.0, 2.0, 1.0)))
+  traced = feddpdr.Traced(*(jnp.full(2, v)
+                            for v in (0.5, 3.0, 2.0, 1.0, 7.0)))
   assert len(jax.tree.leaves(rows)) == 3
-  assert len(jax.tree.leaves(traced)) == 4
+  assert len(jax.tree.leaves(traced)) == 5
   doubled = jax.tree.map(lambda a: 2 * a, traced)
   assert isinstance(doubled, feddpdr.Traced)
   np.testing.assert_array_equal(doubled.sizes, [6.0, 6.0])

@@ -10,6 +10,7 @@ from scipy import optimize, stats
 from sklearn.linear_model import LogisticRegression
 
 from dpcore import accounting, options, shape
+from dpcore import noise as dp_noise
 from mechanisms.erm import objective_perturbation as op
 
 
@@ -86,24 +87,33 @@ def test_iteration_cap_is_reported_not_hidden():
 @pytest.mark.parametrize("loss, c", [("huber", 1.0), ("logistic", 0.25)])
 def test_plan_follows_chaudhuri(loss, c):
   assert op.curvature_bound(loss) == c
-  lam = 0.01
-  # Large n: p > 0 branch, θ = 0.
+  lam, f = 0.01, op.DEFAULT_GAP_FRACTION
+  # Large n: p > 0 branch, θ = 0. Chaudhuri's ε′ is the fit's ε less the
+  # share that covers the solver's gap.
   eps, n = 0.5, 10_000
   plan = op.make_plan(epsilon=eps, num_examples=n, lam=lam, loss=loss)
-  assert plan.c == c
-  expected = eps - math.log(1 + 2 * c / (n * lam) + c**2 / (n * lam) ** 2)
+  assert plan.c == c and plan.gap_fraction == f == 0.01
+  eps_op = (1 - f) * eps
+  expected = eps_op - math.log(1 + 2 * c / (n * lam) + c**2 / (n * lam) ** 2)
   assert plan.theta == 0.0
   np.testing.assert_allclose(plan.p, expected, rtol=1e-12)
   # The paper's form ε − 2 log(1 + c/(nλ)) is the same number.
-  np.testing.assert_allclose(plan.p, eps - 2 * math.log1p(c / (n * lam)),
+  np.testing.assert_allclose(plan.p, eps_op - 2 * math.log1p(c / (n * lam)),
                              rtol=1e-12)
-  # Small budget: p ≤ 0 branch, θ = c/(n(e^{ε/4} − 1)) − λ, p = ε/2.
+  # The gap noise: ε_g = f·ε/2 against r = 2·tol/(λ+θ).
+  np.testing.assert_allclose(plan.gap_rate,
+                             (f * eps / 2) / (2 * plan.tol / lam), rtol=1e-12)
+  # Small budget: p ≤ 0 branch, θ = c/(n(e^{ε′/4} − 1)) − λ, p = ε′/2.
   eps = 0.002
+  eps_op = (1 - f) * eps
   plan = op.make_plan(epsilon=eps, num_examples=n, lam=lam, loss=loss)
-  np.testing.assert_allclose(plan.p, eps / 2)
+  np.testing.assert_allclose(plan.p, eps_op / 2)
   np.testing.assert_allclose(
-      plan.theta, c / (n * (math.exp(eps / 4) - 1)) - lam, rtol=1e-12)
+      plan.theta, c / (n * (math.exp(eps_op / 4) - 1)) - lam, rtol=1e-12)
   assert plan.theta > 0
+  np.testing.assert_allclose(
+      plan.gap_rate, (f * eps / 2) * (lam + plan.theta) / (2 * plan.tol),
+      rtol=1e-12)
 
 
 def test_plan_and_release_have_the_one_shape():
@@ -117,14 +127,18 @@ def test_plan_and_release_have_the_one_shape():
   shape.check_release(op.release)
 
 
-# Pinned against the earlier tree (perturbation_params and record):
-# p, θ of two settings, and ε of three fits at 0.5.
+PINNED_HUBER = (0.2475, 0.015303726498876466, 3162.965812359558)
+PINNED_LOGISTIC = (0.00495, 0.32628384190865245, 840.7096047716312)
+
+
+# Pinned when the solver's gap entered the plan (1 % of each fit's ε):
+# p, θ and the gap rate of two settings, and ε of three fits at 0.5.
 def test_plan_gives_the_pinned_figures():
   plan = op.make_plan(epsilon=0.5, num_examples=300, lam=0.01, loss="huber")
-  assert (plan.p, plan.theta) == (0.25, 0.015034713183339469)
+  assert (plan.p, plan.theta, plan.gap_rate) == PINNED_HUBER
   small = op.make_plan(epsilon=0.01, num_examples=300, lam=0.01,
                        loss="logistic")
-  assert (small.p, small.theta) == (0.005, 0.3229168402777597)
+  assert (small.p, small.theta, small.gap_rate) == PINNED_LOGISTIC
   ledger = accounting.PrivacyLedger()
   # A one-vs-rest plan's budget is the release's: three fits at 0.5 each.
   ovr = op.make_plan(epsilon=1.5, num_examples=300, lam=0.01, num_classes=3)
@@ -206,7 +220,8 @@ def test_one_vs_rest_release_is_the_kernel_and_vmaps_over_plans():
     fits = op.release(key, plan, xj, lj)
     kernel = op.one_vs_rest(key, xj, lj, jnp.ones(80), num_classes=3,
                             num_examples=plan.num_examples, p=plan.p,
-                            theta=plan.theta, lam=plan.lam)
+                            theta=plan.theta, lam=plan.lam,
+                            gap_rate=plan.gap_rate)
     np.testing.assert_array_equal(fits.beta, kernel.beta)
     assert fits.beta.shape == (3, 4)
     # Plans of two sizes stack into a batch (n, p, θ are its leaves).
@@ -236,7 +251,8 @@ def test_noise_norm_is_gamma_and_rejects_wrong_scale():
 @pytest.mark.slow
 def test_one_vs_rest_equals_separate_fits():
   # Class c's fit is the fit of its own one-vs-rest labels with row c of
-  # the K noise vectors drawn together from the participant's key.
+  # the K noise vectors b drawn together from the first half of the
+  # participant's key, plus row c of the K gap noises from the second.
   rng = np.random.default_rng(3)
   x = rng.normal(size=(120, 5))
   x /= np.linalg.norm(x, axis=1, keepdims=True)
@@ -248,15 +264,19 @@ def test_one_vs_rest_equals_separate_fits():
     xj = jnp.asarray(x)
     both = jax.jit(lambda kk: op.one_vs_rest(
         kk, xj, jnp.asarray(labels), jnp.asarray(mask), num_classes=3,
-        p=0.7, **kwargs))(key)
+        p=0.7, gap_rate=50.0, **kwargs))(key)
     assert both.beta.shape == (3, 5)
-    b = op.perturbation_noise(key, 5, p=0.7, num=3)
+    b_key, z_key = jax.random.split(key)
+    b = op.perturbation_noise(b_key, 5, p=0.7, num=3)
+    z = dp_noise.objective_perturbation_noise(z_key, 5, beta=50.0, num=3,
+                                              dtype=jnp.float64)
+    assert np.min(np.linalg.norm(z, axis=1)) > 1e-3  # visible beside 1e-9
     single = jax.jit(lambda yy, bb: op.minimise(
         xj, yy, jnp.asarray(mask), b=bb, **kwargs))
     for c in range(3):
       y = jnp.where(jnp.asarray(labels) == c, 1.0, -1.0)
       alone = single(y, b[c])
-      np.testing.assert_allclose(both.beta[c], alone.beta, atol=1e-9)
+      np.testing.assert_allclose(both.beta[c], alone.beta + z[c], atol=1e-9)
       # Each class has its own noise: another row gives another model.
       other = single(y, b[(c + 1) % 3])
       assert np.max(np.abs(both.beta[c] - other.beta)) > 1e-4
@@ -346,14 +366,31 @@ def test_private_fit_reads_traced_labels_as_signs():
     ({"tol": 0.0}, "tol"),
     ({"tol": float("nan")}, "tol"),
     ({"tol": float("inf")}, "tol"),
+    ({"gap_fraction": 0.0}, "gap_fraction"),
+    ({"gap_fraction": 1.0}, "gap_fraction"),
+    ({"gap_fraction": -0.1}, "gap_fraction"),
     ({"h": 0.0}, "h"),
 ])
 def test_release_rejects_bad_solver_settings(kwargs, match):
   x, y = _data(n=30)
-  h = kwargs.pop("h", op.HUBER_H)
+  planned = {k: kwargs.pop(k) for k in ("h", "tol", "gap_fraction")
+             if k in kwargs}
   with pytest.raises(ValueError, match=match), jax.enable_x64(True):
-    plan = op.make_plan(epsilon=1.0, num_examples=30, lam=0.01, h=h)
+    plan = op.make_plan(epsilon=1.0, num_examples=30, lam=0.01, **planned)
     op.release(jax.random.key(0), plan, x, y, **kwargs)
+
+
+def test_release_takes_its_tolerance_from_the_plan_only():
+  # The gap noise is sized for the plan's tol: a release-time tol that
+  # differed would break the guarantee, so there is none to pass.
+  x, y = _data(n=30)
+  plan = op.make_plan(epsilon=1.0, num_examples=30, lam=0.01)
+  with pytest.raises(TypeError, match="tol"):
+    op.release(jax.random.key(0), plan, x, y, tol=1e-3)
+  with pytest.raises(ValueError, match="gap_rate"):
+    op.one_vs_rest(jax.random.key(0), jnp.asarray(x), jnp.zeros(30, int),
+                   jnp.ones(30), num_classes=2, num_examples=30, p=plan.p,
+                   theta=plan.theta, lam=plan.lam)
 
 
 @pytest.mark.parametrize("epsilon, max_iter", [
@@ -453,3 +490,89 @@ def test_line_search_does_not_stall_at_the_rounding_of_j():
   # batched fit waited for.
   assert max(_line_search_steps(None)) <= 3
   assert max(_line_search_steps(0.0)) == 41
+
+
+def _fit_and_gap(keys, plan, x, y):
+  """Each key's released β and its β̂, the plan's own fit with the same b
+  (the first half of the key), without the gap noise."""
+  def both(key):
+    released = op.release(key, plan, x, y).beta
+    b = op.perturbation_noise(jax.random.split(key)[0], x.shape[-1],
+                              p=plan.p, num=1, dtype=x.dtype)[0]
+    exact = op.minimise(x, y, jnp.ones(x.shape[0], x.dtype),
+                        num_examples=plan.num_examples, lam=plan.lam,
+                        theta=plan.theta, b=b, loss=plan.loss, tol=plan.tol)
+    return released, exact.beta
+  return jax.jit(jax.vmap(both))(keys)
+
+
+def test_released_fit_carries_gap_noise_of_the_plans_law():
+  # The law test on the mechanism itself: across 3,000 keys, released β
+  # minus the fit with the same b is the gap noise, its norm Gamma(d,
+  # 1/gap_rate); a scale off by 20 % either way is rejected. The two fits
+  # differ by at most 2r (r = 2·tol/(λ+θ), far below the noise's scale
+  # 1/gap_rate = r/ε_g).
+  x, y = _data(n=40, d=3, seed=4)
+  plan = op.make_plan(epsilon=1.0, num_examples=40, lam=0.1,
+                      gap_fraction=0.5, tol=1e-4)
+  r = 2 * plan.tol / (plan.lam + plan.theta)
+  assert 1 / plan.gap_rate == pytest.approx(r / 0.25)
+  with jax.enable_x64(True):
+    released, exact = _fit_and_gap(jax.random.split(jax.random.key(21), 3000),
+                                   plan, jnp.asarray(x), jnp.asarray(y))
+  norms = np.linalg.norm(np.asarray(released - exact), axis=1)
+  scale = 1 / plan.gap_rate
+  assert stats.kstest(norms, "gamma", args=(3, 0, scale)).pvalue > 1e-3
+  for wrong in (0.8, 1.2):
+    assert stats.kstest(norms, "gamma",
+                        args=(3, 0, wrong * scale)).pvalue < 1e-6
+
+
+def test_converged_fit_is_within_the_gap_radius_of_the_minimiser():
+  # The radius the gap noise is sized for: a converged fit is within
+  # r = 2·tol/(λ+θ) of the exact minimiser (scipy's, to 1e-12).
+  x, y = _data(seed=5)
+  n, d = x.shape
+  lam, theta, tol = 0.01, 0.0, 1e-6
+  b = np.random.default_rng(6).normal(size=d) * 20.0
+  with jax.enable_x64(True):
+    fit = op.minimise(jnp.asarray(x), jnp.asarray(y), jnp.ones(n),
+                      num_examples=float(n), lam=lam, theta=theta,
+                      b=jnp.asarray(b), tol=tol)
+  assert bool(fit.converged)
+  ref = optimize.minimize(
+      lambda w: _huber_objective_np(w, x, y, lam=lam, theta=theta, b=b),
+      np.zeros(d), jac=True, method="BFGS", options={"gtol": 1e-12})
+  distance = np.linalg.norm(np.asarray(fit.beta) - ref.x)
+  assert distance <= 2 * tol / (lam + theta)
+  assert distance > 1e-9  # tol = 1e-6 leaves a gap to cover
+
+
+def test_rounding_bound_covers_float64_and_refuses_float32():
+  # The computed ‖∇J‖ in float64 is within the bound of the gradient in
+  # extended precision, at a converged fit; in float32 the bound exceeds
+  # the default tol, so a private float32 fit is refused, saying why.
+  x, y = _data(n=500, d=8, seed=7)
+  b = np.random.default_rng(8).normal(size=8) * 50.0
+  lam = 0.01
+  with jax.enable_x64(True):
+    fit = op.minimise(jnp.asarray(x), jnp.asarray(y), jnp.ones(500),
+                      num_examples=500.0, lam=lam, theta=0.0,
+                      b=jnp.asarray(b))
+    bound = float(op.rounding_bound(
+        num_examples=500.0, dim=8, lam=lam, theta=0.0,
+        b_norm=np.linalg.norm(b), tol=op.DEFAULT_TOL, c=1.0,
+        dtype=jnp.float64))
+  assert bool(fit.converged) and 0 < bound < op.DEFAULT_TOL
+  beta = np.asarray(fit.beta, np.longdouble)
+  xl, yl, bl = (np.asarray(a, np.longdouble) for a in (x, y, b))
+  z = yl * (xl @ beta)
+  dloss = np.where(z > 1.5, 0, np.where(z < 0.5, -1, -(1.5 - z)))
+  grad = xl.T @ (dloss * yl) / 500 + lam * beta + bl / 500
+  assert abs(float(np.linalg.norm(grad)) - float(fit.grad_norm)) <= bound
+  assert float(op.rounding_bound(
+      num_examples=500.0, dim=8, lam=lam, theta=0.0, b_norm=1.0,
+      tol=op.DEFAULT_TOL, c=1.0, dtype=jnp.float32)) > op.DEFAULT_TOL
+  plan = op.make_plan(epsilon=1.0, num_examples=500, lam=lam)
+  with pytest.raises(op.ConvergenceError, match="float64|float32"):
+    op.release(jax.random.key(0), plan, np.asarray(x, np.float32), y)
