@@ -18,14 +18,25 @@ x̃ = [x, 1]/√2 (so ‖x̃‖ ≤ 1 whenever ‖x‖ ≤ 1): the bias becomes 
 penalised weight, the noise is added to all d + 1 weights, and the released
 (w, b) = (w̃[:d], w̃[d])/√2 is post-processing. The bias-free dual (no
 yᵀα = 0 constraint) is solved by dual coordinate descent (as LIBLINEAR's
-L1-loss SVM) to a projected-gradient tolerance; the DP proof assumes the
-exact minimiser, so ``tol`` should be small.
+L1-loss SVM) to a projected-gradient tolerance.
+
+The solver's gap is accounted, not assumed away. The bound 2C holds for
+the exact minimisers w*; the solver returns ŵ = Σ αᵢyᵢx̃ᵢ for a feasible
+α (0 ≤ α ≤ C). Weak duality and 1-strong convexity give
+½‖ŵ − w*‖² ≤ P(ŵ) − P(w*) ≤ P(ŵ) − D(α) = G, the duality gap, which
+the solver computes with a bound on its float64 rounding
+(:func:`certified_gap`). It keeps iterating until that certified G is
+≤ (ρC)²/2 (ρ = the plan's ``gap_fraction``, default 1 %), so
+‖ŵ − w*‖ ≤ ρC for both neighbours and ‖ŵ(D) − ŵ(D′)‖ ≤ 2C(1 + ρ): the
+plan's sensitivity, for which the noise is drawn. A fit that does not
+get there within ``max_epochs`` is not released (:class:`ConvergenceError`;
+the refusal itself is an event the proof does not cover).
 
 Only the linear kernel has a finite-dimensional w to perturb; any other
 kernel is refused (its model stores training rows as support vectors).
 
 The one shape (:mod:`dpcore.shape`): :func:`make_plan` validates ε and C
-and fixes the sensitivity 2C and the noise scale 2C/ε in a frozen
+and fixes the sensitivity 2C(1 + ρ) and the noise scale Δ₂/ε in a frozen
 :class:`OutputPerturbationPlan`; ``plan.record(ledger, count=r)`` enters r
 releases in a ledger; :func:`release` trains and perturbs (one key, or a
 batch of r keys for r independent noise draws of the one training).
@@ -39,9 +50,9 @@ a known sensitivity (random-feature models, an audit's canary)::
 Privacy:
   Neighbouring data sets differ by replacing one row (n public). With
   every ‖x‖ ≤ 1 (refused otherwise) the exact minimiser over x̃ has L2
-  sensitivity 2C, so noise of density ∝ exp(−ε‖b‖/(2C)) makes the
-  released (w, b) ε-DP (pure; Chaudhuri et al. 2011, Theorem 6), assuming
-  the exact minimiser (``tol`` bounds the deviation).
+  sensitivity 2C (Chaudhuri et al. 2011, Theorem 6) and the released
+  solver output 2C(1 + ρ) (above), so noise of density
+  ∝ exp(−ε‖b‖/(2C(1 + ρ))) makes the released (w, b) ε-DP (pure).
 """
 
 from __future__ import annotations
@@ -76,15 +87,24 @@ def check_linear_kernel(kernel) -> None:
         f"release='none' (which is not private).")
 
 
+DEFAULT_GAP_FRACTION = 0.01
+"""The default ρ: the solver's certified distance to the exact minimiser
+is at most ρ·C, which widens the sensitivity 2C by the factor 1 + ρ."""
+
+
 def sensitivity(c: float) -> float:
-  """L2 sensitivity 2C of the bias-free C-SVC minimiser (‖x‖ ≤ 1)."""
+  """L2 sensitivity 2C of the exact bias-free C-SVC minimiser (‖x‖ ≤ 1).
+
+  A release's noise is drawn for the plan's ``sensitivity``, 2C(1 + ρ),
+  which also covers the solver's gap (module docstring).
+  """
   return 2.0 * validation.check_positive(c, "c")
 
 
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["epsilon", "target_epsilon", "delta", "c", "sensitivity",
-                 "scale"],
+                 "scale", "gap_fraction"],
     meta_fields=["relation"])
 @dataclasses.dataclass(frozen=True)
 class OutputPerturbationPlan:
@@ -101,8 +121,12 @@ class OutputPerturbationPlan:
     delta: 0 (pure DP).
     relation: replace-one (:data:`RELATION`; n public).
     c: C > 0 of the C-SVC.
-    sensitivity: Δ₂ = 2C of the augmented weights (:func:`sensitivity`).
+    sensitivity: Δ₂ = 2C(1 + ρ) of the released augmented weights: 2C
+      of the exact minimiser (:func:`sensitivity`), widened by the
+      solver's certified gap.
     scale: Δ₂/ε, the Gamma scale of the noise norm.
+    gap_fraction: ρ: :func:`release` certifies that its solution is within
+      ρ·C of the exact minimiser.
   """
   epsilon: float
   target_epsilon: float
@@ -111,6 +135,13 @@ class OutputPerturbationPlan:
   c: float
   sensitivity: float
   scale: float
+  gap_fraction: float = DEFAULT_GAP_FRACTION
+
+  @property
+  def gap_target(self) -> float:
+    """(ρC)²/2: the certified duality gap :func:`release` must reach
+    (then ‖ŵ − w*‖ ≤ ρC)."""
+    return 0.5 * (self.gap_fraction * self.c) ** 2
 
   def record(self, ledger, *, label: str = "output_perturbation",
              count: int = 1) -> None:
@@ -130,23 +161,32 @@ class OutputPerturbationPlan:
                        relation=self.relation)
 
 
-def make_plan(*, epsilon: float, c: float) -> OutputPerturbationPlan:
+def make_plan(*, epsilon: float, c: float,
+              gap_fraction: float = DEFAULT_GAP_FRACTION
+              ) -> OutputPerturbationPlan:
   """Validates an output-perturbation release and fixes its noise.
 
   Args:
     epsilon: ε > 0 of each release.
     c: C > 0 of the C-SVC.
+    gap_fraction: ρ in (0, 1]: the solver must certify a solution within
+      ρ·C of the exact minimiser, and the sensitivity is 2C(1 + ρ).
 
   Returns:
-    An :class:`OutputPerturbationPlan` (Δ₂ = 2C, scale Δ₂/ε).
+    An :class:`OutputPerturbationPlan` (Δ₂ = 2C(1 + ρ), scale Δ₂/ε).
 
   Raises:
-    ValueError: a non-positive or non-finite ε or C.
+    ValueError: a non-positive or non-finite ε or C, or ρ outside (0, 1].
   """
   epsilon = validation.check_epsilon(epsilon)
-  delta2 = sensitivity(c)
+  gap_fraction = validation.check_positive(gap_fraction, "gap_fraction")
+  if gap_fraction > 1.0:
+    raise ValueError(f"gap_fraction must be in (0, 1]: the solver's "
+                     f"certified distance to the exact minimiser, as a "
+                     f"fraction of C; got {gap_fraction}.")
+  delta2 = sensitivity(c) * (1.0 + gap_fraction)
   plan = OutputPerturbationPlan(None, epsilon, 0.0, RELATION, float(c),
-                                delta2, delta2 / epsilon)
+                                delta2, delta2 / epsilon, gap_fraction)
   return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
@@ -183,11 +223,40 @@ class _CDState(NamedTuple):
   w: jax.Array
   epoch: jax.Array
   gap: jax.Array
+  certified: jax.Array
+
+
+def certified_gap(x, y, c, alpha):
+  """(ŵ, a bound on the duality gap G at α, rounding included).
+
+  ŵ = x̃ᵀ(α∘y) is computed afresh from α (float64, rows x̃ of norm ≤ 1,
+  0 ≤ α ≤ C). The returned bound is Ĝ + e ≥ P(ŵ) − D(α), where
+  Ĝ = ‖ŵ‖² + C Σ max(0, 1 − yᵢŵᵀx̃ᵢ) − Σα is the computed gap and e
+  bounds its rounding, to first order with a margin of 4 (8u per
+  operation, u the unit roundoff, any order of summation): the three sums,
+  the margins' dot products (d·u·‖ŵ‖ each, C·n of them), and
+  ½‖w(α)‖² − ½‖ŵ‖² ≤ ‖ŵ‖e_w + e_w² for the error e_w ≤ (n + 16)·8u·Σα
+  of ŵ itself. Then ‖ŵ − w*‖ ≤ √(2(Ĝ + e)) (module docstring).
+  """
+  n, d = x.shape
+  w = x.T @ (alpha * y)
+  hinge = jnp.sum(jnp.maximum(0.0, 1.0 - y * (x @ w)))
+  total = jnp.sum(alpha)
+  norm2 = w @ w
+  gap = norm2 + c * hinge - total
+  u8 = 4.0 * jnp.finfo(x.dtype).eps
+  e_w = u8 * (n + 16) * total
+  norm = jnp.sqrt(norm2)
+  rounding = u8 * ((n + d + 16) * (norm2 + c * hinge + total)
+                   + c * n * (d + 4) * norm) + norm * e_w + e_w * e_w
+  return w, gap + rounding
 
 
 @jax.jit
-def _dual_cd(x, y, c, tol, max_epochs):
-  """Bias-free L1-loss SVM dual, cyclic coordinate descent."""
+def _dual_cd(x, y, c, tol, max_epochs, target):
+  """Bias-free L1-loss SVM dual, cyclic coordinate descent, until the
+  projected-gradient gap ≤ ``tol`` and the certified duality gap
+  (:func:`certified_gap`) ≤ ``target`` (∞: not asked)."""
   qd = jnp.sum(x * x, axis=1)
 
   def step(t, carry):
@@ -206,14 +275,19 @@ def _dual_cd(x, y, c, tol, max_epochs):
         0, x.shape[0], step,
         (state.alpha, state.w, jnp.asarray(-jnp.inf, x.dtype),
          jnp.asarray(jnp.inf, x.dtype)))
-    return _CDState(alpha, w, state.epoch + 1, pg_max - pg_min)
+    certified = lax.cond(jnp.isfinite(target),
+                         lambda: certified_gap(x, y, c, alpha)[1],
+                         lambda: jnp.asarray(0.0, x.dtype))
+    return _CDState(alpha, w, state.epoch + 1, pg_max - pg_min, certified)
 
   def cond(state):
-    return (state.gap > tol) & (state.epoch < max_epochs)
+    return (((state.gap > tol) | ~(state.certified <= target))
+            & (state.epoch < max_epochs))
 
+  inf = jnp.asarray(jnp.inf, x.dtype)
   init = _CDState(jnp.zeros(x.shape[0], x.dtype), jnp.zeros(x.shape[1],
                                                               x.dtype),
-                  jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, x.dtype))
+                  jnp.zeros((), jnp.int32), inf, inf)
   return lax.while_loop(cond, epoch, init)
 
 
@@ -230,7 +304,7 @@ class LinearRelease:
   Attributes:
     w: (d,) weights; b: bias.
     epsilon: ε of the release (pure DP).
-    sensitivity: Δ₂ = 2C of the augmented weights.
+    sensitivity: Δ₂ = 2C(1 + ρ) of the augmented weights (the plan's).
     noise_scale: Δ₂/ε, the Gamma scale of the noise norm.
     epochs: coordinate-descent epochs; gap: final projected-gradient gap.
 
@@ -272,11 +346,31 @@ def fit_linear(x, y, *, c: float, tol: float = 1e-8,
   """
   x, y = _check_fit_inputs(x, y, c=c, tol=tol, max_epochs=max_epochs)
   with jax.enable_x64(True):
-    state = _dual_cd(jnp.asarray(augment(x)), jnp.asarray(y, jnp.float64),
-                     jnp.asarray(c, jnp.float64),
-                     jnp.asarray(tol, jnp.float64),
-                     jnp.asarray(max_epochs, jnp.int32))
+    state = _dual_cd(*_solver_args(x, y, c=c, tol=tol, max_epochs=max_epochs,
+                                   target=np.inf))
     return (np.asarray(state.w), int(state.epoch), float(state.gap))
+
+
+def _solver_args(x, y, *, c, tol, max_epochs, target):
+  """:func:`_dual_cd`'s arguments on ``augment(x)``, float64 (under
+  ``jax.enable_x64``)."""
+  return (jnp.asarray(augment(x)), jnp.asarray(y, jnp.float64),
+          jnp.asarray(c, jnp.float64), jnp.asarray(tol, jnp.float64),
+          jnp.asarray(max_epochs, jnp.int32),
+          jnp.asarray(target, jnp.float64))
+
+
+def _certified_fit(x, y, *, plan, tol, max_epochs):
+  """The release's solve: ŵ recomputed from α, the epochs, the
+  projected-gradient gap and the certified duality gap."""
+  with jax.enable_x64(True):
+    args = _solver_args(x, y, c=plan.c, tol=tol, max_epochs=max_epochs,
+                        target=plan.gap_target)
+    state = _dual_cd(*args)
+    w, certified = jax.jit(certified_gap)(args[0], args[1], args[2],
+                                          state.alpha)
+    return (np.asarray(w), int(state.epoch), float(state.gap),
+            float(certified))
 
 
 def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
@@ -292,7 +386,9 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
       first). Rows within ``check_row_norms``' tolerance above 1 are
       clipped to 1.
     y: labels in {−1, +1}, both present.
-    tol: projected-gradient stopping tolerance of the solver.
+    tol: projected-gradient stopping tolerance of the solver (it also
+      runs until the plan's certified duality gap is reached, so ``tol``
+      does not bear on the guarantee).
     max_epochs: cap on coordinate-descent epochs.
     kernel: must be linear; anything else is refused.
 
@@ -304,12 +400,13 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
       ``key`` not a key (batch).
     ValueError: a non-linear kernel, bad data or settings.
     ConvergenceError: the solver stopped at ``max_epochs`` before its
-      gap reached ``tol`` (nothing is released).
+      projected-gradient gap reached ``tol`` or its certified duality gap
+      the plan's ``gap_target`` (nothing is released).
 
   Privacy: neighbouring data sets differ by replacing one row; with every
   ‖x‖ ≤ 1 the minimiser of ½‖w̃‖² + CΣhinge over x̃ = [x, 1]/√2 has L2
-  sensitivity 2C, so adding noise ∝ exp(−ε‖b‖/(2C)) makes (w, b) ε-DP
-  (pure), assuming the exact minimiser (``tol`` bounds the deviation).
+  sensitivity 2C, the certified solution 2C(1 + ρ), so adding noise
+  ∝ exp(−ε‖b‖/(2C(1 + ρ))) makes (w, b) ε-DP (pure; module docstring).
   Each key is one release: ``plan.record(ledger, count=r)`` for r keys.
   """
   if not isinstance(plan, OutputPerturbationPlan):
@@ -321,15 +418,18 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
   check_linear_kernel(kernel)
   x = _enforce_bound(validation.check_row_norms(x, "x"))
   y = validation.check_labels(y, "y", binary_pm1=True, num_examples=x.shape[0])
-  w_aug, epochs, gap = fit_linear(x, y, c=plan.c, tol=tol,
-                                  max_epochs=max_epochs)
-  if not gap <= tol:  # NaN included
+  _check_fit_inputs(x, y, c=plan.c, tol=tol, max_epochs=max_epochs)
+  w_aug, epochs, gap, certified = _certified_fit(
+      x, y, plan=plan, tol=tol, max_epochs=max_epochs)
+  if not (gap <= tol and certified <= plan.gap_target):  # NaN included
     raise ConvergenceError(
         f"the output-perturbation fit did not converge: projected-gradient "
-        f"gap {gap:.3g} > tol={tol:g} after {epochs} of "
-        f"max_epochs={max_epochs} epochs. The privacy proof bounds the "
-        f"sensitivity of the exact minimiser, so the model is not "
-        f"released. Raise max_epochs (a larger c needs more epochs).")
+        f"gap {gap:.3g} (tol={tol:g}), certified duality gap "
+        f"{certified:.3g} (the plan's target {plan.gap_target:.3g}) after "
+        f"{epochs} of max_epochs={max_epochs} epochs. The noise covers a "
+        f"solution within gap_fraction·C of the exact minimiser, so the "
+        f"model is not released. Raise max_epochs (a larger c needs more "
+        f"epochs) or the plan's gap_fraction.")
   releases = []
   for one in keys:
     with jax.enable_x64(True):
@@ -361,7 +461,8 @@ def _is_key_batch(key) -> bool:
 
 
 __all__ = [
-    "BIAS_SCALE", "LinearRelease", "OutputPerturbationPlan", "RELATION",
-    "augment", "check_linear_kernel", "fit_linear", "make_plan", "perturb",
-    "release", "sensitivity",
+    "BIAS_SCALE", "DEFAULT_GAP_FRACTION", "LinearRelease",
+    "OutputPerturbationPlan", "RELATION", "augment", "certified_gap",
+    "check_linear_kernel", "fit_linear", "make_plan", "perturb", "release",
+    "sensitivity",
 ]

@@ -70,7 +70,8 @@ def output_perturbation_spec(*, epsilon: float = 1.0, c: float = 0.1,
   plan.record(ledger, label="output_perturbation")
   w_0 = jnp.asarray(w_0, jnp.float32)
   w_1 = jnp.asarray(w_1, jnp.float32)
-  noise_sensitivity = (plan.c if broken == "add_remove_sensitivity"
+  noise_sensitivity = (outp.sensitivity(c) / 2
+                       if broken == "add_remove_sensitivity"
                        else plan.sensitivity)
 
   def mechanism(key, w):
@@ -86,6 +87,7 @@ def output_perturbation_spec(*, epsilon: float = 1.0, c: float = 0.1,
       relation="replace_one",
       settings={"epsilon": epsilon, "c": c, "rows": ROWS,
                 "canary_row": canary, "sensitivity": plan.sensitivity,
+                "minimiser_sensitivity": outp.sensitivity(c),
                 "noise_sensitivity": noise_sensitivity,
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1)),
                 "variant": broken or "library"},

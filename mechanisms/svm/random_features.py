@@ -623,7 +623,7 @@ class RFFOutputPerturbationPlan:
       (:data:`mechanisms.erm.output_perturbation.RELATION`).
     linear: the
       :class:`mechanisms.erm.output_perturbation.OutputPerturbationPlan`
-      of the C-SVC on the rows [φ/√2, 1]/√2 (C, Δ₂ = 2C, the noise scale
+      of the C-SVC on the rows [φ/√2, 1]/√2 (C, Δ₂ = 2C(1 + ρ), the noise scale
       Δ₂/ε).
     tol: the dual solver's projected-gradient tolerance.
     max_epochs: the dual solver's epoch cap.
@@ -643,7 +643,8 @@ class RFFOutputPerturbationPlan:
 
   @property
   def sensitivity(self) -> float:
-    """Δ₂ = 2C of the exact minimiser."""
+    """Δ₂ = 2C(1 + ρ): the exact minimiser's 2C, widened for the
+    solver's certified gap."""
     return self.linear.sensitivity
 
   @property
@@ -670,9 +671,10 @@ def make_output_perturbation_plan(
 
   Args:
     c: C > 0 of the C-SVC on φ/√2.
-    epsilon: the budget ε of the release (the noise scale 2C/ε).
-    tol: the solver's tolerance (the guarantee assumes the exact
-      minimiser; ``tol`` bounds the deviation).
+    epsilon: the budget ε of the release (the noise scale 2C(1 + ρ)/ε).
+    tol: the solver's projected-gradient tolerance (the release also
+      runs until its certified duality gap covers the solver's gap, so
+      ``tol`` does not bear on the guarantee).
     max_epochs: the solver's epoch cap.
     relation: replace-one, the only relation the sensitivity 2C is
       proven for.
@@ -752,9 +754,9 @@ def release_output_perturbation(key: jax.Array,
   The rows the solver sees are x̃ = [φ(x)/√2, 1]/√2 with ‖x̃‖ ≤ 1 for every
   x, because ‖φ(x)‖ ≤ √2 by construction (the map is cosines; no clip is
   active). The exact minimiser of ½‖w̃‖² + C Σ hinge then has L2
-  sensitivity 2C, and :func:`mechanisms.erm.output_perturbation.release`
-  adds noise of density ∝ exp(−ε‖b‖/(2C)): (w, bias) is ε-DP (pure),
-  assuming the exact minimiser (``tol`` bounds the deviation) — the one
+  sensitivity 2C, the solver's certified solution 2C(1 + ρ), and
+  :func:`mechanisms.erm.output_perturbation.release` adds noise of
+  density ∝ exp(−ε‖b‖/(2C(1 + ρ))): (w, bias) is ε-DP (pure) — the one
   entry :meth:`RFFOutputPerturbationPlan.record` makes. (ω, b) is public.
   """
   validation.check_key(key)

@@ -164,7 +164,8 @@ def output_perturbation_spec(*, epsilon: float | None = None,
   plan.record(ledger)
   w_0 = jnp.asarray(w_0, jnp.float32)
   w_1 = jnp.asarray(w_1, jnp.float32)
-  noise_sensitivity = (plan.sensitivity / math.sqrt(2.0) if broken
+  exact = output_perturbation.sensitivity(plan.c)  # 2C, attained here
+  noise_sensitivity = (exact / math.sqrt(2.0) if broken
                        else plan.sensitivity)
 
   def mechanism(key, w):
@@ -181,6 +182,7 @@ def output_perturbation_spec(*, epsilon: float | None = None,
       position=None if broken else position, relation="replace_one",
       settings={**cfg, "rows": 3, "canary_row": canary,
                 "sensitivity": plan.sensitivity,
+                "minimiser_sensitivity": exact,
                 "canary_feature_norm": float(np.linalg.norm(phi)),
                 "feature_bound": math.sqrt(2.0),
                 "minimiser_distance": float(jnp.linalg.norm(w_0 - w_1)),

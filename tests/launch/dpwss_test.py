@@ -91,7 +91,8 @@ def test_release_is_private_and_accounted(small_svmlight):
   # The release records itself (its OutputPerturbationPlan's record).
   assert [e["label"] for e in rec["privacy"]["entries"]] == [
       "output_perturbation"]
-  assert rec["released_model"]["noise_scale"] == pytest.approx(1.0)
+  # 2C(1 + ρ)/ε at C = 1, ρ = 1 %, ε = 2.
+  assert rec["released_model"]["noise_scale"] == pytest.approx(1.01)
   assert len(rec["released_model"]["per_repeat"]) == 2
 
 

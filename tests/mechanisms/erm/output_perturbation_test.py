@@ -1,5 +1,6 @@
 """Output perturbation of a linear C-SVC: calibration, solver, refusals."""
 
+import math
 import os
 
 import jax
@@ -12,6 +13,7 @@ from sklearn import datasets, svm
 from dpcore import accounting, options, shape
 from launch.data import loaders as launch_data
 from mechanisms.erm import output_perturbation as op
+from mechanisms.erm.objective_perturbation import ConvergenceError
 
 HEART = os.path.join(launch_data.BUNDLED_DIR, "heart_scale")
 
@@ -78,15 +80,22 @@ def test_release_adds_noise_of_scale_2c_over_epsilon():
   c, epsilon = 0.5, 4.0
   plan = op.make_plan(epsilon=epsilon, c=c)
   rel = op.release(key, plan, x, y)
-  assert rel.sensitivity == 2 * c == plan.sensitivity
+  # 2C of the exact minimiser, widened by ρ = 1 % for the solver's gap.
+  assert rel.sensitivity == 2 * c * 1.01 == plan.sensitivity
   assert rel.noise_scale == plan.scale
-  assert rel.noise_scale == pytest.approx(2 * c / epsilon)
+  assert rel.noise_scale == pytest.approx(2 * c * 1.01 / epsilon)
   exact, _, _ = op.fit_linear(x, y, c=c)
   released = np.append(rel.w, rel.b) / op.BIAS_SCALE
   with jax.enable_x64(True):
     expected = np.asarray(op.perturb(key, jnp.asarray(exact),
-                                     sensitivity_l2=2 * c, epsilon=epsilon))
+                                     sensitivity_l2=2 * c * 1.01,
+                                     epsilon=epsilon))
   np.testing.assert_allclose(released, expected, rtol=1e-9, atol=1e-9)
+  # A wrong scale (the exact minimiser's 2C alone) gives another release.
+  with jax.enable_x64(True):
+    narrow = np.asarray(op.perturb(key, jnp.asarray(exact),
+                                   sensitivity_l2=2 * c, epsilon=epsilon))
+  assert not np.allclose(released, narrow, rtol=1e-6, atol=1e-6)
   # A batch of keys: one training, one release per key, each the release
   # of its key alone.
   keys = jax.random.split(key, 3)
@@ -101,7 +110,8 @@ def test_plan_and_release_have_the_one_shape_and_pinned_record():
   shape.check_plan(plan)
   shape.check_release(op.release)
   assert (plan.relation, plan.delta) == (options.Relation.REPLACE_ONE, 0.0)
-  assert (plan.sensitivity, plan.scale) == (0.6, 0.6)
+  assert (plan.sensitivity, plan.scale) == (0.606, 0.606)
+  assert op.sensitivity(0.3) == 0.6  # the exact minimiser's
   # Pinned against the earlier tree's record(ledger, epsilon=1, count=3).
   ledger = accounting.PrivacyLedger()
   plan.record(ledger, count=3)
@@ -145,7 +155,7 @@ def test_plans_that_differ_only_in_epsilon_share_one_compilation():
   # Same key, four times the ε: a quarter of the noise.
   np.testing.assert_allclose(outs[1], outs[0] / 4.0, rtol=1e-5)
   np.testing.assert_allclose(outs[0], op.perturb(
-      jax.random.key(4), jnp.zeros(5), sensitivity_l2=0.6, epsilon=0.5),
+      jax.random.key(4), jnp.zeros(5), sensitivity_l2=0.606, epsilon=0.5),
       rtol=1e-5)
   noisy(jax.random.key(4), plans[0], jnp.zeros(6))
   assert len(traces) == 2  # another shape: the counter does count
@@ -191,7 +201,8 @@ def test_rows_within_the_tolerance_above_one_are_clipped_inside():
     w = np.append(rel.w, rel.b) / op.BIAS_SCALE
     with jax.enable_x64(True):
       noise = np.asarray(op.perturb(key, jnp.zeros_like(jnp.asarray(w)),
-                                    sensitivity_l2=2.0, epsilon=1.0))
+                                    sensitivity_l2=plan.sensitivity,
+                                    epsilon=1.0))
     return w - noise
 
   # Rows inside the ball are kept: the release is fit_linear's minimiser.
@@ -208,3 +219,58 @@ def test_rows_within_the_tolerance_above_one_are_clipped_inside():
   np.testing.assert_allclose(noiseless(big, tol=1e-14), want, rtol=0,
                              atol=1e-12)
   assert np.max(np.abs(given - want)) > 1e-9  # the test can tell them apart
+
+
+def _dual_state(x, y, c, tol):
+  """The solver's α on augment(x), stopped at projected-gradient ``tol``
+  (no certificate asked)."""
+  with jax.enable_x64(True):
+    state = op._dual_cd(*op._solver_args(x, y, c=c, tol=tol,
+                                         max_epochs=10_000, target=np.inf))
+    return np.asarray(state.alpha)
+
+
+def test_certified_gap_bounds_the_distance_to_the_exact_minimiser():
+  # Stopped early (projected-gradient gap 0.05), ŵ is visibly off the
+  # exact minimiser; √(2·certified gap) must still bound that distance,
+  # and not by orders of magnitude (else the 1 % would buy nothing).
+  x, y = heart_unit()
+  c = 0.5
+  alpha = _dual_state(x, y, c, 5e-2)
+  exact, _, _ = op.fit_linear(x, y, c=c, tol=1e-12)
+  with jax.enable_x64(True):
+    w, certified = op.certified_gap(jnp.asarray(op.augment(x)),
+                                    jnp.asarray(y, jnp.float64), c,
+                                    jnp.asarray(alpha))
+  distance = np.linalg.norm(np.asarray(w) - exact)
+  assert 1e-6 < distance <= math.sqrt(2 * float(certified))
+  assert math.sqrt(2 * float(certified)) < 100 * distance
+  # The computed bound is at least the duality gap in extended precision.
+  xa = np.asarray(op.augment(x), np.longdouble)
+  al, yl = np.asarray(alpha, np.longdouble), np.asarray(y, np.longdouble)
+  w_alpha = xa.T @ (al * yl)
+  wl = np.asarray(w, np.longdouble)
+  primal = 0.5 * wl @ wl + c * np.maximum(0, 1 - yl * (xa @ wl)).sum()
+  dual = al.sum() - 0.5 * w_alpha @ w_alpha
+  assert float(primal - dual) <= float(certified)
+
+
+def test_release_runs_until_its_certified_gap_is_reached():
+  # A loose projected-gradient tol would stop the solver early; the
+  # release keeps going until ŵ is certified within ρ·C of the minimiser.
+  x, y = heart_unit()
+  plan = op.make_plan(epsilon=1.0, c=0.5, gap_fraction=1e-3)
+  _, loose_epochs, _ = op.fit_linear(x, y, c=0.5, tol=0.5)
+  rel = op.release(jax.random.key(0), plan, x, y, tol=0.5)
+  assert rel.epochs > loose_epochs
+  assert plan.gap_target == pytest.approx(0.5 * (1e-3 * 0.5) ** 2)
+  # One that cannot get there within max_epochs is refused, saying why.
+  tight = op.make_plan(epsilon=1.0, c=0.5, gap_fraction=1e-9)
+  with pytest.raises(ConvergenceError, match="certified duality gap"):
+    op.release(jax.random.key(0), tight, x, y, max_epochs=3)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan")])
+def test_plan_refuses_a_bad_gap_fraction(bad):
+  with pytest.raises(ValueError, match="gap_fraction"):
+    op.make_plan(epsilon=1.0, c=0.3, gap_fraction=bad)

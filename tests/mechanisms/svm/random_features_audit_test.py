@@ -40,7 +40,7 @@ def test_audit_catches_output_noise_for_unscaled_features():
   unbroken = rff_audit.output_perturbation_spec()
   assert spec.broken and spec.reported_epsilon == unbroken.reported_epsilon
   assert spec.settings["noise_sensitivity"] == pytest.approx(
-      unbroken.settings["sensitivity"] / SQRT2)
+      unbroken.settings["minimiser_sensitivity"] / SQRT2)
   result = audit_spec.run(jax.random.key(21), spec, trials=100_000)
   assert result.epsilon_lower > spec.reported_epsilon
 
@@ -54,7 +54,9 @@ def test_output_perturbation_audit_attains_the_sensitivity(position, row):
   assert spec.settings["canary_feature_norm"] == pytest.approx(SQRT2,
                                                                rel=1e-5)
   assert spec.settings["minimiser_distance"] == pytest.approx(
-      spec.settings["sensitivity"], rel=1e-5)
+      spec.settings["minimiser_sensitivity"], rel=1e-5)
+  assert spec.settings["sensitivity"] == pytest.approx(
+      1.01 * spec.settings["minimiser_sensitivity"])
   assert jnp.asarray(spec.data_0).shape == (3,)  # D = 2 weights and b
 
 
