@@ -101,7 +101,7 @@ def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
     x: (1, n_max, d) the participant's rows.
     labels: (1, n_max) its class ids (0 or 1).
     mask: (1, n_max) 1 for real rows.
-    traced: the plan's numbers (σ float32; n, p, θ, gap rate float64).
+    traced: the plan's numbers (σ float32; n, p, θ, ε_g float64).
     config: the run's settings (k, λ, loss, tolerance).
 
   Returns:
@@ -118,7 +118,9 @@ def unclipped_participant(key, x, labels, mask, traced: feddpdr.Traced, *,
   b = op.perturbation_noise(b_key, static.k, p=traced.p[0], num=1,
                             dtype=rows.dtype)
   z = dp_noise.objective_perturbation_noise(
-      z_key, static.k, beta=traced.gap_rate[0], num=1, dtype=rows.dtype)
+      z_key, static.k, num=1, dtype=rows.dtype,
+      beta=op.gap_rate(epsilon_gap=traced.epsilon_gap[0], tol=static.tol,
+                       lam=static.lam, theta=traced.theta[0]))
   y = jnp.where(labels == 1, 1.0, -1.0).astype(rows.dtype)
   fit = op.minimise(rows, y, mask.astype(rows.dtype),
                     num_examples=traced.sizes[0], lam=static.lam,
@@ -164,7 +166,7 @@ def feddpdr_spec(*, epsilon: float = 2.0, delta: float = 1e-4,
   mask = jnp.ones((1, ROWS), jnp.float32)
   arrays = tuple(jnp.asarray(a) for a in
                  (plan.sigma.astype("float32"), plan.sizes, plan.p, plan.theta,
-                  plan.gap_rate))
+                  plan.epsilon_gap))
 
   def mechanism(key, labels):
     traced = feddpdr.Traced(*(a.astype(jnp.float64) if i else a

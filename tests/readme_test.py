@@ -26,7 +26,7 @@ def test_notebook_section_runs_in_order(capsys):
   record = namespace["record"]  # DP-PCA then the SVM, one ledger
   assert tuple(record) == accounting.PRIVACY_FIELDS
   assert [e["label"] for e in record["entries"]] == [
-      "dp_pca", "objective_perturbation"]
+      "dp_pca", "objective_perturbation", "objective_perturbation_noise_cap"]
   assert abs(record["epsilon_basic"] - 1.0) < 1e-9
   assert 0.5 < record["epsilon"] <= 1.0 + 1e-9
   assert not namespace["run"].model_is_private

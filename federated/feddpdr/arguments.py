@@ -34,14 +34,14 @@ __all__ = [
 class Calibration(Protocol):
   """What the arguments read of a plan (a
   :class:`federated.feddpdr.FedDPDRPlan`): every participant's σ, size, p,
-  θ and gap-noise rate (host arrays, in participant order), the
+  θ and ε_g (host arrays, in participant order), the
   experiment, K and the secure sum's parameters (None but for
   distributed_moments)."""
   sigma: np.ndarray
   sizes: np.ndarray
   p: np.ndarray
   theta: np.ndarray
-  gap_rate: np.ndarray
+  epsilon_gap: np.ndarray
   config: Config
   num_classes: int
   secure_sum: object
@@ -90,7 +90,7 @@ def _traced(plan: Calibration, which=slice(None)) -> tuple:
   """The plan's numbers of participants ``which``, with their dtypes."""
   return ((plan.sigma[which], jnp.float32), (plan.sizes[which], jnp.float64),
           (plan.p[which], jnp.float64), (plan.theta[which], jnp.float64),
-          (plan.gap_rate[which], jnp.float64))
+          (plan.epsilon_gap[which], jnp.float64))
 
 
 def _rows(participants: Participants) -> tuple:

@@ -59,9 +59,9 @@ class Traced(NamedTuple):
     sizes: (N,) float64 true sizes.
     p: (N,) float64 objective-perturbation p (∞: no noise).
     theta: (N,) float64 objective-perturbation θ.
-    gap_rate: (N,) float64 rate of the noise added to each converged fit
-      (:attr:`mechanisms.erm.objective_perturbation.
-      ObjectivePerturbationPlan.gap_rate`; ∞: no noise).
+    epsilon_gap: (N,) float64 ε_g of each fit (:attr:`mechanisms.erm.
+      objective_perturbation.ObjectivePerturbationPlan.epsilon_gap`): the
+      fit sizes its gap noise from it and its own tol (∞: no noise).
     secure_sum: ``aggregation="distributed_moments"`` only: the secure
       sum's :class:`dpcore.ddg.DDGParams` (a pytree of its grid and
       share, which follow ε: one program for every budget here too).
@@ -70,7 +70,7 @@ class Traced(NamedTuple):
   sizes: jax.Array
   p: jax.Array
   theta: jax.Array
-  gap_rate: jax.Array
+  epsilon_gap: jax.Array
   secure_sum: ddg.DDGParams | None = None
 
 

@@ -81,8 +81,9 @@ class FedDPDRPlan:
     p: (N,) objective-perturbation p of each fit (∞ for ``nonpriv``:
       the noise b, of density ∝ exp(−(p/2)‖b‖), is then exactly 0).
     theta: (N,) θ of each fit.
-    gap_rate: (N,) rate of the noise added to each converged fit (the
-      fit plans' ``gap_rate``; ∞ for ``nonpriv``: no noise).
+    epsilon_gap: (N,) ε_g of each fit, the fit plans' ``epsilon_gap``,
+      from which each fit sizes the noise it adds for the solver's gap
+      (∞ for ``nonpriv``: no noise).
     epsilon_pca: ε₁ (None without private PCA).
     epsilon_fit: ε of each classifier (None when non-private).
     num_fits: classifiers per participant (K, or 1 for K = 2).
@@ -117,7 +118,7 @@ class FedDPDRPlan:
   sizes: np.ndarray
   p: np.ndarray
   theta: np.ndarray
-  gap_rate: np.ndarray
+  epsilon_gap: np.ndarray
   epsilon_pca: float | None
   epsilon_fit: float | None
   num_fits: int
@@ -250,7 +251,7 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   summed = int(np.sum(sizes))  # the rows one secure sum adds
   survivors = _survivors(config, count) if secure else None
   if not config.private:
-    # σ = 0, θ = 0, p = ∞ and gap_rate = ∞ turn the noise off inside the
+    # σ = 0, θ = 0, p = ∞ and ε_g = ∞ turn the noise off inside the
     # private
     # program (federated.feddpdr.stages); the record claims nothing.
     params = (secure_moments.noise_free_params(dim=dim, count=count,
@@ -260,7 +261,7 @@ def make_plan(sizes, *, dim: int, num_classes: int,
         epsilon=None, delta=None, relation=RELATION, config=config,
         num_classes=num_classes, sigma=np.zeros(count),
         sizes=sizes.astype(np.float64), p=np.full(count, np.inf),
-        theta=np.zeros(count), gap_rate=np.full(count, np.inf),
+        theta=np.zeros(count), epsilon_gap=np.full(count, np.inf),
         epsilon_pca=None, epsilon_fit=None,
         num_fits=num_fits,
         privacy=accounting.no_guarantee_record(accounting.NON_PRIVATE),
@@ -295,6 +296,11 @@ def make_plan(sizes, *, dim: int, num_classes: int,
                             h=config.huber_h, num_classes=num_classes,
                             tol=config.tol)
                for n_i in distinct)
+  # Settings whose fits could never be certified (the noise cap's float64
+  # rounding above tol) are refused here, before any work.
+  fit_dim = config.k if has_pca else dim
+  for fit in fits:
+    op.check_rounding(fit, rows=int(np.max(sizes)), dim=fit_dim)
   privacy = _privacy(pca_plan, fits, delta=config.delta,
                      target_epsilon=config.epsilon)
   # The plan's ε is the guarantee its record composes to, not the setting.
@@ -304,7 +310,7 @@ def make_plan(sizes, *, dim: int, num_classes: int,
       sizes=sizes.astype(np.float64),
       p=np.asarray([q.p for q in fits])[which],
       theta=np.asarray([q.theta for q in fits])[which],
-      gap_rate=np.asarray([q.gap_rate for q in fits])[which],
+      epsilon_gap=np.asarray([q.epsilon_gap for q in fits])[which],
       epsilon_pca=eps_pca,
       epsilon_fit=eps_fit, num_fits=num_fits, privacy=privacy, pca=pca_plan,
       fits=fits, target_epsilon=config.epsilon,

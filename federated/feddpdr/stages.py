@@ -192,7 +192,7 @@ def _fit(step: Step, kk, xi, yi, mi, ni, pi, ti, gi, basis):
   z = clipping.clip_rows(z.astype(jnp.float64))
   return op.one_vs_rest(
       kk, z, yi, mi.astype(jnp.float64), num_classes=step.num_classes,
-      num_examples=ni, p=pi, theta=ti, gap_rate=gi, lam=static.lam,
+      num_examples=ni, p=pi, theta=ti, epsilon_gap=gi, lam=static.lam,
       loss=static.loss,
       h=static.huber_h, tol=static.tol, max_iter=static.max_iter,
       private=True)
@@ -204,7 +204,7 @@ def _fits(step: Step, local_fit, *own):
   return step.layout.in_order(_per_bucket(
       step, lambda rows, *a: local_fit(a[0], rows.x, rows.y, rows.mask,
                                        *a[1:]),
-      step.fit_keys, t.sizes, t.p, t.theta, t.gap_rate, *own))
+      step.fit_keys, t.sizes, t.p, t.theta, t.epsilon_gap, *own))
 
 
 def _fit_raw(step: Step, bases, global_basis):

@@ -83,13 +83,13 @@ def _loop_functions():
                               sigma=sigma, topk=static.topk).components
 
   @partial(jax.jit, static_argnames=("static", "num_classes"))
-  def fit(key, i, x, labels, mask, n, p, theta, gap_rate, global_basis, *,
+  def fit(key, i, x, labels, mask, n, p, theta, epsilon_gap, global_basis, *,
           static, num_classes):
     z = clipping.clip_rows((x @ global_basis).astype(jnp.float64))
     return op.one_vs_rest(
         keys(key, i)[1], z, labels, mask.astype(jnp.float64),
         num_classes=num_classes, num_examples=n, p=p, theta=theta,
-        gap_rate=gap_rate, lam=static.lam, loss=static.loss,
+        epsilon_gap=epsilon_gap, lam=static.lam, loss=static.loss,
         h=static.huber_h, tol=static.tol, max_iter=static.max_iter,
         private=True)
 
@@ -117,7 +117,7 @@ def _loop_functions():
   return basis, fit, aggregate, average, moment, moments_basis
 
 
-def loop_train(key, x, labels, mask, sigma, n, p, theta, gap_rate, *,
+def loop_train(key, x, labels, mask, sigma, n, p, theta, epsilon_gap, *,
                static, num_classes: int):
   """One repeat of FedDPDR by a Python loop over participants.
 
@@ -146,7 +146,7 @@ def loop_train(key, x, labels, mask, sigma, n, p, theta, gap_rate, *,
                              static=static) for i in range(count)])
     global_basis = aggregate(bases, weights, key, topk=static.topk)
   fits = [fit(key, index[i], x[i], labels[i], mask[i], n[i], p[i], theta[i],
-              gap_rate[i], global_basis, static=static,
+              epsilon_gap[i], global_basis, static=static,
               num_classes=num_classes)
           for i in range(count)]
   fits = jax.tree.map(lambda *a: jnp.stack(a), *fits)

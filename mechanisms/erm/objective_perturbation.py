@@ -20,24 +20,36 @@ exceeds the default tol, so no fit converges).
 
 The solver's gap is accounted, not assumed away. Chaudhuri et al.'s
 proof covers the exact minimiser β*; the solver returns β̂. J is
-(λ+θ)-strongly convex, so ‖β̂ − β*‖ ≤ ‖∇J(β̂)‖/(λ+θ). A fit counts as
-converged when the computed ‖∇J(β̂)‖ ≤ tol and float64's rounding of
-that norm is provably below tol too (:func:`rounding_bound`, which
-depends on n and ‖b‖ only, never on the rows); then
-‖β̂ − β*‖ ≤ r = 2·tol/(λ+θ). Each released fit is β̂ + z, with z of
-density ∝ exp(−(ε_g/r)‖z‖) (the plan's ``gap_rate``), so that for every
-b the laws of β̂ + z and β* + z are within e^{ε_g} of each other. With
-the fit's ε split as ε_fit = ε_op + 2ε_g (``gap_fraction`` = 2ε_g/ε_fit,
-default 1 %), the chain β̂(D) + z ≈ β*(D) + z ≈ β*(D′) + z ≈ β̂(D′) + z
-gives ε_fit-DP (pure) for the released fit: ε_g, then ε_op (objective
-perturbation, post-processed by adding z), then ε_g. At λ = 0.01,
-tol = 1e-8 and ε_fit = 0.1, ‖z‖ is about d·4·10⁻³. A fit that is not
-converged is not released: :func:`release` raises
-:class:`ConvergenceError` on concrete values; under ``jit`` or ``vmap``
-the caller checks ``converged`` (``federated.feddpdr`` does, and raises
-the same error). That refusal is an event the proof does not cover
-(a run that raises releases nothing, but the refusal itself depends on
-the data); at the default ``max_iter`` it is rare and always loud.
+(λ+θ)-strongly convex, so ‖β̂ − β*‖ ≤ ‖∇J(β̂)‖/(λ+θ). A private fit
+counts as converged when the computed ‖∇J(β̂)‖ ≤ tol, β̂ is finite,
+‖b‖ ≤ B, and a bound on float64's rounding of that norm, taken at
+‖b‖ = B, is ≤ tol too (:func:`rounding_bound`, from public numbers
+only: n, the rows' count, d, λ, θ, c, tol and B). Then the true
+‖∇J(β̂)‖ ≤ 2·tol and ‖β̂ − β*‖ ≤ r = 2·tol/(λ+θ). B = :func:`noise_cap`
+is the point ‖b‖ exceeds with probability :data:`NOISE_CAP_TAIL`
+(2⁻¹⁰⁰): on every data set the capped fit departs from the uncapped one
+with at most that probability, which the plan records
+(``record_truncation``: a δ of (1 + e^ε)·2⁻¹⁰⁰ per fit). Each released
+fit is β̂ + z, with z of density ∝ exp(−(ε_g/r)‖z‖), its rate computed
+inside the fit from ε_g, λ, θ and the tol the fit stops at (so it cannot
+be sized for another tol). For every b, the laws of β̂ + z and β* + z
+are then within e^{ε_g} of each other. With the fit's ε split as
+ε_fit = ε_op + 2ε_g (``gap_fraction`` = 2ε_g/ε_fit, default 1 %), the
+chain β̂(D) + z ≈ β*(D) + z ≈ β*(D′) + z ≈ β̂(D′) + z gives ε_fit for
+the released fit: ε_g, then ε_op (objective perturbation, post-processed
+by adding z), then ε_g. At λ = 0.01, tol = 1e-8 and ε_fit = 0.1, ‖z‖ is
+about d·4·10⁻³.
+
+What the chain needs and the ledger does not hold: every fit converges.
+A fit that stops at ``max_iter`` (or goes non-finite) is not released:
+:func:`release` raises :class:`ConvergenceError` on concrete values, and
+under ``jit`` or ``vmap`` the caller checks ``converged``
+(``federated.feddpdr`` does, and raises the same error). That refusal
+depends on the data; if it happens with probability at most ρ on every
+data set, the guarantee is (ε_fit, e^{ε_fit}·ρ) rather than ε_fit. The
+library does not bound ρ; a refusal is always loud. Settings whose
+rounding bound exceeds tol whatever the data are refused before any work
+(:func:`release`, on concrete plans).
 
 The one shape (:mod:`dpcore.shape`): :func:`make_plan` validates and
 calibrates (p, θ) host-side into a frozen :class:`ObjectivePerturbationPlan`;
@@ -84,6 +96,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import scipy.stats
 
 from dpcore import accounting, clipping, options, validation
 from dpcore import noise as dp_noise
@@ -94,7 +107,8 @@ HUBER_H = 0.5
 
 
 class ConvergenceError(RuntimeError):
-  """A fit stopped at its iteration cap: the privacy proof does not apply.
+  """A fit did not converge (iteration cap, non-finite β, the rounding
+  bound or the noise cap): the privacy proof does not apply.
 
   Its message names the setting to change; launch scripts report it in one
   line (``reported_in_one_line``, read by ``launch.common.run_cli``).
@@ -126,6 +140,8 @@ def curvature_bound(loss: str, *, h: float = HUBER_H) -> float:
 
 DEFAULT_TOL = 1e-8
 """The fits' default gradient-norm tolerance."""
+NOISE_CAP_TAIL = 2.0 ** -100
+"""P[‖b‖ > B] for the cap B of :func:`noise_cap`, per fit."""
 DEFAULT_GAP_FRACTION = 0.01
 """The default share of each fit's ε that covers the solver's gap."""
 
@@ -134,14 +150,14 @@ DEFAULT_GAP_FRACTION = 0.01
     jax.tree_util.register_dataclass,
     data_fields=["num_examples", "p", "theta", "lam", "epsilon",
                  "target_epsilon", "epsilon_fit", "delta", "gap_fraction",
-                 "gap_rate"],
+                 "epsilon_gap"],
     meta_fields=["relation", "c", "loss", "h", "num_classes", "tol"])
 @dataclasses.dataclass(frozen=True)
 class ObjectivePerturbationPlan:
   """The public facts of objective-perturbation fits (see :func:`make_plan`).
 
-  A pytree whose leaves are its numbers (n, p, θ, λ, the gap noise's
-  rate and the budget); the loss, h, c, K and tol are static. Plans stack
+  A pytree whose leaves are its numbers (n, p, θ, λ, ε_g and the
+  budget); the loss, h, c, K and tol are static. Plans stack
   into a batch that ``vmap`` maps over (e.g. participants of different
   sizes), and under ``jax.jit`` plans that differ only in ε share one
   compiled program.
@@ -155,7 +171,9 @@ class ObjectivePerturbationPlan:
     epsilon_fit: ε of each released fit, ``target_epsilon`` /
       :attr:`fits`: (1 − ``gap_fraction``)·ε_fit calibrates p and θ, the
       rest covers the solver's gap (module docstring).
-    delta: 0 (pure DP).
+    delta: 0: each fit is ε_fit-DP given convergence, but for the noise
+      cap (module docstring), which :meth:`record` enters as a truncation
+      of probability 2⁻¹⁰⁰ per fit.
     relation: replace-one (:data:`RELATION`), the relation of the proof.
     num_examples: n, the true number of rows (public under replace-one).
     p: the ε' of Chaudhuri et al.; the noise density is ∝ exp(−(p/2)‖b‖).
@@ -169,8 +187,8 @@ class ObjectivePerturbationPlan:
     tol: the fits stop, and count as converged, at ‖∇J‖ ≤ tol.
     gap_fraction: 2ε_g/ε_fit, the share of each fit's ε that covers the
       solver's gap.
-    gap_rate: ε_g/r with r = 2·tol/(λ+θ): the noise z added to each
-      released fit has density ∝ exp(−gap_rate·‖z‖).
+    epsilon_gap: ε_g = ``gap_fraction``·ε_fit/2, the ε of each side of
+      the solver's gap.
   """
   epsilon: float
   target_epsilon: float
@@ -187,7 +205,14 @@ class ObjectivePerturbationPlan:
   num_classes: int | None = None
   tol: float = DEFAULT_TOL
   gap_fraction: float = DEFAULT_GAP_FRACTION
-  gap_rate: float = 0.0
+  epsilon_gap: float | None = None
+
+  @property
+  def gap_rate(self) -> float:
+    """ε_g/r, r = 2·tol/(λ+θ): the gap noise z of each released fit has
+    density ∝ exp(−gap_rate·‖z‖) (:func:`gap_rate`)."""
+    return gap_rate(epsilon_gap=self.epsilon_gap, tol=self.tol,
+                    lam=self.lam, theta=self.theta)
 
   @property
   def fits(self) -> int:
@@ -198,16 +223,21 @@ class ObjectivePerturbationPlan:
 
   def record(self, ledger, *, label: str = "objective_perturbation",
              count: int = 1) -> None:
-    """Puts ``count`` releases in ``ledger``: :attr:`fits` pure fits of
-    ``epsilon_fit`` each per release, one entry.
+    """Puts ``count`` releases in ``ledger``: :attr:`fits` fits of
+    ``epsilon_fit`` each per release (one pure entry), and the noise cap
+    of those fits (one truncation entry, ``label + "_noise_cap"``,
+    probability 2⁻¹⁰⁰ per fit).
 
     Replace-one neighbours; each released fit converged (module
     docstring: ε_op for the exact minimiser and 2ε_g for the solver's
     gap, ``epsilon_fit`` in all).
     """
     count = validation.check_positive_int(count, "count")
-    ledger.record_pure(self.epsilon_fit, label=label,
-                       count=count * self.fits, relation=self.relation)
+    fits = count * self.fits
+    ledger.record_pure(self.epsilon_fit, label=label, count=fits,
+                       relation=self.relation)
+    ledger.record_truncation(min(1.0, fits * NOISE_CAP_TAIL),
+                             label=f"{label}_noise_cap")
 
 
 def gap_rate(*, epsilon_gap: float, tol: float, lam: float,
@@ -224,29 +254,43 @@ def gap_rate(*, epsilon_gap: float, tol: float, lam: float,
   return epsilon_gap * (lam + theta) / (2.0 * tol)
 
 
-def rounding_bound(*, num_examples, dim: int, lam, theta, b_norm, tol,
-                   c: float, dtype):
+def noise_cap(p, dim: int):
+  """B, the norm of b that the fits accept: P[‖b‖ > B] = 2⁻¹⁰⁰.
+
+  ‖b‖ ~ Gamma(dim, 2/p), so B = (2/p)·q with q the Gamma(dim, 1) point
+  of upper tail :data:`NOISE_CAP_TAIL` (SciPy, host-side, ``dim`` being
+  static). ``p`` may be traced; p = ∞ (no noise) gives B = 0.
+  """
+  q = float(scipy.stats.gamma.isf(NOISE_CAP_TAIL, dim))
+  return 2.0 * q / p
+
+
+def rounding_bound(*, num_examples, rows: int, dim: int, lam, theta,
+                   b_norm, tol, c: float, dtype):
   """A bound on the rounding of a computed ‖∇J(β)‖ at a fit where it is
-  ≤ ``tol``, from the public n, d, λ, θ, ‖b‖ and the dtype only.
+  ≤ ``tol``, from public numbers only (and ``b_norm``: a private fit
+  passes the cap B of :func:`noise_cap`, never ‖b‖ itself).
 
-  ∇J = (1/n) Σᵢ ℓ′ᵢ yᵢ xᵢ + (λ+θ)β + b/n. Every row's term has norm
-  ≤ 1/n, so the sum's rounding is at most about n·u·1 whatever the order
-  of summation (u the unit roundoff), and the other two terms have norm
-  at most 1 + ‖b‖/n + tol where the computed gradient is ≤ tol. A row's
-  margin yᵢxᵢᵀβ is rounded by about d·u·‖β‖, which moves ℓ′ by at most
-  c times that, with ‖β‖ ≤ (1 + ‖b‖/n + tol)/(λ+θ). The bound takes
-  8u = 4·eps per operation (a margin of 4 over these first-order terms):
+  ∇J = (1/n) Σᵢ mᵢℓ′ᵢyᵢxᵢ + (λ+θ)β + b/n over the ``rows`` rows (mask
+  mᵢ ∈ [0, 1], ‖xᵢ‖ ≤ 1, |ℓ′| ≤ 1), so the data term has norm
+  ≤ a = rows/n and its sum's rounding is at most about rows·u·a whatever
+  the order of summation (u the unit roundoff). The other two terms have
+  norm at most a + ‖b‖/n + tol where the computed gradient is ≤ tol. A
+  row's margin yᵢxᵢᵀβ is rounded by about d·u·‖β‖, which moves ℓ′ by at
+  most c times that, with ‖β‖ ≤ (a + ‖b‖/n + tol)/(λ+θ). The bound
+  takes 8u = 4·eps per operation:
 
-    4·eps·[(n + d + 16)·s + c·d·s/(λ+θ)],  s = 1 + ‖b‖/n + tol.
+    4·eps·[(rows + d + 16)·s + c·d·a·s/(λ+θ)],  s = a + ‖b‖/n + tol.
 
-  In float64 at n = 60,000, d = 784, λ = 0.01 and small ‖b‖/n it is
-  about 1.3e-10, far below the default tol = 1e-8; in float32 it is
+  In float64 at n = rows = 60,000, d = 784, λ = 0.01 and small ‖b‖/n it
+  is about 1.3e-10, far below the default tol = 1e-8; in float32 it is
   about 7e-2, so float32 fits never count as converged at that tol.
   """
   eps = jnp.finfo(dtype).eps
-  s = 1.0 + b_norm / num_examples + tol
-  return 4.0 * eps * ((num_examples + dim + 16.0) * s
-                      + c * dim * s / (lam + theta))
+  a = rows / num_examples
+  s = a + b_norm / num_examples + tol
+  return 4.0 * eps * ((rows + dim + 16.0) * s
+                      + c * dim * a * s / (lam + theta))
 
 
 def make_plan(*, epsilon: float, num_examples: int, lam: float,
@@ -262,7 +306,7 @@ def make_plan(*, epsilon: float, num_examples: int, lam: float,
   (module docstring). Algorithm 2 of Chaudhuri et al. (2011) for ε′ =
   ε_op and n = ``num_examples``: p = ε′ − log(1 + 2c/(nλ) + c²/(n²λ²));
   if p > 0 then θ = 0, otherwise θ = c/(n(e^{ε′/4} − 1)) − λ and
-  p = ε′/2. The gap noise's rate is :func:`gap_rate`.
+  p = ε′/2. The gap noise's rate is :func:`gap_rate` (``plan.gap_rate``).
 
   Args:
     epsilon: ε > 0, the budget of one release: its K fits get ε/K each
@@ -309,11 +353,10 @@ def make_plan(*, epsilon: float, num_examples: int, lam: float,
   if p <= 0:
     theta = c / (n * math.expm1(eps_op / 4.0)) - lam
     p = eps_op / 2.0
-  rate = gap_rate(epsilon_gap=gap_fraction * eps_fit / 2.0, tol=tol,
-                  lam=lam, theta=theta)
   plan = ObjectivePerturbationPlan(None, epsilon, eps_fit, 0.0, RELATION, n,
                                    p, theta, lam, c, loss, h, num_classes,
-                                   tol, gap_fraction, rate)
+                                   tol, gap_fraction,
+                                   gap_fraction * eps_fit / 2.0)
   return dataclasses.replace(plan, epsilon=accounting.plan_epsilon(plan))
 
 
@@ -350,7 +393,9 @@ class FitResult(NamedTuple):
     beta: the minimiser found, shape (k,).
     grad_norm: ‖∇J(β)‖ at ``beta``.
     iterations: L-BFGS iterations used.
-    converged: ``grad_norm ≤ tol`` (False also for a non-finite result).
+    converged: ``grad_norm ≤ tol`` with its rounding bound ≤ tol, β
+      finite and, for a private fit, ‖b‖ within its cap
+      (:func:`minimise`).
   """
   beta: jax.Array
   grad_norm: jax.Array
@@ -401,7 +446,7 @@ def _lbfgs(dtype) -> optax.GradientTransformationExtraArgs:
 def minimise(x, y, mask, *, num_examples, lam, theta, b,
              loss: str = "huber",
              h: float = HUBER_H, tol: float = DEFAULT_TOL,
-             max_iter: int = 500) -> FitResult:
+             max_iter: int = 500, b_cap=None) -> FitResult:
   """Minimises J with L-BFGS until ‖∇J‖ ≤ tol or ``max_iter`` iterations.
 
   Pure and vmappable: ``num_examples``, ``lam``, ``theta`` and ``b`` may
@@ -423,6 +468,10 @@ def minimise(x, y, mask, *, num_examples, lam, theta, b,
     h: Huber width.
     tol: stop when ‖∇J‖ ≤ tol.
     max_iter: iteration cap (reaching it leaves ``converged`` False).
+    b_cap: None: the rounding bound is taken at ‖b‖ (a non-private fit).
+      A number B: taken at B, and ``converged`` also needs ‖b‖ ≤ B (a
+      private fit, :func:`noise_cap`: then whether a fit converges does
+      not depend on ‖b‖ but for the 2⁻¹⁰⁰ event).
 
   ``converged`` holds where the computed ‖∇J‖ ≤ tol, its rounding is
   ≤ tol too (:func:`rounding_bound`: then the true ‖∇J‖ ≤ 2·tol) and β
@@ -461,12 +510,15 @@ def minimise(x, y, mask, *, num_examples, lam, theta, b,
   final = jax.lax.while_loop(cond, body, init)
   # The gradient at the returned point, recomputed (not the line search's).
   grad_norm = jnp.linalg.norm(jax.grad(fun)(final.beta))
+  b_norm = jnp.linalg.norm(b)
   rounding = rounding_bound(
-      num_examples=num_examples, dim=x.shape[-1], lam=lam, theta=theta,
-      b_norm=jnp.linalg.norm(b), tol=tol, c=curvature_bound(loss, h=h),
-      dtype=dtype)
+      num_examples=num_examples, rows=x.shape[0], dim=x.shape[-1], lam=lam,
+      theta=theta, b_norm=b_norm if b_cap is None else b_cap, tol=tol,
+      c=curvature_bound(loss, h=h), dtype=dtype)
   converged = ((grad_norm <= tol) & (rounding <= tol)
                & jnp.all(jnp.isfinite(final.beta)))
+  if b_cap is not None:
+    converged = converged & (b_norm <= b_cap)
   return FitResult(final.beta, grad_norm, final.iteration, converged)
 
 
@@ -536,6 +588,8 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
       raise ValueError(f"x has {rows} rows but the plan was made for "
                        f"num_examples={plan.num_examples}; make the plan "
                        f"with num_examples=x.shape[0].")
+  check_rounding(plan, rows=rows, dim=jnp.shape(x)[1],
+                 dtype=jnp.result_type(x))
   result = _release(key, plan, x, y, mask, max_iter=max_iter)
   if validation.is_concrete(result) and not bool(
       np.all(np.asarray(result.converged))):
@@ -544,11 +598,43 @@ def release(key: jax.Array, plan: ObjectivePerturbationPlan, x, y,
   return result
 
 
+def check_rounding(plan: ObjectivePerturbationPlan, *, rows: int, dim: int,
+                   dtype=jnp.float64) -> None:
+  """Refuses, before any work, a concrete plan whose rounding bound at
+  the noise cap (:func:`rounding_bound`, :func:`noise_cap`) exceeds its
+  tol for fits on ``rows`` rows of dimension ``dim``: no such fit could
+  converge, whatever the data. :func:`release` calls it; a caller of
+  :func:`one_vs_rest` (``federated.feddpdr``) calls it host-side.
+
+  Raises:
+    ValueError: one line naming the bound and the fix (a larger tol).
+  """
+  if not validation.is_concrete((plan.p, plan.theta, plan.num_examples,
+                                 plan.epsilon_gap)):
+    return
+  if plan.epsilon_gap is None:
+    raise ValueError("plan.epsilon_gap is None: make the plan with "
+                     "make_plan, which splits each fit's epsilon.")
+  bound = float(rounding_bound(
+      num_examples=float(plan.num_examples), rows=rows, dim=dim,
+      lam=plan.lam, theta=plan.theta, b_norm=noise_cap(plan.p, dim),
+      tol=plan.tol, c=plan.c, dtype=dtype))
+  if not bound <= plan.tol:
+    raise ValueError(
+        f"tol={plan.tol:g} is below the {jnp.dtype(dtype).name} rounding "
+        f"bound {bound:.3g} of ‖∇J‖ for these settings (n={plan.num_examples}"
+        f", {rows} rows, d={dim}, p={plan.p:.3g}), so no fit could be "
+        f"certified: make the plan with a larger tol"
+        + ("." if jnp.dtype(dtype) == jnp.float64 else
+           ", or run in float64 (`with jax.enable_x64(True):`, float64 "
+           "rows)."))
+
+
 def _release(key, plan, x, y, mask, *, max_iter) -> FitResult:
   """The kernel of :func:`release` (no checks)."""
   fit = dict(num_examples=plan.num_examples, p=plan.p, theta=plan.theta,
-             gap_rate=plan.gap_rate, lam=plan.lam, loss=plan.loss, h=plan.h,
-             tol=plan.tol, max_iter=max_iter)
+             epsilon_gap=plan.epsilon_gap, lam=plan.lam, loss=plan.loss,
+             h=plan.h, tol=plan.tol, max_iter=max_iter)
   if plan.num_classes is not None:
     return one_vs_rest(key, x, y, mask, num_classes=plan.num_classes, **fit)
   # |y| = 1 is part of the bound the proof needs (|ℓ′·y|·‖x‖ ≤ 1): a
@@ -559,22 +645,25 @@ def _release(key, plan, x, y, mask, *, max_iter) -> FitResult:
                       _private_fits(key, x, signs, mask, **fit))
 
 
-def _private_fits(key, x, signs, mask, *, num_examples, p, theta, gap_rate,
-                  lam, loss, h, tol, max_iter) -> FitResult:
+def _private_fits(key, x, signs, mask, *, num_examples, p, theta,
+                  epsilon_gap, lam, loss, h, tol, max_iter) -> FitResult:
   """F private fits on the same rows, one per row of ``signs`` (F, n_max)
   of ±1 labels: rows and mask bounded, noise b for each fit's objective,
-  each converged β̂ released as β̂ + z (module docstring)."""
+  each converged β̂ released as β̂ + z, z's rate from ε_g and the tol the
+  fits stop at (module docstring)."""
   x, mask = _enforce_bounds(x, mask)
   fits, dim = signs.shape[0], x.shape[-1]
   b_key, z_key = jax.random.split(key)
   b = perturbation_noise(b_key, dim, p=p, num=fits, dtype=x.dtype)
-  z = dp_noise.objective_perturbation_noise(z_key, dim, beta=gap_rate,
+  rate = gap_rate(epsilon_gap=epsilon_gap, tol=tol, lam=lam, theta=theta)
+  z = dp_noise.objective_perturbation_noise(z_key, dim, beta=rate,
                                             num=fits, dtype=x.dtype)
+  cap = noise_cap(p, dim)
 
   def one(b_c, y):
     return minimise(x, y.astype(x.dtype), mask, num_examples=num_examples,
                     lam=lam, theta=theta, b=b_c, loss=loss, h=h, tol=tol,
-                    max_iter=max_iter)
+                    max_iter=max_iter, b_cap=cap)
 
   result = jax.vmap(one)(b, signs)
   return result._replace(beta=result.beta + z)
@@ -585,19 +674,21 @@ def _not_converged(result, *, tol, max_iter, private,
   worst = int(np.argmax(np.asarray(result.grad_norm).reshape(-1)))
   grad_norm = float(np.asarray(result.grad_norm).reshape(-1)[worst])
   iterations = int(np.asarray(result.iterations).reshape(-1)[worst])
-  if grad_norm <= tol:  # so the rounding bound (or a non-finite β) failed
+  if grad_norm <= tol:  # the rounding bound, the cap or a non-finite β
     return ConvergenceError(
         f"the {'private' if private else 'non-private'} fit reached "
         f"‖∇J‖ = {grad_norm:.3g} <= tol={tol:g}, but the rounding bound of "
-        f"that norm exceeds tol (or β is not finite), so its distance to "
-        f"the exact minimiser is not bounded and the model is not "
-        f"released. Raise tol, or run in float64 (`with "
-        f"jax.enable_x64(True):`, float64 rows).")
+        f"that norm exceeds tol, the noise b exceeds its cap (probability "
+        f"2^-100), or β is not finite, so its distance to the exact "
+        f"minimiser is not bounded and the model is not released. Raise "
+        f"tol, or run in float64 (`with jax.enable_x64(True):`, float64 "
+        f"rows).")
   return ConvergenceError(
       f"the {'private' if private else 'non-private'} fit did not "
       f"converge: ‖∇J‖ = {grad_norm:.3g} > tol={tol:g} after "
       f"{iterations} of max_iter={max_iter} iterations. The privacy proof "
-      f"needs a fit within tol of the minimiser, so the model is not "
+      f"needs ‖∇J‖ ≤ tol (a fit within 2·tol/(λ+θ) of the minimiser), so "
+      f"the model is not "
       f"released. Raise max_iter; at a very small epsilon the noise b and "
       f"the extra ridge θ are huge and the solver may not reach tol at all."
       + ("" if jnp.dtype(dtype) == jnp.float64 else
@@ -613,17 +704,18 @@ def _enforce_bounds(x, mask):
 
 
 def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int,
-                num_examples, p, theta, lam, gap_rate=None,
+                num_examples, p, theta, lam, epsilon_gap=None,
                 loss: str = "huber", h: float = HUBER_H,
                 tol: float = DEFAULT_TOL, max_iter: int = 500,
                 private: bool = True) -> FitResult:
   """K one-vs-rest fits as one ``vmap`` (a single fit when K = 2).
 
   The kernel a one-vs-rest plan's :func:`release` runs, for n, p, θ and
-  the gap noise's rate given directly (e.g. traced, one per participant,
-  as in ``federated.feddpdr``, whose checked entry point it is): no
-  validation, no raising inside jit. A direct caller takes p, θ,
-  ``gap_rate`` and ``tol`` from one plan and must check every
+  ε_g given directly (e.g. traced, one per participant, as in
+  ``federated.feddpdr``, whose checked entry point it is): no
+  validation, no raising inside jit. A direct caller takes p, θ and
+  ``epsilon_gap`` from a plan made for this ``lam`` (the gap noise's rate
+  follows from them and the ``tol`` given here) and must check every
   ``converged`` before releasing the models. ``private=False`` is the
   noise-free fit (b = 0, θ = 0, z = 0, no clipping).
 
@@ -637,10 +729,10 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int,
     mask: (n_max,) 1 for real rows.
     num_classes: K ≥ 2. For K = 2 one classifier separates class 1 (+1)
       from class 0 (−1).
-    num_examples, p, theta, lam, gap_rate, tol: n, the true rows, and p,
-      θ, λ, ``gap_rate`` and ``tol`` of a plan
-      (:class:`ObjectivePerturbationPlan`); ``gap_rate`` is required when
-      ``private``.
+    num_examples, p, theta, lam, epsilon_gap: n, the true rows, and p,
+      θ, λ and ε_g of a plan (:class:`ObjectivePerturbationPlan`);
+      ``epsilon_gap`` is required when ``private``.
+    tol: the fits stop, and the gap noise is sized, at ‖∇J‖ ≤ tol.
 
   Returns:
     FitResult with a leading axis of size K (or 1 when K = 2); ``beta``
@@ -656,12 +748,12 @@ def one_vs_rest(key: jax.Array, x, labels, mask, *, num_classes: int,
   targets = jnp.arange(fits) + (1 if num_classes == 2 else 0)
   signs = jnp.where(labels[None] == targets[:, None], 1.0, -1.0)
   if private:
-    if gap_rate is None:
-      raise ValueError("one_vs_rest(private=True) needs gap_rate, the rate "
-                       "of the noise that covers the solver's gap: take it "
-                       "from the plan (plan.gap_rate) with its tol.")
+    if epsilon_gap is None:
+      raise ValueError("one_vs_rest(private=True) needs epsilon_gap, the "
+                       "epsilon of each side of the solver's gap: take it "
+                       "from the plan (plan.epsilon_gap).")
     return _private_fits(key, x, signs, mask, num_examples=num_examples,
-                         p=p, theta=theta, gap_rate=gap_rate, lam=lam,
+                         p=p, theta=theta, epsilon_gap=epsilon_gap, lam=lam,
                          loss=loss, h=h, tol=tol, max_iter=max_iter)
 
   def one(y):
@@ -728,8 +820,9 @@ def fit_nonprivate(x, y, *, lam: float, loss: str = "huber",
 
 __all__ = [
     "ConvergenceError", "DEFAULT_GAP_FRACTION", "DEFAULT_TOL", "FitResult",
-    "HUBER_H", "ObjectivePerturbationPlan", "RELATION", "curvature_bound",
-    "decision_scores", "fit_nonprivate", "gap_rate", "huber_loss",
-    "logistic_loss", "make_plan", "minimise", "objective", "one_vs_rest",
-    "perturbation_noise", "release", "rounding_bound",
+    "HUBER_H", "NOISE_CAP_TAIL", "ObjectivePerturbationPlan", "RELATION",
+    "check_rounding", "curvature_bound", "decision_scores", "fit_nonprivate",
+    "gap_rate", "huber_loss", "logistic_loss", "make_plan", "minimise",
+    "noise_cap", "objective", "one_vs_rest", "perturbation_noise", "release",
+    "rounding_bound",
 ]

@@ -618,3 +618,26 @@ def test_plan_epsilon_is_the_ledgers_guarantee_at_the_plans_delta():
       ledger.guarantee(1e-7).epsilon) > ledger.guarantee(1e-5).epsilon
   # A pure plan (δ = 0): basic composition at the entries' own δ.
   assert accounting.plan_epsilon(_PurePlan()) == 1.0
+
+
+def test_a_negligible_truncation_keeps_basic_composition_of_pure_steps():
+  # Ten pure fits of 0.5 and a departure of 2^-100: basic composition's
+  # 5.0 still holds at δ = 1e-5 (the events add (1 + e^5)·2^-100); a
+  # departure of 1e-6 does not fit δ, and the record says how much more
+  # δ it costs.
+  # With a step of its own δ = 1e-5 beside them, basic composition spends
+  # all of δ, and the events' share is admitted within the ledger's 1e-12
+  # relative tolerance.
+  def ledger(probability, *, approx=False):
+    led = accounting.PrivacyLedger()
+    led.record_pure(0.5, label="fit", count=10, relation="replace_one")
+    if approx:
+      led.record_approx(0.5, 1e-5, label="pca", relation="replace_one")
+    led.record_truncation(probability, label="cap")
+    return led.guarantee(1e-5)
+  tiny = ledger(2.0**-100)
+  assert (tiny.epsilon, tiny.delta, tiny.method) == (5.0, 1e-5, "basic")
+  both = ledger(2.0**-100, approx=True)
+  assert (both.epsilon, both.delta, both.method) == (5.5, 1e-5, "basic")
+  large = ledger(1e-6)
+  assert large.delta == pytest.approx((1 + math.exp(5.0)) * 1e-6)

@@ -83,7 +83,7 @@ def test_unclipped_participant_is_train_on_rows_of_norm_at_most_one():
     traced = feddpdr.Traced(
         jnp.asarray(plan.sigma, jnp.float32),
         *(jnp.asarray(a, jnp.float64)
-          for a in (plan.sizes, plan.p, plan.theta, plan.gap_rate)))
+          for a in (plan.sizes, plan.p, plan.theta, plan.epsilon_gap)))
     out = feddpdr.train(key[None], feddpdr.Rows(x, labels, mask), traced,
                         config=config, num_classes=2)
     basis, beta = jax.jit(lambda k: feddpdr_audit.unclipped_participant(

@@ -42,7 +42,7 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
                          jnp.asarray(mask)),
         feddpdr.Traced(jnp.asarray(plan.sigma, jnp.float32),
                        jnp.asarray(plan.sizes), jnp.asarray(plan.p),
-                       jnp.asarray(plan.theta), jnp.asarray(plan.gap_rate)),
+                       jnp.asarray(plan.theta), jnp.asarray(plan.epsilon_gap)),
         config=config,
         num_classes=classes))(key)
     # The same computation, one participant at a time, unpadded.
@@ -59,12 +59,12 @@ def test_vmapped_padded_pipeline_equals_per_participant_loop():
     basis = aggregation.subspace_aggregate(bases, weights)
     fit = jax.jit(lambda kk, z, y, n, p, t, g: op.one_vs_rest(
         kk, z, y, jnp.ones(z.shape[0]), num_classes=classes,
-        num_examples=n, p=p, theta=t, gap_rate=g, lam=config.lam))
+        num_examples=n, p=p, theta=t, epsilon_gap=g, lam=config.lam))
     betas = []
     for i in range(3):
       z = clipping.clip_rows((jnp.asarray(xs[i]) @ basis).astype(jnp.float64))
       res = fit(fit_keys[i], z, jnp.asarray(ys[i]), plan.sizes[i], plan.p[i],
-                plan.theta[i], plan.gap_rate[i])
+                plan.theta[i], plan.epsilon_gap[i])
       assert bool(jnp.all(res.converged))
       betas.append(res.beta)
     global_beta = aggregation.model_aggregate(jnp.stack(betas), weights)

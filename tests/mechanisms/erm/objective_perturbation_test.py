@@ -143,13 +143,19 @@ def test_plan_gives_the_pinned_figures():
   # A one-vs-rest plan's budget is the release's: three fits at 0.5 each.
   ovr = op.make_plan(epsilon=1.5, num_examples=300, lam=0.01, num_classes=3)
   assert ovr.epsilon_fit == 0.5 and ovr.fits == 3
+  assert ovr.epsilon_gap == 0.5 * 0.01 / 2
   ovr.record(ledger)
-  report = ledger.report(1e-5)
-  assert (report["epsilon"], report["delta"]) == (1.5, 0.0)
+  report = ledger.report()
+  # The noise cap: a departure of 2^-100 per fit, δ = (1 + e^ε)·3·2^-100.
+  assert report["epsilon"] == 1.5
+  assert report["delta"] == pytest.approx((1 + math.exp(1.5)) * 3 * 2.0**-100)
   assert ledger.relation is options.Relation.REPLACE_ONE
-  (entry,) = ledger.entries
+  entry, cap = ledger.entries
   assert (entry.kind, entry.epsilon) == ("pure", 1.5)  # three fits at 0.5
   assert entry.params == {"epsilon": 0.5, "count": 3}
+  assert (cap.kind, cap.label) == ("truncation",
+                                   "objective_perturbation_noise_cap")
+  assert cap.params == {"probability": 3 * 2.0**-100}
   # p and θ are those of one fit at 0.5 (the pinned figures above).
   one = op.make_plan(epsilon=0.5, num_examples=300, lam=0.01)
   assert (ovr.p, ovr.theta) == (one.p, one.theta) == (plan.p, plan.theta)
@@ -221,7 +227,7 @@ def test_one_vs_rest_release_is_the_kernel_and_vmaps_over_plans():
     kernel = op.one_vs_rest(key, xj, lj, jnp.ones(80), num_classes=3,
                             num_examples=plan.num_examples, p=plan.p,
                             theta=plan.theta, lam=plan.lam,
-                            gap_rate=plan.gap_rate)
+                            epsilon_gap=plan.epsilon_gap)
     np.testing.assert_array_equal(fits.beta, kernel.beta)
     assert fits.beta.shape == (3, 4)
     # Plans of two sizes stack into a batch (n, p, θ are its leaves).
@@ -264,11 +270,14 @@ def test_one_vs_rest_equals_separate_fits():
     xj = jnp.asarray(x)
     both = jax.jit(lambda kk: op.one_vs_rest(
         kk, xj, jnp.asarray(labels), jnp.asarray(mask), num_classes=3,
-        p=0.7, gap_rate=50.0, **kwargs))(key)
+        p=0.7, epsilon_gap=5e-5, **kwargs))(key)
     assert both.beta.shape == (3, 5)
     b_key, z_key = jax.random.split(key)
     b = op.perturbation_noise(b_key, 5, p=0.7, num=3)
-    z = dp_noise.objective_perturbation_noise(z_key, 5, beta=50.0, num=3,
+    rate = op.gap_rate(epsilon_gap=5e-5, tol=op.DEFAULT_TOL, lam=0.01,
+                       theta=0.01)
+    assert rate == pytest.approx(50.0)
+    z = dp_noise.objective_perturbation_noise(z_key, 5, beta=rate, num=3,
                                               dtype=jnp.float64)
     assert np.min(np.linalg.norm(z, axis=1)) > 1e-3  # visible beside 1e-9
     single = jax.jit(lambda yy, bb: op.minimise(
@@ -387,18 +396,16 @@ def test_release_takes_its_tolerance_from_the_plan_only():
   plan = op.make_plan(epsilon=1.0, num_examples=30, lam=0.01)
   with pytest.raises(TypeError, match="tol"):
     op.release(jax.random.key(0), plan, x, y, tol=1e-3)
-  with pytest.raises(ValueError, match="gap_rate"):
+  with pytest.raises(ValueError, match="epsilon_gap"):
     op.one_vs_rest(jax.random.key(0), jnp.asarray(x), jnp.zeros(30, int),
                    jnp.ones(30), num_classes=2, num_examples=30, p=plan.p,
                    theta=plan.theta, lam=plan.lam)
 
 
 @pytest.mark.parametrize("epsilon, max_iter", [
-    pytest.param(1.0, 2, marks=pytest.mark.slow), (1e-9, 40)])
+    pytest.param(1.0, 2, marks=pytest.mark.slow), (0.01, 3)])
 def test_release_raises_when_the_fit_did_not_converge(epsilon, max_iter):
-  # The guarantee assumes the exact minimiser: a capped fit is not
-  # returned. (At ε = 1e-9 even the default 500 iterations stop at
-  # ‖∇J‖ ≈ 0.03.)
+  # The guarantee needs a converged fit: a capped one is not returned.
   x, y = _data(n=30)
   plan = op.make_plan(epsilon=epsilon, num_examples=30, lam=0.01)
   with pytest.raises(op.ConvergenceError, match="did not converge"), \
@@ -409,6 +416,16 @@ def test_release_raises_when_the_fit_did_not_converge(epsilon, max_iter):
     traced = jax.jit(lambda xx: op.release(jax.random.key(0), plan, xx, y,
                                            max_iter=max_iter))(x)
   assert not bool(traced.converged)
+
+
+def test_release_refuses_settings_no_fit_could_certify():
+  # At ε = 1e-9 the noise cap is ~1e11 and float64's rounding bound at it
+  # exceeds tol = 1e-8 whatever the data: refused before any work.
+  x, y = _data(n=30)
+  plan = op.make_plan(epsilon=1e-9, num_examples=30, lam=0.01)
+  with pytest.raises(ValueError, match="rounding bound .* larger tol"), \
+      jax.enable_x64(True):
+    op.release(jax.random.key(0), plan, x, y)
 
 
 def test_convergence_error_is_the_one_feddpdr_raises():
@@ -493,39 +510,47 @@ def test_line_search_does_not_stall_at_the_rounding_of_j():
 
 
 def _fit_and_gap(keys, plan, x, y):
-  """Each key's released β and its β̂, the plan's own fit with the same b
-  (the first half of the key), without the gap noise."""
+  """Each key's released β, β̂ (the plan's own fit with the same b, the
+  first half of the key, without the gap noise) and b."""
   def both(key):
     released = op.release(key, plan, x, y).beta
     b = op.perturbation_noise(jax.random.split(key)[0], x.shape[-1],
                               p=plan.p, num=1, dtype=x.dtype)[0]
-    exact = op.minimise(x, y, jnp.ones(x.shape[0], x.dtype),
-                        num_examples=plan.num_examples, lam=plan.lam,
-                        theta=plan.theta, b=b, loss=plan.loss, tol=plan.tol)
-    return released, exact.beta
+    fitted = op.minimise(x, y, jnp.ones(x.shape[0], x.dtype),
+                         num_examples=plan.num_examples, lam=plan.lam,
+                         theta=plan.theta, b=b, loss=plan.loss, tol=plan.tol)
+    return released, fitted.beta, b
   return jax.jit(jax.vmap(both))(keys)
 
 
 def test_released_fit_carries_gap_noise_of_the_plans_law():
   # The law test on the mechanism itself: across 3,000 keys, released β
-  # minus the fit with the same b is the gap noise, its norm Gamma(d,
-  # 1/gap_rate); a scale off by 20 % either way is rejected. The two fits
-  # differ by at most 2r (r = 2·tol/(λ+θ), far below the noise's scale
-  # 1/gap_rate = r/ε_g).
+  # minus β̂ (the same computation with the same b) is the gap noise z:
+  # its norm is Gamma(d, 1/gap_rate), and a scale off by 20 % either way
+  # is rejected; its direction is independent of b's (drawn from the
+  # other half of the key: z drawn from b's key would point along b).
   x, y = _data(n=40, d=3, seed=4)
   plan = op.make_plan(epsilon=1.0, num_examples=40, lam=0.1,
                       gap_fraction=0.5, tol=1e-4)
   r = 2 * plan.tol / (plan.lam + plan.theta)
   assert 1 / plan.gap_rate == pytest.approx(r / 0.25)
   with jax.enable_x64(True):
-    released, exact = _fit_and_gap(jax.random.split(jax.random.key(21), 3000),
-                                   plan, jnp.asarray(x), jnp.asarray(y))
-  norms = np.linalg.norm(np.asarray(released - exact), axis=1)
+    released, fitted, b = _fit_and_gap(
+        jax.random.split(jax.random.key(21), 3000), plan, jnp.asarray(x),
+        jnp.asarray(y))
+  z, b = np.asarray(released - fitted), np.asarray(b)
+  norms = np.linalg.norm(z, axis=1)
   scale = 1 / plan.gap_rate
   assert stats.kstest(norms, "gamma", args=(3, 0, scale)).pvalue > 1e-3
   for wrong in (0.8, 1.2):
     assert stats.kstest(norms, "gamma",
                         args=(3, 0, wrong * scale)).pvalue < 1e-6
+  # |cos| of independent uniform directions in R³ is uniform on [0, 1].
+  cos = np.abs(np.sum(z * b, axis=1)) / (norms * np.linalg.norm(b, axis=1))
+  assert stats.kstest(cos, "uniform").pvalue > 1e-3
+  assert stats.kstest(np.abs(np.sum(b[1:] * b[:-1], axis=1))
+                      / np.linalg.norm(b[1:], axis=1)
+                      / np.linalg.norm(b[:-1], axis=1), "uniform").pvalue > 1e-3
 
 
 def test_converged_fit_is_within_the_gap_radius_of_the_minimiser():
@@ -560,7 +585,7 @@ def test_rounding_bound_covers_float64_and_refuses_float32():
                       num_examples=500.0, lam=lam, theta=0.0,
                       b=jnp.asarray(b))
     bound = float(op.rounding_bound(
-        num_examples=500.0, dim=8, lam=lam, theta=0.0,
+        num_examples=500.0, rows=500, dim=8, lam=lam, theta=0.0,
         b_norm=np.linalg.norm(b), tol=op.DEFAULT_TOL, c=1.0,
         dtype=jnp.float64))
   assert bool(fit.converged) and 0 < bound < op.DEFAULT_TOL
@@ -571,8 +596,80 @@ def test_rounding_bound_covers_float64_and_refuses_float32():
   grad = xl.T @ (dloss * yl) / 500 + lam * beta + bl / 500
   assert abs(float(np.linalg.norm(grad)) - float(fit.grad_norm)) <= bound
   assert float(op.rounding_bound(
-      num_examples=500.0, dim=8, lam=lam, theta=0.0, b_norm=1.0,
+      num_examples=500.0, rows=500, dim=8, lam=lam, theta=0.0, b_norm=1.0,
       tol=op.DEFAULT_TOL, c=1.0, dtype=jnp.float32)) > op.DEFAULT_TOL
+  # A private float32 fit is refused before any work.
   plan = op.make_plan(epsilon=1.0, num_examples=500, lam=lam)
-  with pytest.raises(op.ConvergenceError, match="float64|float32"):
+  with pytest.raises(ValueError, match="float32 rounding bound.*float64"):
     op.release(jax.random.key(0), plan, np.asarray(x, np.float32), y)
+
+
+def test_rounding_bound_is_the_stated_formula():
+  # Each term of the docstring's formula, written out independently: a
+  # dropped term or a wrong constant changes the value.
+  n, rows, d, lam, theta, b_norm, tol, c = 300.0, 400, 7, 0.02, 0.5, 80.0, \
+      1e-8, 0.25
+  a = rows / n
+  s = a + b_norm / n + tol
+  want = 4 * np.finfo(np.float64).eps * ((rows + d + 16) * s
+                                         + c * d * a * s / (lam + theta))
+  with jax.enable_x64(True):
+    got = float(op.rounding_bound(num_examples=n, rows=rows, dim=d, lam=lam,
+                                  theta=theta, b_norm=b_norm, tol=tol, c=c,
+                                  dtype=jnp.float64))
+  assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_converged_means_the_gradient_is_within_tol_not_twice_it():
+  # Stopped by max_iter at a gradient norm g, with tol = g/1.5 (so g lies
+  # in (tol, 2·tol]): not converged, although g ≤ 2·tol.
+  x, y = _data(n=100, d=5, seed=3)
+  with jax.enable_x64(True):
+    run = jax.jit(lambda tol, k: op.minimise(
+        jnp.asarray(x), jnp.asarray(y), jnp.ones(100), num_examples=100.0,
+        lam=0.01, theta=0.0, b=jnp.zeros(5), tol=tol, max_iter=k),
+        static_argnums=(0, 1))
+    norms = [float(run(1e-12, k).grad_norm) for k in range(1, 9)]
+    # An iteration whose norm is below every earlier one: a tol just
+    # under it stops nothing earlier.
+    k = max(i for i in range(1, 8) if norms[i] < min(norms[:i])) + 1
+    g = norms[k - 1]
+    again = run(g / 1.5, k)
+    assert float(again.grad_norm) == g and int(again.iterations) == k
+    assert not bool(again.converged)
+    assert bool(run(g * 1.01, k).converged)
+
+
+def test_noise_cap_is_the_gamma_tail_and_recorded():
+  # B = (2/p)·q with P[Gamma(d, 1) > q] = 2^-100; checked against SciPy's
+  # survival function at B and at 0.9·B.
+  p, d = 0.3, 20
+  cap = op.noise_cap(p, d)
+  assert stats.gamma.sf(cap, d, scale=2 / p) == pytest.approx(2.0**-100,
+                                                              rel=1e-6)
+  assert stats.gamma.sf(0.9 * cap, d, scale=2 / p) > 1e3 * 2.0**-100
+  assert op.noise_cap(float("inf"), d) == 0.0
+
+
+def test_whether_a_fit_converges_does_not_depend_on_the_noise_norm():
+  # The privacy bug a reviewer found in an earlier form: a rounding check
+  # taken at ‖b‖ refused exactly the fits with large ‖b‖, so what was
+  # released under D and D′ had different supports. Now the check is taken
+  # at the cap: with a tol where a check at ‖b‖ would pass about half the
+  # fits, either all pass or none, and a concrete plan is refused before
+  # any work.
+  x, y = _data(n=100, d=3, seed=2)
+  plan = op.make_plan(epsilon=1.0, num_examples=100, lam=1.0)
+  norms = 2 / plan.p * stats.gamma.median(3)
+  tol = float(op.rounding_bound(num_examples=100.0, rows=100, dim=3,
+                                lam=1.0, theta=plan.theta, b_norm=norms,
+                                tol=0.0, c=1.0, dtype=np.float64))
+  plan = op.make_plan(epsilon=1.0, num_examples=100, lam=1.0, tol=tol)
+  with pytest.raises(ValueError, match="rounding bound"):
+    op.release(jax.random.key(0), plan, x, y)
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.key(5), 200)
+    fits = jax.jit(jax.vmap(lambda k, pl: op.release(
+        k, pl, jnp.asarray(x), jnp.asarray(y)), in_axes=(0, None)))(
+            keys, plan)
+  assert not np.any(np.asarray(fits.converged))
