@@ -212,6 +212,22 @@ def _survivors(config: Config, count: int) -> int:
   return survivors
 
 
+def _fit_plans(sizes, config: Config, *, epsilon: float, num_classes: int,
+               dim: int) -> tuple:
+  """One objective-perturbation plan per size in ``sizes`` (ε of one
+  release, K fits on rows of dimension ``dim``). Settings whose fits
+  could never be certified (float64's rounding at the noise cap above
+  tol) are refused here, before any work."""
+  fits = tuple(op.make_plan(epsilon=epsilon, num_examples=int(n_i),
+                            lam=config.lam, loss=config.loss,
+                            h=config.huber_h, num_classes=num_classes,
+                            tol=config.tol)
+               for n_i in sizes)
+  for fit in fits:
+    op.check_rounding(fit, rows=int(np.max(sizes)), dim=dim)
+  return fits
+
+
 def make_plan(sizes, *, dim: int, num_classes: int,
               config: Config) -> FedDPDRPlan:
   """Validates the settings and calibrates every participant's noise.
@@ -291,16 +307,8 @@ def make_plan(sizes, *, dim: int, num_classes: int,
   # with the paper's budget per classifier.
   eps_release = eps_fit * num_fits if config.budget_per_classifier else (
       eps_train)
-  fits = tuple(op.make_plan(epsilon=eps_release, num_examples=int(n_i),
-                            lam=config.lam, loss=config.loss,
-                            h=config.huber_h, num_classes=num_classes,
-                            tol=config.tol)
-               for n_i in distinct)
-  # Settings whose fits could never be certified (the noise cap's float64
-  # rounding above tol) are refused here, before any work.
-  fit_dim = config.k if has_pca else dim
-  for fit in fits:
-    op.check_rounding(fit, rows=int(np.max(sizes)), dim=fit_dim)
+  fits = _fit_plans(distinct, config, epsilon=eps_release,
+                    num_classes=num_classes, dim=config.k if has_pca else dim)
   privacy = _privacy(pca_plan, fits, delta=config.delta,
                      target_epsilon=config.epsilon)
   # The plan's ε is the guarantee its record composes to, not the setting.
