@@ -308,8 +308,9 @@ class LinearRelease:
     noise_scale: Δ₂/ε, the Gamma scale of the noise norm.
     epochs: coordinate-descent epochs; gap: final projected-gradient gap.
 
-  It holds nothing but what is released: the noiseless solution is
-  :func:`fit_linear`'s (non-private) result, never a field here.
+  The noiseless solution is never a field here. ``epochs`` and ``gap``
+  are the solver's, functions of the data that the guarantee does not
+  cover: diagnostics, not for publication beside the model.
   """
   w: np.ndarray
   b: float
@@ -413,6 +414,14 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
     raise TypeError(f"plan must be an output_perturbation."
                     f"OutputPerturbationPlan from make_plan, got "
                     f"{type(plan).__name__}.")
+  if not math.isclose(plan.sensitivity,
+                      sensitivity(plan.c) * (1.0 + plan.gap_fraction),
+                      rel_tol=1e-12):
+    raise ValueError(
+        f"plan.sensitivity={plan.sensitivity} is not 2C(1 + gap_fraction) "
+        f"for c={plan.c}, gap_fraction={plan.gap_fraction}: the noise would "
+        f"not cover the gap the solver certifies; make the plan with "
+        f"make_plan.")
   single = not _is_key_batch(key)
   keys = validation.check_key(key)[None] if single else key
   check_linear_kernel(kernel)

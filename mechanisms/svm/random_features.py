@@ -718,7 +718,7 @@ def exact_weights(plan: RFFOutputPerturbationPlan, feature_map: FeatureMap,
   """The noiseless minimiser w̃ (D + 1,) on [φ/√2, 1]/√2 (never release).
 
   For diagnostics and audits: :func:`release_output_perturbation` is
-  this plus noise.
+  the certified solver's ŵ (within ρC of this) plus noise.
   """
   x, y = _check_data(feature_map, x, y, loss=options.RFFLoss.HUBER_HINGE,
                      num_classes=2, both_classes=False)
@@ -734,7 +734,8 @@ def release_output_perturbation(key: jax.Array,
                                 ) -> RandomFeatureModel:
   """A linear C-SVC on φ/√2, released by output perturbation.
 
-  Host side (the dual solver runs to its tolerance, then one noise draw).
+  Host side (the dual solver runs until its duality gap is certified,
+  then one noise draw).
 
   Args:
     key: PRNG key of the noise (not the feature map's key).
@@ -749,6 +750,8 @@ def release_output_perturbation(key: jax.Array,
   Raises:
     ValueError: a plan not from :func:`make_output_perturbation_plan`, the
       map's own key, or bad data (before any work).
+    ConvergenceError: the solver's gap was not certified within
+      ``plan.max_epochs`` (nothing is released).
 
   Privacy: neighbouring data sets differ by replacing one row (n public).
   The rows the solver sees are x̃ = [φ(x)/√2, 1]/√2 with ‖x̃‖ ≤ 1 for every

@@ -1,5 +1,6 @@
 """Output perturbation of a linear C-SVC: calibration, solver, refusals."""
 
+import dataclasses
 import math
 import os
 
@@ -264,10 +265,18 @@ def test_release_runs_until_its_certified_gap_is_reached():
   rel = op.release(jax.random.key(0), plan, x, y, tol=0.5)
   assert rel.epochs > loose_epochs
   assert plan.gap_target == pytest.approx(0.5 * (1e-3 * 0.5) ** 2)
-  # One that cannot get there within max_epochs is refused, saying why.
+  # One that cannot get there within max_epochs is refused, saying why,
+  # even where the projected-gradient tol (here 10) is met: only the
+  # certificate stops it.
   tight = op.make_plan(epsilon=1.0, c=0.5, gap_fraction=1e-9)
+  _, _, pg_gap = op.fit_linear(x, y, c=0.5, tol=10.0, max_epochs=3)
+  assert pg_gap <= 10.0
   with pytest.raises(ConvergenceError, match="certified duality gap"):
-    op.release(jax.random.key(0), tight, x, y, max_epochs=3)
+    op.release(jax.random.key(0), tight, x, y, tol=10.0, max_epochs=3)
+  # A plan whose noise was not sized for its certified gap is refused.
+  stale = dataclasses.replace(plan, gap_fraction=0.5)
+  with pytest.raises(ValueError, match="gap_fraction"):
+    op.release(jax.random.key(0), stale, x, y)
 
 
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan")])
