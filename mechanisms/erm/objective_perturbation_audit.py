@@ -17,7 +17,8 @@ The released fits carry the gap noise z (the library's release). That
 part of the guarantee, 1 % of ε for a distance of at most 2·tol/(λ+θ),
 about 2e-10 here, is far below what any sampled audit can resolve; its
 evidence is the law test of z on the release and the radius test in
-``tests/mechanisms/erm/objective_perturbation_test.py``.
+``tests/mechanisms/erm/objective_perturbation_test.py``. The audit is at
+the ledger's δ, (1 + e^ε)·2⁻¹⁰⁰ from the cap on the noise's norm.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def objective_perturbation_spec(*, loss: str = "huber", epsilon: float = 1.0,
                 "canary_row": canary, "variant": broken or "library"},
       mechanism=mechanism, data_0=labels,
       data_1=labels.at[canary].set(-1.0),
-      statistic=lambda beta: -beta[0], delta=0.0,
+      statistic=lambda beta: -beta[0], delta=ledger.guarantee().delta,
       reported_epsilon=claimed_epsilon(ledger, "replace_one"), x64=True)
 
 

@@ -29,6 +29,8 @@ def test_names_claims_and_canary_rows(specs):
   for spec in specs.values():
     assert spec.relation == "replace_one" and spec.x64
     assert spec.reported_epsilon == pytest.approx(1.0)
+    # Audited at the δ the ledger states (the noise cap's), not at 0.
+    assert spec.delta == pytest.approx(2.0 ** -100 * (1.0 + np.e))
     assert spec.settings["n"] == audit.ROWS == 3
     # The neighbours differ in the canary's label alone.
     row = spec.settings["canary_row"]

@@ -247,13 +247,46 @@ def test_certified_gap_bounds_the_distance_to_the_exact_minimiser():
   assert 1e-6 < distance <= math.sqrt(2 * float(certified))
   assert math.sqrt(2 * float(certified)) < 100 * distance
   # The computed bound is at least the duality gap in extended precision.
+  assert float(_extended_gap(x, y, c, alpha, w)) <= float(certified)
+
+
+def _extended_gap(x, y, c, alpha, w):
+  """P(ŵ) − D(α) in extended precision (80-bit long double here)."""
   xa = np.asarray(op.augment(x), np.longdouble)
   al, yl = np.asarray(alpha, np.longdouble), np.asarray(y, np.longdouble)
   w_alpha = xa.T @ (al * yl)
   wl = np.asarray(w, np.longdouble)
   primal = 0.5 * wl @ wl + c * np.maximum(0, 1 - yl * (xa @ wl)).sum()
-  dual = al.sum() - 0.5 * w_alpha @ w_alpha
-  assert float(primal - dual) <= float(certified)
+  return primal - (al.sum() - 0.5 * w_alpha @ w_alpha)
+
+
+def test_certified_gap_needs_its_rounding_term_near_the_optimum(monkeypatch):
+  # Near the optimum the float64 gap is rounding-sized: in some of these
+  # states it falls below the extended-precision gap, and only the rounding
+  # term keeps the certificate above it.
+  x, y = heart_unit()
+  states = [(c, _dual_state(x, y, c, tol))
+            for c in (0.5, 2.0, 10.0) for tol in (1e-10, 1e-13)]
+
+  def certify(c, alpha):
+    with jax.enable_x64(True):
+      w, bound = op.certified_gap(jnp.asarray(op.augment(x)),
+                                  jnp.asarray(y, jnp.float64), c,
+                                  jnp.asarray(alpha))
+    return np.asarray(w), np.longdouble(float(bound))
+
+  truths, certified = [], []
+  for c, alpha in states:
+    w, bound = certify(c, alpha)
+    truths.append(_extended_gap(x, y, c, alpha, w))
+    certified.append(bound)
+  assert all(b >= g for b, g in zip(certified, truths, strict=True))
+  # The same computation with the rounding term zeroed (unit roundoff 0)
+  # falls below the truth in at least one state: the test has power.
+  monkeypatch.setattr(op.jnp, "finfo",
+                      lambda dtype: type("F", (), {"eps": 0.0}))
+  raw = [certify(c, alpha)[1] for c, alpha in states]
+  assert any(r < g for r, g in zip(raw, truths, strict=True))
 
 
 def test_release_runs_until_its_certified_gap_is_reached():
