@@ -6,7 +6,10 @@ unbroken specs and their deliberately broken variants). The audit runner
 (:mod:`launch.audit`) collects every such module of ``dpcore``,
 ``mechanisms`` and ``federated`` and runs each spec with :func:`run`.
 :func:`claimed_epsilon` reads the ε a spec audits and checks that the
-library claims it under the spec's neighbouring relation.
+library claims it under the spec's neighbouring relation; :func:`verdict`
+compares an audit's lower bound with that claim, :func:`group_verdicts`
+takes the worst over a spec's canary positions and :func:`failed` says
+which verdicts fail the audit.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class AuditSpec:
       ``"middle"``, ``"last"``: :data:`POSITIONS`), None where there is one
       unit; a spec audited at several positions is named
       ``base@position``, and its verdict is the worst of them
-      (:func:`group`).
+      (:func:`group_verdicts`).
   """
   name: str
   relation: options.Relation
@@ -124,6 +127,46 @@ def group(name: str) -> str:
   return name.split("@", 1)[0]
 
 
+def verdict(spec: AuditSpec, epsilon_lower: float) -> str:
+  """``ok``, ``VIOLATION``, ``caught``, ``NOT CAUGHT`` or ``no claim``."""
+  if spec.reported_epsilon is None:
+    return "no claim"
+  above = epsilon_lower > spec.reported_epsilon
+  if spec.broken:
+    return "caught" if above else "NOT CAUGHT"
+  return "VIOLATION" if above else "ok"
+
+
+_SEVERITY = ("VIOLATION", "NOT CAUGHT", "no claim", "ok", "caught")
+
+
+def group_verdicts(records: list[dict]) -> dict[str, str]:
+  """Each spec's verdict over its canary positions: the worst of them.
+
+  ``records`` hold each audit's ``"name"`` and ``"verdict"``. An unbroken
+  spec holds only if it holds at every position (one VIOLATION is a
+  violation); a broken variant is caught if some position catches it (a
+  bug need not show everywhere).
+  """
+  out: dict[str, list[str]] = {}
+  for r in records:
+    out.setdefault(group(r["name"]), []).append(r["verdict"])
+  worst = {}
+  for name, verdicts in out.items():
+    if "caught" in verdicts or "NOT CAUGHT" in verdicts:
+      worst[name] = "caught" if "caught" in verdicts else "NOT CAUGHT"
+    else:
+      worst[name] = min(verdicts, key=_SEVERITY.index)
+  return worst
+
+
+def failed(record: dict) -> bool:
+  """Whether a record's ``"verdict"`` fails the audit (a VIOLATION or a
+  broken variant NOT CAUGHT; ``python -m launch.audit`` then exits
+  non-zero)."""
+  return record["verdict"] in ("VIOLATION", "NOT CAUGHT")
+
+
 def claimed_epsilon(claim, relation, delta: float | None = None) -> float:
   """The ε the library claims, refused if claimed under another relation.
 
@@ -181,4 +224,5 @@ def run(key: jax.Array, spec: AuditSpec, *, trials: int | None = None,
 
 
 __all__ = ["POSITIONS", "AuditSpec", "canary_index", "check_variant",
-           "claimed_epsilon", "group", "identity", "run", "spec_name"]
+           "claimed_epsilon", "failed", "group", "group_verdicts", "identity",
+           "run", "spec_name", "verdict"]

@@ -20,8 +20,9 @@ import sys
 
 from absl import flags
 
+from dpcore.audit_spec import failed
 from launch import common
-from launch.audit_run import failed, memory_budget, run_audits
+from launch.audit_run import memory_budget, run_audits
 
 _ONLY = flags.DEFINE_list(
     "only", None, "Comma-separated spec names to run (default: all).")

@@ -101,43 +101,6 @@ def specs(until=None) -> list[audit_spec.AuditSpec]:
   return out
 
 
-def verdict(spec: audit_spec.AuditSpec, epsilon_lower: float) -> str:
-  """``ok``, ``VIOLATION``, ``caught``, ``NOT CAUGHT`` or ``no claim``."""
-  if spec.reported_epsilon is None:
-    return "no claim"
-  above = epsilon_lower > spec.reported_epsilon
-  if spec.broken:
-    return "caught" if above else "NOT CAUGHT"
-  return "VIOLATION" if above else "ok"
-
-
-_SEVERITY = ("VIOLATION", "NOT CAUGHT", "no claim", "ok", "caught")
-
-
-def group_verdicts(records: list[dict]) -> dict[str, str]:
-  """Each spec's verdict over its canary positions: the worst of them.
-
-  An unbroken spec holds only if it holds at every position (one
-  VIOLATION is a violation); a broken variant is caught if some position
-  catches it (a bug need not show everywhere).
-  """
-  out: dict[str, list[str]] = {}
-  for r in records:
-    out.setdefault(audit_spec.group(r["name"]), []).append(r["verdict"])
-  worst = {}
-  for name, verdicts in out.items():
-    if "caught" in verdicts or "NOT CAUGHT" in verdicts:
-      worst[name] = "caught" if "caught" in verdicts else "NOT CAUGHT"
-    else:
-      worst[name] = min(verdicts, key=_SEVERITY.index)
-  return worst
-
-
-def failed(record: dict) -> bool:
-  """Whether a record makes the script exit non-zero."""
-  return record["verdict"] in ("VIOLATION", "NOT CAUGHT")
-
-
 def memory_budget(text: str | None) -> int | None:
   """``--memory_budget``: ``"auto"`` (3/4 of the memory available, None
   where the system does not say) or a size such as ``8G``."""
@@ -186,7 +149,7 @@ def run_one(spec: audit_spec.AuditSpec, *, seed: int, trials: int | None,
       "claim": {"epsilon": spec.reported_epsilon, "delta": spec.delta,
                 "epsilon_nominal": nominal},
       "epsilon_lower": result.epsilon_lower,
-      "verdict": verdict(spec, result.epsilon_lower),
+      "verdict": audit_spec.verdict(spec, result.epsilon_lower),
       "exceeds_nominal": (nominal is not None
                           and result.epsilon_lower > nominal),
       "threshold": result.threshold,
@@ -254,7 +217,7 @@ def markdown_table(records: list[dict]) -> str:
   for r in records:
     g = audit_spec.group(r["name"])
     counts[g] = counts.get(g, 0) + 1
-  for g, v in group_verdicts(records).items():
+  for g, v in audit_spec.group_verdicts(records).items():
     lines.append(f"| {g} | {counts[g]} | {v} |")
   return "\n".join(lines) + "\n"
 
@@ -381,7 +344,7 @@ def run_audits(*, only=None, trials=None, seed=0, chunk=100_000,
         f"δ={record['claim']['delta']:g}: {record['verdict']} "
         f"({record['seconds']:.1f} s, "
         f"{record['trials_per_second']:,.0f} trials/s)")
-    if failed(record):
+    if audit_spec.failed(record):
       banner = "!" * 78
       what = ("lower bound ABOVE the reported ε: PRIVACY BUG"
               if record["verdict"] == "VIOLATION" else

@@ -69,23 +69,14 @@ _JAX_CACHE_DIR = flags.DEFINE_string(
     "part of what is measured)")
 
 
-def _median_time(fn, repeats):
-  """Median (wall, process CPU) seconds of ``fn`` after one warm-up call."""
-  common.block(fn())
-  times, cpu = [], []
-  for _ in range(repeats):
-    start, cpu_start = time.perf_counter(), time.process_time()
-    common.block(fn())
-    times.append(time.perf_counter() - start)
-    cpu.append(time.process_time() - cpu_start)
-  return float(np.median(times)), float(np.median(cpu))
-
-
 def floor_seconds(x, mask, *, k, repeats):
-  """XᵀX + eigh for every participant (vmapped): (wall, CPU) seconds."""
+  """XᵀX + eigh for every participant (vmapped): median (wall, CPU)
+  seconds of ``repeats`` calls after one warm-up call."""
   fn = jax.jit(jax.vmap(lambda xi, mi: dp_pca.pca(xi, mi, k=k).components))
   xj, mj = jnp.asarray(x, jnp.float32), jnp.asarray(mask, jnp.float32)
-  return _median_time(lambda: fn(xj, mj), repeats)
+  timed = common.round_robin({"floor": lambda _: fn(xj, mj)}, repeats=repeats)
+  return (float(np.median(timed.wall["floor"])),
+          float(np.median(timed.cpu["floor"])))
 
 
 def sklearn_in_subprocess(x, y, x_test, y_test, *, k, repeats):

@@ -1,10 +1,11 @@
-"""dpcore.audit_spec: positions, names, the claim's relation, run()."""
+"""dpcore.audit_spec: positions, names, the claim's relation, run(), the
+verdicts."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from dpcore import accounting, audit_spec, noise
+from dpcore import accounting, audit_spec, noise, noise_audit
 from dpcore.audit_spec import AuditSpec
 
 
@@ -100,3 +101,28 @@ def test_check_variant_names_the_variants_it_accepts():
   with pytest.raises(ValueError, match=r"one of \('clip_skipped',\), got "
                      r"'clip'"):
     audit_spec.check_variant("clip", ("clip_skipped",))
+
+
+def test_verdicts():
+  spec = noise_audit.gaussian_spec()
+  broken = noise_audit.gaussian_spec(broken=True)
+  assert audit_spec.verdict(spec, spec.reported_epsilon / 2) == "ok"
+  assert audit_spec.verdict(spec, spec.reported_epsilon + 0.1) == (
+      "VIOLATION")
+  assert audit_spec.verdict(broken, broken.reported_epsilon + 0.1) == (
+      "caught")
+  assert audit_spec.verdict(broken, broken.reported_epsilon / 2) == (
+      "NOT CAUGHT")
+
+
+def test_group_verdict_is_the_worst_position():
+  def rec(name, v):
+    return {"name": name, "verdict": v}
+  assert audit_spec.group_verdicts(
+      [rec("a@first", "ok"), rec("a@middle", "VIOLATION"),
+       rec("a@last", "ok"), rec("b@first", "NOT CAUGHT"),
+       rec("b@last", "caught"), rec("c", "ok")]) == {
+           "a": "VIOLATION", "b": "caught", "c": "ok"}
+  assert audit_spec.group_verdicts(
+      [rec("b@first", "NOT CAUGHT"), rec("b@last", "NOT CAUGHT")]) == {
+          "b": "NOT CAUGHT"}

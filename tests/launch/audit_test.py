@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpcore import accounting, noise_audit
+from dpcore import accounting, audit_spec, noise_audit
 from dpcore.audit_spec import POSITIONS, group
 from launch import audit_run as audit_script
 from tests.dpcore import products
@@ -336,31 +336,6 @@ def test_every_mechanism_sums_its_bounded_rows_at_full_precision(spec_list):
   assert seen == PRODUCTS_BEFORE_THE_BOUND, PRODUCTS_BEFORE_THE_BOUND - seen
 
 
-def test_verdicts():
-  spec = noise_audit.gaussian_spec()
-  broken = noise_audit.gaussian_spec(broken=True)
-  assert audit_script.verdict(spec, spec.reported_epsilon / 2) == "ok"
-  assert audit_script.verdict(spec, spec.reported_epsilon + 0.1) == (
-      "VIOLATION")
-  assert audit_script.verdict(broken, broken.reported_epsilon + 0.1) == (
-      "caught")
-  assert audit_script.verdict(broken, broken.reported_epsilon / 2) == (
-      "NOT CAUGHT")
-
-
-def test_group_verdict_is_the_worst_position():
-  def rec(name, v):
-    return {"name": name, "verdict": v}
-  assert audit_script.group_verdicts(
-      [rec("a@first", "ok"), rec("a@middle", "VIOLATION"),
-       rec("a@last", "ok"), rec("b@first", "NOT CAUGHT"),
-       rec("b@last", "caught"), rec("c", "ok")]) == {
-           "a": "VIOLATION", "b": "caught", "c": "ok"}
-  assert audit_script.group_verdicts(
-      [rec("b@first", "NOT CAUGHT"), rec("b@last", "NOT CAUGHT")]) == {
-          "b": "NOT CAUGHT"}
-
-
 def test_script_writes_json_line_and_table(tmp_path):
   out = tmp_path / "audit.jsonl"
   table = tmp_path / "audit.md"
@@ -412,7 +387,7 @@ def test_a_violation_fails_the_run(tmp_path, monkeypatch):
   out = tmp_path / "audit.jsonl"
   (record,) = audit_script.run_audits(trials=20_000, out=str(out),
                                       table="")
-  assert audit_script.failed(record)
+  assert audit_spec.failed(record)
   assert json.loads(out.read_text())["verdict"] == "VIOLATION"
 
 
@@ -421,7 +396,7 @@ def test_every_spec_at_its_default_trials(all_specs):
   failures = []
   for spec in all_specs.values():
     record = audit_script.run_one(spec, seed=0, trials=None, chunk=100_000)
-    if audit_script.failed(record):
+    if audit_spec.failed(record):
       failures.append(record)
   assert not failures, failures
 
