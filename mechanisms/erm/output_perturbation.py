@@ -30,7 +30,11 @@ the solver computes with a bound on its float64 rounding
 ‖ŵ − w*‖ ≤ ρC for both neighbours and ‖ŵ(D) − ŵ(D′)‖ ≤ 2C(1 + ρ): the
 plan's sensitivity, for which the noise is drawn. A fit that does not
 get there within ``max_epochs`` is not released (:class:`ConvergenceError`;
-the refusal itself is an event the proof does not cover).
+the refusal itself is an event the proof does not cover). The rounding
+bound grows about as n²C against the target's (ρC)²/2, so on large data it
+can be out of reach: the solver then stops, and the release refuses, as
+soon as the projected-gradient tolerance is met with the rounding bound
+alone above the target.
 
 Only the linear kernel has a finite-dimensional w to perturb; any other
 kernel is refused (its model stores training rows as support vectors).
@@ -224,6 +228,7 @@ class _CDState(NamedTuple):
   epoch: jax.Array
   gap: jax.Array
   certified: jax.Array
+  rounding: jax.Array
 
 
 def certified_gap(x, y, c, alpha):
@@ -238,6 +243,13 @@ def certified_gap(x, y, c, alpha):
   ½‖w(α)‖² − ½‖ŵ‖² ≤ ‖ŵ‖e_w + e_w² for the error e_w ≤ (n + 16)·8u·Σα
   of ŵ itself. Then ‖ŵ − w*‖ ≤ √(2(Ĝ + e)) (module docstring).
   """
+  w, gap, rounding = _gap_terms(x, y, c, alpha)
+  return w, gap + rounding
+
+
+def _gap_terms(x, y, c, alpha):
+  """(ŵ, Ĝ, e): :func:`certified_gap`'s computed gap and rounding bound
+  apart."""
   n, d = x.shape
   w = x.T @ (alpha * y)
   hinge = jnp.sum(jnp.maximum(0.0, 1.0 - y * (x @ w)))
@@ -249,14 +261,17 @@ def certified_gap(x, y, c, alpha):
   norm = jnp.sqrt(norm2)
   rounding = u8 * ((n + d + 16) * (norm2 + c * hinge + total)
                    + c * n * (d + 4) * norm) + norm * e_w + e_w * e_w
-  return w, gap + rounding
+  return w, gap, rounding
 
 
 @jax.jit
 def _dual_cd(x, y, c, tol, max_epochs, target):
   """Bias-free L1-loss SVM dual, cyclic coordinate descent, until the
   projected-gradient gap ≤ ``tol`` and the certified duality gap
-  (:func:`certified_gap`) ≤ ``target`` (∞: not asked)."""
+  (:func:`certified_gap`) ≤ ``target`` (∞: not asked), or until it is
+  clear the certificate cannot get there: the projected-gradient gap is
+  met (α is near the optimum, where the rounding bound no longer moves)
+  and the rounding bound alone is above ``target``."""
   qd = jnp.sum(x * x, axis=1)
 
   def step(t, carry):
@@ -275,19 +290,23 @@ def _dual_cd(x, y, c, tol, max_epochs, target):
         0, x.shape[0], step,
         (state.alpha, state.w, jnp.asarray(-jnp.inf, x.dtype),
          jnp.asarray(jnp.inf, x.dtype)))
-    certified = lax.cond(jnp.isfinite(target),
-                         lambda: certified_gap(x, y, c, alpha)[1],
-                         lambda: jnp.asarray(0.0, x.dtype))
-    return _CDState(alpha, w, state.epoch + 1, pg_max - pg_min, certified)
+    zero = jnp.asarray(0.0, x.dtype)
+    gap, rounding = lax.cond(jnp.isfinite(target),
+                             lambda: _gap_terms(x, y, c, alpha)[1:],
+                             lambda: (zero, zero))
+    return _CDState(alpha, w, state.epoch + 1, pg_max - pg_min,
+                    gap + rounding, rounding)
 
   def cond(state):
+    unreachable = (state.gap <= tol) & (state.rounding > target)
     return (((state.gap > tol) | ~(state.certified <= target))
-            & (state.epoch < max_epochs))
+            & ~unreachable & (state.epoch < max_epochs))
 
   inf = jnp.asarray(jnp.inf, x.dtype)
   init = _CDState(jnp.zeros(x.shape[0], x.dtype), jnp.zeros(x.shape[1],
                                                               x.dtype),
-                  jnp.zeros((), jnp.int32), inf, inf)
+                  jnp.zeros((), jnp.int32), inf, inf,
+                  jnp.zeros((), x.dtype))
   return lax.while_loop(cond, epoch, init)
 
 
@@ -363,15 +382,16 @@ def _solver_args(x, y, *, c, tol, max_epochs, target):
 
 def _certified_fit(x, y, *, plan, tol, max_epochs):
   """The release's solve: ŵ recomputed from α, the epochs, the
-  projected-gradient gap and the certified duality gap."""
+  projected-gradient gap, the certified duality gap and its rounding
+  bound."""
   with jax.enable_x64(True):
     args = _solver_args(x, y, c=plan.c, tol=tol, max_epochs=max_epochs,
                         target=plan.gap_target)
     state = _dual_cd(*args)
-    w, certified = jax.jit(certified_gap)(args[0], args[1], args[2],
-                                          state.alpha)
+    w, gap, rounding = jax.jit(_gap_terms)(args[0], args[1], args[2],
+                                           state.alpha)
     return (np.asarray(w), int(state.epoch), float(state.gap),
-            float(certified))
+            float(gap + rounding), float(rounding))
 
 
 def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
@@ -402,7 +422,8 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
     ValueError: a non-linear kernel, bad data or settings.
     ConvergenceError: the solver stopped at ``max_epochs`` before its
       projected-gradient gap reached ``tol`` or its certified duality gap
-      the plan's ``gap_target`` (nothing is released).
+      the plan's ``gap_target``, or earlier, once the rounding bound of
+      that gap alone was above the target (nothing is released).
 
   Privacy: neighbouring data sets differ by replacing one row; with every
   ‖x‖ ≤ 1 the minimiser of ½‖w̃‖² + CΣhinge over x̃ = [x, 1]/√2 has L2
@@ -428,9 +449,19 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
   x = _enforce_bound(validation.check_row_norms(x, "x"))
   y = validation.check_labels(y, "y", binary_pm1=True, num_examples=x.shape[0])
   _check_fit_inputs(x, y, c=plan.c, tol=tol, max_epochs=max_epochs)
-  w_aug, epochs, gap, certified = _certified_fit(
+  w_aug, epochs, gap, certified, rounding = _certified_fit(
       x, y, plan=plan, tol=tol, max_epochs=max_epochs)
-  if not (gap <= tol and certified <= plan.gap_target):  # NaN included
+  certified_ok = gap <= tol and certified <= plan.gap_target  # NaN: False
+  if not certified_ok and gap <= tol and rounding > plan.gap_target:
+    raise ConvergenceError(
+        f"the output-perturbation fit cannot be certified at this size: "
+        f"the float64 rounding bound of its duality gap alone is "
+        f"{rounding:.3g}, above the plan's target {plan.gap_target:.3g} "
+        f"= (gap_fraction·C)²/2 (it grows about as n²C against a target "
+        f"of order C²), found after {epochs} epochs. The model is not "
+        f"released. Raise the plan's gap_fraction or its c, or train on "
+        f"fewer rows.")
+  if not certified_ok:
     raise ConvergenceError(
         f"the output-perturbation fit did not converge: projected-gradient "
         f"gap {gap:.3g} (tol={tol:g}), certified duality gap "

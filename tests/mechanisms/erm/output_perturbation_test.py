@@ -298,14 +298,27 @@ def test_release_runs_until_its_certified_gap_is_reached():
   rel = op.release(jax.random.key(0), plan, x, y, tol=0.5)
   assert rel.epochs > loose_epochs
   assert plan.gap_target == pytest.approx(0.5 * (1e-3 * 0.5) ** 2)
-  # One that cannot get there within max_epochs is refused, saying why,
+  # One that does not get there within max_epochs is refused, saying why,
   # even where the projected-gradient tol (here 10) is met: only the
   # certificate stops it.
-  tight = op.make_plan(epsilon=1.0, c=0.5, gap_fraction=1e-9)
-  _, _, pg_gap = op.fit_linear(x, y, c=0.5, tol=10.0, max_epochs=3)
+  _, _, pg_gap = op.fit_linear(x, y, c=0.5, tol=10.0, max_epochs=1)
   assert pg_gap <= 10.0
-  with pytest.raises(ConvergenceError, match="certified duality gap"):
-    op.release(jax.random.key(0), tight, x, y, tol=10.0, max_epochs=3)
+  with pytest.raises(ConvergenceError, match="certified duality gap .* "
+                     "after 1 of max_epochs=1"):
+    op.release(jax.random.key(0), plan, x, y, tol=10.0, max_epochs=1)
+  # One whose target is below the certificate's own rounding bound is
+  # refused as soon as α is near the optimum, not after max_epochs.
+  tight = op.make_plan(epsilon=1.0, c=0.5, gap_fraction=1e-9)
+  with pytest.raises(ConvergenceError, match="cannot be certified at this "
+                     "size.* found after 1 epochs"):
+    op.release(jax.random.key(0), tight, x, y, tol=10.0, max_epochs=10_000)
+  with jax.enable_x64(True):
+    state = op._dual_cd(*op._solver_args(x, y, c=0.5, tol=1e-8,
+                                         max_epochs=10_000,
+                                         target=tight.gap_target))
+  assert 1 < int(state.epoch) < 10_000
+  assert float(state.gap) <= 1e-8 and float(state.rounding) > (
+      tight.gap_target)
   # A plan whose noise was not sized for its certified gap is refused.
   stale = dataclasses.replace(plan, gap_fraction=0.5)
   with pytest.raises(ValueError, match="gap_fraction"):
