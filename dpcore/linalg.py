@@ -211,10 +211,32 @@ def _cholesky_qr(y, shift):
   # A zero block (M = 0) keeps a positive diagonal.
   tiny = jnp.finfo(g.dtype).tiny
   g = g + (shift * scale + tiny) * jnp.eye(p, dtype=g.dtype)
+  return jnp.vectorize(_factor_and_solve, signature="(p,p),(d,p)->(d,p)")(
+      g, y)
+
+
+def _factor_and_solve_one(g, y):
+  """Y L⁻ᵀ for the Cholesky factor L of one p × p ``g`` (Qᵀ = L⁻¹ Yᵀ)."""
   lower = jnp.linalg.cholesky(g)
-  # Q = Y L⁻ᵀ, i.e. Qᵀ = L⁻¹ Yᵀ.
   return jax.lax.linalg.triangular_solve(lower, y, left_side=False,
                                          lower=True, transpose_a=True)
+
+
+_factor_and_solve_in_turn = jax.custom_batching.sequential_vmap(
+    _factor_and_solve_one)
+
+
+def _factor_and_solve(g, y):
+  """:func:`_factor_and_solve_one`; a batch on the CPU in turn.
+
+  jaxlib's batched ``potrf`` and ``trsm`` kernels wait on the intra-op
+  pool like its batched ``ssyevd`` (module docstring), and two of them
+  running side by side (two independent orthonormalisations in one
+  program, as FedDPDR's private and noise-free top-k are) hung every run
+  on 2 cores with jax 0.10.2.
+  """
+  return jax.lax.platform_dependent(g, y, cpu=_factor_and_solve_in_turn,
+                                    default=_factor_and_solve_one)
 
 
 @full_precision

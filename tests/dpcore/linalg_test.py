@@ -1,6 +1,9 @@
 """dpcore.linalg: the same decompositions as jnp.linalg, batched or not."""
 
 import functools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -279,3 +282,36 @@ def test_the_subspace_top_k_orthonormalises_at_full_precision():
   assert not products.below_full_precision(
       lambda key, a: linalg.subspace_top_k(key, a, 3), jax.random.key(0), m)
   assert not products.below_full_precision(linalg.orthonormalize, m[:, :3])
+
+
+_TWO_ORTHONORMALISATIONS = """
+import os
+cpus = sorted(os.sched_getaffinity(0))[:2]
+os.sched_setaffinity(0, cpus)  # the pool of a 2-core machine
+import jax
+from dpcore import linalg
+y = jax.random.normal(jax.random.key(0), (64, 256, 48))
+both = jax.jit(lambda a, b: (linalg.orthonormalize(a),
+                             linalg.orthonormalize(b)))
+for _ in range(10):
+  jax.block_until_ready(both(y, 2.0 * y))
+print("finished")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),
+                    reason="needs CPU affinity (Linux)")
+def test_two_batched_orthonormalisations_side_by_side_finish():
+  # Two independent batched Cholesky-QRs in one program: with jaxlib's
+  # batched potrf/trsm kernels both pool threads of a 2-core machine wait
+  # inside them and the run never ends (it hung every time with jax
+  # 0.10.2); decomposed in turn they take well under a second. The limit
+  # only tells a hang from a run, on any load.
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run([sys.executable, "-c", _TWO_ORTHONORMALISATIONS],
+                        capture_output=True, text=True, timeout=600,
+                        env=env, cwd=os.path.dirname(os.path.dirname(
+                            os.path.dirname(os.path.abspath(__file__)))),
+                        check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == "finished"
