@@ -13,7 +13,10 @@ kernel, every run.
 
 :func:`eigh` and :func:`svd` therefore decompose a batch one matrix at a
 time on the CPU (``jax.custom_batching.sequential_vmap``) and keep the
-batched kernels elsewhere. For the d × d matrices of DP-PCA this is also
+batched kernels elsewhere; so does the Cholesky factorisation and
+triangular solve of :func:`orthonormalize`, whose batched ``potrf`` and
+``trsm`` kernels hang the same way when two run side by side in one
+program, even on one device. For the d × d matrices of DP-PCA this is also
 faster on the CPU: five 784 × 784 ``eigh`` took 142 ms one at a time against
 200 ms batched on the 2-core development machine (LAPACK already uses the
 cores within one decomposition). For tiny matrices the batched kernel is
