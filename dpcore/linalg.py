@@ -23,7 +23,10 @@ cores within one decomposition). For tiny matrices the batched kernel is
 faster (fifty 20 × 20: 0.7 ms against 1.3 ms), a cost too small to matter
 here.
 
-The results are the same decompositions; only the schedule differs.
+The results are the same decompositions, up to rounding (a jitted batch
+can differ in the last bits); only the schedule differs. The in-turn path
+supports ``jit``, ``vmap`` and forward-mode ``jvp``, not reverse-mode
+``grad`` (nothing in the library differentiates through them).
 
 Eigenvectors and singular vectors are defined only up to sign, and LAPACK's
 choice can flip under a perturbation as small as rounding.

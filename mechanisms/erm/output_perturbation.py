@@ -33,8 +33,8 @@ get there within ``max_epochs`` is not released (:class:`ConvergenceError`;
 the refusal itself is an event the proof does not cover). The rounding
 bound grows about as n²C against the target's (ρC)²/2, so on large data it
 can be out of reach: the solver then stops, and the release refuses, as
-soon as the projected-gradient tolerance is met with the rounding bound
-alone above the target.
+soon as the projected-gradient gap is within ``EARLY_STOP_TOL`` (1e-8)
+with the rounding bound alone above the target.
 
 Only the linear kernel has a finite-dimensional w to perturb; any other
 kernel is refused (its model stores training rows as support vectors).
@@ -76,6 +76,9 @@ from dpcore import noise as dp_noise
 from mechanisms.erm.objective_perturbation import ConvergenceError
 
 BIAS_SCALE = 1.0 / math.sqrt(2.0)
+EARLY_STOP_TOL = 1e-8
+"""The projected-gradient gap below which the solver gives up on a
+certificate whose rounding bound alone is above the target."""
 RELATION = options.Relation.REPLACE_ONE
 """The neighbouring relation output perturbation is proven under (n public)."""
 
@@ -270,8 +273,8 @@ def _dual_cd(x, y, c, tol, max_epochs, target):
   projected-gradient gap ≤ ``tol`` and the certified duality gap
   (:func:`certified_gap`) ≤ ``target`` (∞: not asked), or until it is
   clear the certificate cannot get there: the projected-gradient gap is
-  met (α is near the optimum, where the rounding bound no longer moves)
-  and the rounding bound alone is above ``target``."""
+  within ``EARLY_STOP_TOL`` (α near the optimum, where the rounding bound
+  no longer moves) and the rounding bound alone is above ``target``."""
   qd = jnp.sum(x * x, axis=1)
 
   def step(t, carry):
@@ -298,7 +301,10 @@ def _dual_cd(x, y, c, tol, max_epochs, target):
                     gap + rounding, rounding)
 
   def cond(state):
-    unreachable = (state.gap <= tol) & (state.rounding > target)
+    # Near the optimum (projected-gradient gap ≤ EARLY_STOP_TOL, whatever
+    # the caller's tol) the rounding bound no longer moves.
+    unreachable = ((state.gap <= jnp.minimum(tol, EARLY_STOP_TOL))
+                   & (state.rounding > target))
     return (((state.gap > tol) | ~(state.certified <= target))
             & ~unreachable & (state.epoch < max_epochs))
 
@@ -452,7 +458,8 @@ def release(key: jax.Array, plan: OutputPerturbationPlan, x, y, *,
   w_aug, epochs, gap, certified, rounding = _certified_fit(
       x, y, plan=plan, tol=tol, max_epochs=max_epochs)
   certified_ok = gap <= tol and certified <= plan.gap_target  # NaN: False
-  if not certified_ok and gap <= tol and rounding > plan.gap_target:
+  if (not certified_ok and gap <= min(tol, EARLY_STOP_TOL)
+      and rounding > plan.gap_target):
     raise ConvergenceError(
         f"the output-perturbation fit cannot be certified at this size: "
         f"the float64 rounding bound of its duality gap alone is "
@@ -501,7 +508,7 @@ def _is_key_batch(key) -> bool:
 
 
 __all__ = [
-    "BIAS_SCALE", "DEFAULT_GAP_FRACTION", "LinearRelease",
+    "BIAS_SCALE", "DEFAULT_GAP_FRACTION", "EARLY_STOP_TOL", "LinearRelease",
     "OutputPerturbationPlan", "RELATION", "augment", "certified_gap",
     "check_linear_kernel", "fit_linear", "make_plan", "perturb", "release",
     "sensitivity",
